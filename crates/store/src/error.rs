@@ -42,7 +42,9 @@ pub enum Error {
     },
 
     /// A read or watch at a revision that compaction has removed.
-    #[error("revision {requested} has been compacted; the oldest available revision is {compacted}")]
+    #[error(
+        "revision {requested} has been compacted; the oldest available revision is {compacted}"
+    )]
     Compacted {
         /// The revision asked for.
         requested: Revision,

@@ -146,11 +146,18 @@ pub type WatchStream = BoxStream<'static, Result<WatchEvent>>;
 pub trait Store: Send + Sync + 'static {
     /// The value of `key` at the latest revision, or at `revision` if given.
     ///
+    /// Every operation on a single key refuses the empty key with
+    /// [`Error::InvalidArgument`]; as a prefix, the empty key covers every key.
+    ///
     /// Fails with [`Error::Compacted`] if `revision` was compacted away and with
     /// [`Error::FutureRevision`] if it is ahead of the current revision.
     async fn get(&self, key: &[u8], revision: Option<Revision>) -> Result<Option<KeyValue>>;
 
     /// The keys starting with `prefix`, in ascending byte order, read at one revision.
+    ///
+    /// `options.after` is a lower bound (exclusive); one that sorts before `prefix` has no
+    /// effect. [`ListPage::next`] is `None` whenever no key follows the page, even when the
+    /// page is full.
     async fn list(&self, prefix: &[u8], options: ListOptions) -> Result<ListPage>;
 
     /// How many keys start with `prefix` at the latest revision.
@@ -167,6 +174,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes `key`, only if its `mod_revision` is `expected` when that is given.
     ///
+    /// Fails with [`Error::NotFound`] if the key does not exist (whatever `expected` is) and
+    /// with [`Error::Conflict`] if it was modified since `expected`.
+    ///
     /// Returns the delete's revision and the value that was deleted.
     async fn delete(&self, key: &[u8], expected: Option<Revision>) -> Result<(Revision, KeyValue)>;
 
@@ -174,7 +184,8 @@ pub trait Store: Send + Sync + 'static {
     /// revision order, without gaps, each with its previous value.
     ///
     /// Fails with [`Error::Compacted`] if `since` is older than the compacted revision. A
-    /// watcher that falls behind is caught up from the history; if that history was
+    /// `since` ahead of the current revision is allowed: the stream waits for it. A
+    /// watcher that keeps up is never ended by a later compaction; one that falls behind is caught up from the history; if that history was
     /// compacted meanwhile the stream yields [`Error::Compacted`] and ends.
     async fn watch(&self, prefix: &[u8], since: Revision) -> Result<WatchStream>;
 
@@ -184,7 +195,8 @@ pub trait Store: Send + Sync + 'static {
     /// The oldest revision still readable (0 if never compacted).
     async fn compacted_revision(&self) -> Result<Revision>;
 
-    /// Forgets every value superseded at or before `revision`, and every deleted key.
+    /// Forgets every value superseded at or before `revision`, and every key deleted at or
+    /// before it.
     ///
     /// Afterwards reads at revisions older than `revision` and watches from before it fail
     /// with [`Error::Compacted`]. Compacting at or below the compacted revision does

@@ -1,0 +1,50 @@
+//! The `flotilla` command line: clap `Args` per subcommand, wiring only.
+//!
+//! ```text
+//!   flotilla bench  ──► flotilla-bench scenarios (store: SqliteStore vs raw SQLite)
+//!   flotilla hub    (next: the Kubernetes-compatible API server)
+//! ```
+
+mod bench;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A multi-cluster control plane for Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "flotilla", version, about)]
+pub struct Args {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure Flotilla against the limits underneath it, side by side in one run.
+    Bench(bench::BenchArgs),
+}
+
+impl Args {
+    /// Parses the process arguments and runs the subcommand; errors end the process with
+    /// one readable line and a non-zero status.
+    pub fn parse_and_run() -> ExitCode {
+        let args = Args::parse();
+        match args.run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    /// Runs the parsed subcommand.
+    pub fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Bench(args) => args.run(),
+        }
+    }
+}

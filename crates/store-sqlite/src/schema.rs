@@ -1,0 +1,213 @@
+//! Opening the database file: the lock, the checks, the schema.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+
+use flotilla_store::{Error, OpenFailure, Result, Revision};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use crate::Config;
+
+/// `PRAGMA application_id` of a Flotilla store ("FLTL").
+const APPLICATION_ID: i64 = 0x464c_544c;
+
+/// The schema version this build writes and understands.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// The schema: one append-only log (revision = row id) and a few named counters.
+const SCHEMA: &str = "
+CREATE TABLE log (
+    revision        INTEGER PRIMARY KEY,
+    key             BLOB    NOT NULL,
+    create_revision INTEGER NOT NULL,
+    prev_revision   INTEGER NOT NULL,
+    deleted         INTEGER NOT NULL,
+    value           BLOB    NOT NULL
+);
+CREATE INDEX log_key_revision ON log (key, revision);
+CREATE TABLE meta (
+    name  TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta (name, value) VALUES ('compact_revision', 0), ('compact_done', 0);
+";
+
+/// What the writer needs to know about the file it opened.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct State {
+    /// The newest committed revision.
+    pub head: Revision,
+    /// Reads below this revision are refused.
+    pub compacted: Revision,
+    /// Superseded rows up to this revision have been deleted.
+    pub compaction_done: Revision,
+}
+
+/// The lock file beside the database: `<file>.lock`.
+pub fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes the exclusive lock that keeps a second process off the store.
+///
+/// The lock is an `flock` on a file of its own: a descriptor opened and closed on the
+/// database file itself would drop SQLite's POSIX locks on it.
+pub(crate) fn lock(path: &Path) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(lock_path(path))
+        .map_err(|e| open_error(path, OpenFailure::Io, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(Error::Open {
+            path: path.to_path_buf(),
+            reason: OpenFailure::Locked,
+            source: None,
+        }),
+        Err(TryLockError::Error(e)) => Err(open_error(path, OpenFailure::Io, e)),
+    }
+}
+
+/// Opens the write connection, checks the file and creates the schema if it is new.
+pub(crate) fn open_writer(config: &Config) -> Result<(Connection, State)> {
+    let path = &config.path;
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| sql_open_error(path, e))?;
+    configure(&conn).map_err(|e| sql_open_error(path, e))?;
+    if let Some(pages) = config.max_page_count {
+        conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+            .map_err(|e| sql_open_error(path, e))?;
+    }
+    let application_id: i64 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(|e| sql_open_error(path, e))?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| sql_open_error(path, e))?;
+    let fail = |reason| Error::Open {
+        path: path.to_path_buf(),
+        reason,
+        source: None,
+    };
+    if application_id == 0 {
+        let objects: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .map_err(|e| sql_open_error(path, e))?;
+        if objects > 0 {
+            return Err(fail(OpenFailure::NotAStore));
+        }
+        let tx = conn.transaction().map_err(|e| sql_open_error(path, e))?;
+        tx.execute_batch(SCHEMA)
+            .and_then(|()| {
+                tx.execute_batch(&format!(
+                    "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+                ))
+            })
+            .and_then(|()| tx.commit())
+            .map_err(|e| sql_open_error(path, e))?;
+    } else if application_id != APPLICATION_ID {
+        return Err(fail(OpenFailure::NotAStore));
+    } else if version > SCHEMA_VERSION {
+        return Err(fail(OpenFailure::NewerSchema {
+            found: version,
+            supported: SCHEMA_VERSION,
+        }));
+    } else if version < 1 {
+        return Err(fail(OpenFailure::Corrupt));
+    }
+    let state = read_state(&conn).map_err(|e| sql_open_error(path, e))?;
+    Ok((conn, state))
+}
+
+/// Opens a read-only connection to an initialised store.
+pub(crate) fn open_reader(path: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| sql_open_error(path, e))?;
+    conn.execute_batch("PRAGMA query_only = 1; PRAGMA busy_timeout = 10000;")
+        .map_err(|e| sql_open_error(path, e))?;
+    Ok(conn)
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!("cannot switch to WAL mode (got {mode})")),
+        ));
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA cache_size = -32768;")
+}
+
+fn read_state(conn: &Connection) -> rusqlite::Result<State> {
+    let meta = |name: &str| -> rusqlite::Result<i64> {
+        conn.query_row("SELECT value FROM meta WHERE name = ?1", [name], |r| {
+            r.get(0)
+        })
+    };
+    let compacted = meta("compact_revision")?;
+    let compaction_done = meta("compact_done")?;
+    let last: i64 = conn.query_row("SELECT coalesce(max(revision), 0) FROM log", [], |r| {
+        r.get(0)
+    })?;
+    Ok(State {
+        head: revision(last.max(compacted)),
+        compacted: revision(compacted),
+        compaction_done: revision(compaction_done),
+    })
+}
+
+/// A revision read from the database (never negative).
+pub(crate) fn revision(n: i64) -> Revision {
+    Revision::new(u64::try_from(n).unwrap_or(0))
+}
+
+/// A revision as SQLite stores it (revisions never reach `i64::MAX`).
+pub(crate) fn sql(revision: Revision) -> i64 {
+    i64::try_from(revision.get()).unwrap_or(i64::MAX)
+}
+
+fn open_error(
+    path: &Path,
+    reason: OpenFailure,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> Error {
+    Error::Open {
+        path: path.to_path_buf(),
+        reason,
+        source: Some(Box::new(e)),
+    }
+}
+
+fn sql_open_error(path: &Path, e: rusqlite::Error) -> Error {
+    let reason = match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => OpenFailure::Corrupt,
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => OpenFailure::Locked,
+        _ => OpenFailure::Io,
+    };
+    open_error(path, reason, e)
+}
+
+/// Maps an SQLite failure during normal operation to the store's error kinds.
+pub(crate) fn sql_error(what: &str, e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => Error::NoSpace {
+            source: Box::new(e),
+        },
+        _ => Error::backend(what, e),
+    }
+}
