@@ -6,15 +6,16 @@
 //!                                      │ one fsync for every writer waiting (group commit);
 //!                                      │ check each precondition, give the next revision
 //!                                      ▼
-//!                          log table (revision = row id)  ──► head advances ──► EventBus
+//!                  log + data (revision = row id) ─► key index ─► head ─► EventBus
 //!  get/list/count/catch-up ◄── pool of read-only connections (WAL: never block the writer)
 //! ```
 //!
-//! Every write appends one row to `log` (kine-style): the new value, or a tombstone for a
-//! delete, with the key's create revision and the revision of the row it supersedes.
-//! Reads at revision `R` take, per key, the newest row at or below `R`, so a paginated list
-//! at one revision is a consistent snapshot and past revisions stay readable until they are
-//! compacted. Revisions are allocated by the one writer thread, only for writes whose
+//! Every write appends one row to `log` (kine-style) with the key, its create revision and
+//! the revision of the row it supersedes, and its value to `data`: both in revision order,
+//! so writes append whatever their keys. The order by key is an in-memory index (as in
+//! etcd), rebuilt from `log` at open. Reads at revision `R` take, per key, the newest
+//! version at or below `R`, so a paginated list at one revision is a consistent snapshot and
+//! past revisions stay readable until they are compacted. Revisions are allocated by the one writer thread, only for writes whose
 //! precondition holds, and become visible (head, then the watch broadcast) only after
 //! their transaction is durable: a watcher never sees a gap or a later commit before an
 //! earlier one. Compaction deletes superseded rows in bounded steps between write batches.
@@ -23,6 +24,7 @@
 //! fsynced. While the store is open it holds an `flock` on `<file>.lock`, so a second
 //! process cannot open it.
 
+mod index;
 mod read;
 mod schema;
 
@@ -31,8 +33,8 @@ mod write;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
@@ -42,6 +44,7 @@ use flotilla_store::{
 };
 use tokio::sync::oneshot;
 
+use crate::index::KeyIndex;
 use crate::read::Readers;
 use crate::write::{Command, WriteOp};
 
@@ -107,6 +110,8 @@ pub struct Stats {
     /// Writes committed since the store was opened (their mean per transaction is the
     /// group-commit batch size).
     pub writes: u64,
+    /// Keys in the index: live ones and deleted ones not yet compacted away.
+    pub keys: u64,
 }
 
 impl Progress {
@@ -158,6 +163,7 @@ struct Inner {
     bus: EventBus,
     commands: std::sync::mpsc::Sender<Command>,
     readers: Readers,
+    index: Arc<RwLock<KeyIndex>>,
     writer: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// Holds the exclusive `flock` on the database file while the store is open.
     _lock: File,
@@ -205,7 +211,8 @@ impl SqliteStore {
 
     fn open_blocking(config: Config) -> Result<Self> {
         let lock = schema::lock(&config.path)?;
-        let (conn, state) = schema::open_writer(&config)?;
+        let (conn, mut state) = schema::open_writer(&config)?;
+        let index = Arc::new(RwLock::new(std::mem::take(&mut state.index)));
         let progress = Arc::new(Progress::default());
         progress.head.store(state.head.get(), Ordering::Release);
         progress
@@ -213,7 +220,15 @@ impl SqliteStore {
             .store(state.compacted.get(), Ordering::Release);
         let bus = EventBus::new(config.watch_buffer);
         let (commands, queue) = std::sync::mpsc::channel();
-        let writer = write::Writer::new(conn, queue, progress.clone(), bus.clone(), &config, state);
+        let writer = write::Writer::new(
+            conn,
+            queue,
+            progress.clone(),
+            bus.clone(),
+            &config,
+            &state,
+            index.clone(),
+        );
         let writer = std::thread::Builder::new()
             .name("flotilla-sqlite-writer".into())
             .spawn(move || writer.run())
@@ -228,6 +243,7 @@ impl SqliteStore {
                 bus,
                 commands,
                 readers,
+                index,
                 writer: std::sync::Mutex::new(Some(writer)),
                 _lock: lock,
             }),
@@ -239,6 +255,7 @@ impl SqliteStore {
         Stats {
             transactions: self.inner.progress.transactions.load(Ordering::Relaxed),
             writes: self.inner.progress.writes.load(Ordering::Relaxed),
+            keys: read::read_index(&self.inner.index).len() as u64,
         }
     }
 
@@ -326,34 +343,33 @@ impl Store for SqliteStore {
         check_key(key)?;
         let at = self.inner.read_revision(revision)?;
         let key = key.to_vec();
+        let index = self.inner.index.clone();
         let kv = self
             .inner
             .readers
-            .run(move |conn| read::get(conn, &key, at))
-            .await?;
+            .run(move |conn| read::get(conn, &index, &key, at))
+            .await;
+        // A compaction that overtook the read explains whatever it found missing.
         self.inner.progress.recheck_compacted(at)?;
-        Ok(kv)
+        kv
     }
 
     async fn list(&self, prefix: &[u8], options: ListOptions) -> Result<ListPage> {
         let at = self.inner.read_revision(options.revision)?;
         let prefix = prefix.to_vec();
+        let index = self.inner.index.clone();
         let page = self
             .inner
             .readers
-            .run(move |conn| read::list(conn, &prefix, at, options.limit, options.after))
-            .await?;
+            .run(move |conn| read::list(conn, &index, &prefix, at, options.limit, options.after))
+            .await;
         self.inner.progress.recheck_compacted(at)?;
-        Ok(page)
+        page
     }
 
     async fn count(&self, prefix: &[u8]) -> Result<u64> {
         let at = self.inner.progress.head();
-        let prefix = prefix.to_vec();
-        self.inner
-            .readers
-            .run(move |conn| read::count(conn, &prefix, at))
-            .await
+        Ok(read::read_index(&self.inner.index).count(prefix, at))
     }
 
     async fn create(&self, key: &[u8], value: Bytes) -> Result<Revision> {

@@ -1,12 +1,14 @@
 //! Reads: a pool of read-only connections and the queries that read the log at a revision.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use flotilla_store::{
     Bytes, Error, EventKind, KeyValue, ListPage, Result, Revision, WatchEvent, prefix_end,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::index::{Found, KeyIndex};
 
 use crate::schema::{self, revision, sql, sql_error};
 
@@ -55,84 +57,70 @@ impl Readers {
     }
 }
 
-/// The row `l` is its key's newest at or below revision `?3`. Written this way (rather than
-/// as a grouped `max(revision)` join) SQLite walks the `(key, revision)` index in key order
-/// and stops at the LIMIT instead of materialising and sorting the whole range.
-const LATEST: &str = "NOT EXISTS (SELECT 1 FROM log n
-    WHERE n.key = l.key AND n.revision > l.revision AND n.revision <= ?3)";
+/// The value written at `revision` (empty for a tombstone, which has no `data` row), or
+/// `None` if compaction removed it.
+pub(crate) fn value(conn: &Connection, revision: Revision) -> Result<Option<Bytes>> {
+    conn.prepare_cached("SELECT value FROM data WHERE revision = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([sql(revision)], |r| r.get::<_, Vec<u8>>(0))
+                .optional()
+        })
+        .map(|value| value.map(Bytes::from))
+        .map_err(|e| sql_error("cannot read a value", e))
+}
 
-/// The key range a prefix covers, as SQL text: `key >= ?1` and, when bounded, `AND key < ?2`.
-fn range_sql(prefix: &[u8]) -> (&'static str, Option<Vec<u8>>) {
-    match prefix_end(prefix) {
-        Some(end) => ("key >= ?1 AND key < ?2", Some(end)),
-        None => ("key >= ?1 AND ?2 IS NULL", None),
+/// A row the index points at that is gone: only compaction removes rows, so the read's
+/// revision was compacted while it ran (the caller rechecks that first).
+fn missing(revision: Revision) -> Error {
+    Error::Backend {
+        message: format!("the row of revision {revision} is missing from the log"),
+        source: None,
     }
 }
 
-pub(crate) fn get(conn: &Connection, key: &[u8], at: Revision) -> Result<Option<KeyValue>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT revision, create_revision, deleted, value FROM log
-             WHERE key = ?1 AND revision <= ?2 ORDER BY revision DESC LIMIT 1",
-        )
-        .map_err(|e| sql_error("cannot prepare a get", e))?;
-    let row = stmt
-        .query_row(params![key, sql(at)], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, bool>(2)?,
-                r.get::<_, Vec<u8>>(3)?,
-            ))
-        })
-        .optional()
-        .map_err(|e| sql_error("cannot read a key", e))?;
-    Ok(match row {
-        Some((_, _, true, _)) | None => None,
-        Some((mod_revision, create_revision, false, value)) => Some(KeyValue {
-            key: Bytes::copy_from_slice(key),
-            value: value.into(),
-            create_revision: revision(create_revision),
-            mod_revision: revision(mod_revision),
-        }),
-    })
+pub(crate) fn get(
+    conn: &Connection,
+    index: &RwLock<KeyIndex>,
+    key: &[u8],
+    at: Revision,
+) -> Result<Option<KeyValue>> {
+    let Some(version) = read_index(index).live_at(key, at) else {
+        return Ok(None);
+    };
+    let value = value(conn, version.revision)?.ok_or_else(|| missing(version.revision))?;
+    Ok(Some(KeyValue {
+        key: Bytes::copy_from_slice(key),
+        value,
+        create_revision: version.create_revision,
+        mod_revision: version.revision,
+    }))
 }
 
 pub(crate) fn list(
     conn: &Connection,
+    index: &RwLock<KeyIndex>,
     prefix: &[u8],
     at: Revision,
     limit: usize,
     after: Option<Bytes>,
 ) -> Result<ListPage> {
-    let (range, end) = range_sql(prefix);
-    // Start at the prefix, or strictly after the continue key when that is further on.
-    let (lower, start): (&str, &[u8]) = match &after {
-        Some(after) if after.as_ref() >= prefix => ("key > ?1", after),
-        _ => ("key >= ?1", prefix),
-    };
-    let range = range
-        .replacen("key >= ?1", lower, 1)
-        .replace("key", "l.key");
-    let query = format!(
-        "SELECT l.key, l.value, l.create_revision, l.revision FROM log l
-         WHERE {range} AND l.revision <= ?3 AND l.deleted = 0 AND {LATEST}
-         ORDER BY l.key LIMIT ?4"
-    );
-    let fetch = if limit == 0 { -1 } else { limit as i64 + 1 };
-    let mut stmt = conn
-        .prepare_cached(&query)
-        .map_err(|e| sql_error("cannot prepare a list", e))?;
-    let mut kvs = stmt
-        .query_map(params![start, end, sql(at), fetch], key_value)
-        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-        .map_err(|e| sql_error("cannot list keys", e))?;
-    let next = if limit > 0 && kvs.len() > limit {
-        kvs.truncate(limit);
-        kvs.last().map(|kv| kv.key.clone())
-    } else {
-        None
-    };
+    let (found, more) = read_index(index).range(prefix, after.as_deref(), at, limit);
+    // One read transaction: one snapshot, one lock, for all the values.
+    let tx = conn
+        .unchecked_transaction()
+        .map_err(|e| sql_error("cannot begin a read", e))?;
+    let mut kvs = Vec::with_capacity(found.len());
+    for Found { key, version } in found {
+        let value = value(&tx, version.revision)?.ok_or_else(|| missing(version.revision))?;
+        kvs.push(KeyValue {
+            key,
+            value,
+            create_revision: version.create_revision,
+            mod_revision: version.revision,
+        });
+    }
+    drop(tx);
+    let next = more.then(|| kvs.last().map(|kv| kv.key.clone())).flatten();
     Ok(ListPage {
         kvs,
         revision: at,
@@ -140,20 +128,20 @@ pub(crate) fn list(
     })
 }
 
-pub(crate) fn count(conn: &Connection, prefix: &[u8], at: Revision) -> Result<u64> {
-    let (range, end) = range_sql(prefix);
-    let range = range.replace("key", "l.key");
-    let query = format!(
-        "SELECT count(*) FROM log l
-         WHERE {range} AND l.revision <= ?3 AND l.deleted = 0 AND {LATEST}"
-    );
-    let mut stmt = conn
-        .prepare_cached(&query)
-        .map_err(|e| sql_error("cannot prepare a count", e))?;
-    let n: i64 = stmt
-        .query_row(params![prefix, end, sql(at)], |r| r.get(0))
-        .map_err(|e| sql_error("cannot count keys", e))?;
-    Ok(u64::try_from(n).unwrap_or(0))
+/// The index for reading; a writer that panicked while holding it left it as it was
+/// before that change (changes are single pushes and removals), so it is still usable.
+pub(crate) fn read_index(index: &RwLock<KeyIndex>) -> std::sync::RwLockReadGuard<'_, KeyIndex> {
+    index
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The key range a prefix covers, as SQL text: `key >= ?1` and, when bounded, `AND key < ?2`.
+fn range_sql(prefix: &[u8]) -> (&'static str, Option<Vec<u8>>) {
+    match prefix_end(prefix) {
+        Some(end) => ("key >= ?1 AND key < ?2", Some(end)),
+        None => ("key >= ?1 AND ?2 IS NULL", None),
+    }
 }
 
 /// The changes under `prefix` in `(after, up_to]`, each with the row it superseded.
@@ -167,9 +155,12 @@ pub(crate) fn events(
     let (range, end) = range_sql(prefix);
     let range = range.replace("key", "l.key");
     let query = format!(
-        "SELECT l.key, l.value, l.create_revision, l.revision, l.deleted,
-                p.value, p.create_revision, p.revision, p.deleted
-         FROM log l LEFT JOIN log p ON p.revision = l.prev_revision
+        "SELECT l.key, coalesce(d.value, x''), l.create_revision, l.revision, l.deleted,
+                pd.value, p.create_revision, p.revision, p.deleted
+         FROM log l
+         LEFT JOIN data d ON d.revision = l.revision
+         LEFT JOIN log p ON p.revision = l.prev_revision
+         LEFT JOIN data pd ON pd.revision = p.revision
          WHERE l.revision > ?3 AND l.revision <= ?4 AND {range}
          ORDER BY l.revision LIMIT ?5"
     );
@@ -184,7 +175,7 @@ pub(crate) fn events(
         let prev_kv = match prev_deleted {
             Some(false) => Some(KeyValue {
                 key: kv.key.clone(),
-                value: r.get::<_, Vec<u8>>(5)?.into(),
+                value: r.get::<_, Option<Vec<u8>>>(5)?.unwrap_or_default().into(),
                 create_revision: revision(r.get(6)?),
                 mod_revision: revision(r.get(7)?),
             }),

@@ -7,6 +7,7 @@ use flotilla_store::{Error, OpenFailure, Result, Revision};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::Config;
+use crate::index::{KeyIndex, Version};
 
 /// `PRAGMA application_id` of a Flotilla store ("FLTL").
 const APPLICATION_ID: i64 = 0x464c_544c;
@@ -14,17 +15,22 @@ const APPLICATION_ID: i64 = 0x464c_544c;
 /// The schema version this build writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
-/// The schema: one append-only log (revision = row id) and a few named counters.
+/// The schema: an append-only log of changes (revision = row id) with the values of puts
+/// beside it, both written in revision order only, and a few named counters. The order by
+/// key is kept in memory ([`crate::index::KeyIndex`]): an on-disk index by key would turn
+/// every write into scattered page writes.
 const SCHEMA: &str = "
 CREATE TABLE log (
     revision        INTEGER PRIMARY KEY,
     key             BLOB    NOT NULL,
     create_revision INTEGER NOT NULL,
     prev_revision   INTEGER NOT NULL,
-    deleted         INTEGER NOT NULL,
-    value           BLOB    NOT NULL
+    deleted         INTEGER NOT NULL
 );
-CREATE INDEX log_key_revision ON log (key, revision);
+CREATE TABLE data (
+    revision INTEGER PRIMARY KEY,
+    value    BLOB NOT NULL
+);
 CREATE TABLE meta (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
@@ -33,7 +39,7 @@ INSERT INTO meta (name, value) VALUES ('compact_revision', 0), ('compact_done', 
 ";
 
 /// What the writer needs to know about the file it opened.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct State {
     /// The newest committed revision.
     pub head: Revision,
@@ -41,6 +47,8 @@ pub(crate) struct State {
     pub compacted: Revision,
     /// Superseded rows up to this revision have been deleted.
     pub compaction_done: Revision,
+    /// Every key's versions in the log.
+    pub index: KeyIndex,
 }
 
 /// The lock file beside the database: `<file>.lock`.
@@ -161,13 +169,28 @@ fn read_state(conn: &Connection) -> rusqlite::Result<State> {
     };
     let compacted = meta("compact_revision")?;
     let compaction_done = meta("compact_done")?;
-    let last: i64 = conn.query_row("SELECT coalesce(max(revision), 0) FROM log", [], |r| {
-        r.get(0)
-    })?;
+    let mut index = KeyIndex::default();
+    let mut last = 0;
+    let mut rows =
+        conn.prepare("SELECT revision, key, create_revision, deleted FROM log ORDER BY revision")?;
+    let mut rows = rows.query([])?;
+    while let Some(row) = rows.next()? {
+        last = row.get(0)?;
+        let key: Vec<u8> = row.get(1)?;
+        index.push(
+            key.into(),
+            Version {
+                revision: revision(last),
+                create_revision: revision(row.get(2)?),
+                deleted: row.get(3)?,
+            },
+        );
+    }
     Ok(State {
         head: revision(last.max(compacted)),
         compacted: revision(compacted),
         compaction_done: revision(compaction_done),
+        index,
     })
 }
 

@@ -1,17 +1,20 @@
 //! The writer thread: the only connection that writes, the sequencer of revisions, and
 //! group commit.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use flotilla_store::watch::EventBus;
 use flotilla_store::{Bytes, Error, EventKind, KeyValue, Result, Revision, WatchEvent};
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use crate::index::{KeyIndex, Version};
+use crate::read::read_index;
 use crate::schema::{State, revision, sql, sql_error};
 use crate::{Config, Progress};
 
@@ -62,25 +65,6 @@ pub(crate) enum Command {
     Shutdown,
 }
 
-/// The latest row of a key, as the writer checks preconditions against it.
-struct Latest {
-    revision: i64,
-    create_revision: i64,
-    deleted: bool,
-    value: Vec<u8>,
-}
-
-impl Latest {
-    fn key_value(&self, key: &Bytes) -> KeyValue {
-        KeyValue {
-            key: key.clone(),
-            value: Bytes::copy_from_slice(&self.value),
-            create_revision: revision(self.create_revision),
-            mod_revision: revision(self.revision),
-        }
-    }
-}
-
 /// A write whose precondition failed (answered on its own) or an SQLite failure (which
 /// fails the whole batch).
 enum Refusal {
@@ -100,13 +84,15 @@ pub(crate) struct Writer {
     progress: Arc<Progress>,
     bus: EventBus,
     max_batch: usize,
-    compaction_step: i64,
+    compaction_step: u64,
+    /// Every key's versions; readers share it.
+    index: Arc<RwLock<KeyIndex>>,
     /// The newest committed revision (the writer's own copy of the head).
-    head: i64,
+    head: u64,
     /// Superseded rows up to this revision have been deleted …
-    compaction_done: i64,
+    compaction_done: u64,
     /// … and must be, up to this one.
-    compaction_target: i64,
+    compaction_target: u64,
     /// How long a batch may wait for more writers, as a share of `last_commit`.
     linger: f64,
     /// How long the last write batch took.
@@ -145,7 +131,8 @@ impl Writer {
         progress: Arc<Progress>,
         bus: EventBus,
         config: &Config,
-        state: State,
+        state: &State,
+        index: Arc<RwLock<KeyIndex>>,
     ) -> Self {
         Writer {
             conn,
@@ -153,10 +140,11 @@ impl Writer {
             progress,
             bus,
             max_batch: config.max_batch.max(1),
-            compaction_step: i64::try_from(config.compaction_step.max(1)).unwrap_or(i64::MAX),
-            head: sql(state.head),
-            compaction_done: sql(state.compaction_done),
-            compaction_target: sql(state.compacted),
+            compaction_step: config.compaction_step.max(1),
+            index,
+            head: state.head.get(),
+            compaction_done: state.compaction_done.get(),
+            compaction_target: state.compacted.get(),
             linger: config.linger,
             last_commit: Duration::ZERO,
             concurrency: [1; 8],
@@ -243,10 +231,16 @@ impl Writer {
         let started = Instant::now();
         let mut outcomes: Vec<Result<WatchEvent>> = Vec::with_capacity(writes.len());
         let mut next = self.head;
+        let index = self.index.clone();
         let committed = (|| -> rusqlite::Result<()> {
+            let index = read_index(&index);
+            let mut view = BatchView {
+                index: &index,
+                pending: HashMap::new(),
+            };
             self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             for (op, _) in &writes {
-                match apply(&self.conn, op, next + 1) {
+                match apply(&self.conn, &mut view, op, Revision::new(next + 1)) {
                     Ok(event) => {
                         next += 1;
                         outcomes.push(Ok(event));
@@ -273,13 +267,26 @@ impl Writer {
             .fetch_sub(writes.len() as u64, Ordering::Relaxed);
         match committed {
             Ok(()) => {
-                let committed = u64::try_from(next - self.head).unwrap_or(0);
                 self.progress.transactions.fetch_add(1, Ordering::Relaxed);
-                self.progress.writes.fetch_add(committed, Ordering::Relaxed);
-                self.head = next;
                 self.progress
-                    .head
-                    .store(u64::try_from(next).unwrap_or(0), Ordering::Release);
+                    .writes
+                    .fetch_add(next - self.head, Ordering::Relaxed);
+                // The index first, then the head: a read at the new head finds every key.
+                {
+                    let mut index = write_index(&self.index);
+                    for event in outcomes.iter().flatten() {
+                        index.push(
+                            event.kv.key.clone(),
+                            Version {
+                                revision: event.kv.mod_revision,
+                                create_revision: event.kv.create_revision,
+                                deleted: event.kind == EventKind::Delete,
+                            },
+                        );
+                    }
+                }
+                self.head = next;
+                self.progress.head.store(next, Ordering::Release);
                 let events: Vec<WatchEvent> = outcomes
                     .iter()
                     .filter_map(|outcome| outcome.as_ref().ok().cloned())
@@ -303,31 +310,30 @@ impl Writer {
 
     /// Makes reads below `target` fail at once; the rows go in later, bounded steps.
     fn start_compaction(&mut self, target: Revision) -> Result<()> {
-        let target_sql = sql(target);
-        if target_sql > self.head {
+        if target.get() > self.head {
             return Err(Error::FutureRevision {
                 requested: target,
-                current: revision(self.head),
+                current: Revision::new(self.head),
             });
         }
-        if target_sql <= self.compaction_target {
+        if target.get() <= self.compaction_target {
             return Ok(());
         }
         self.conn
             .execute(
                 "UPDATE meta SET value = ?1 WHERE name = 'compact_revision'",
-                [target_sql],
+                [sql(target)],
             )
             .map_err(|e| sql_error("cannot record the compaction", e))?;
-        self.compaction_target = target_sql;
+        self.compaction_target = target.get();
         self.progress
             .compacted
             .store(target.get(), Ordering::Release);
-        debug!(revision = target_sql, "compaction started");
+        debug!(revision = %target, "compaction started");
         Ok(())
     }
 
-    /// Deletes the rows superseded within the next window of revisions, in one transaction.
+    /// Records how many writes are in flight now.
     fn record_concurrency(&mut self) {
         let now = self.progress.in_flight.load(Ordering::Relaxed).max(1);
         self.concurrency.rotate_left(1);
@@ -336,44 +342,67 @@ impl Writer {
         }
     }
 
+    /// Deletes the rows superseded within the next window of revisions, in one transaction,
+    /// then forgets them in the index.
     fn compaction_step(&mut self) {
         let from = self.compaction_done + 1;
         let to = self
             .compaction_target
             .min(self.compaction_done.saturating_add(self.compaction_step));
-        let step = (|| -> rusqlite::Result<usize> {
+        let (from_sql, to_sql) = (sql(Revision::new(from)), sql(Revision::new(to)));
+        let step = (|| -> rusqlite::Result<Vec<(i64, Vec<u8>)>> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            // Rows superseded by a change in the window, then the window's tombstones.
-            let superseded = tx.execute(
-                "DELETE FROM log WHERE revision IN (SELECT prev_revision FROM log
-                 WHERE revision BETWEEN ?1 AND ?2 AND prev_revision > 0)",
-                params![from, to],
-            )?;
-            let tombstones = tx.execute(
-                "DELETE FROM log WHERE deleted = 1 AND revision BETWEEN ?1 AND ?2",
-                params![from, to],
-            )?;
+            // The rows superseded by a change in the window, and the window's tombstones.
+            let removed = tx
+                .prepare(
+                    "SELECT revision, key FROM log WHERE revision IN (SELECT prev_revision
+                         FROM log WHERE revision BETWEEN ?1 AND ?2 AND prev_revision > 0)
+                     UNION
+                     SELECT revision, key FROM log WHERE deleted = 1 AND revision BETWEEN ?1 AND ?2",
+                )?
+                .query_map(params![from_sql, to_sql], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<Vec<(i64, Vec<u8>)>>>()?;
+            {
+                let mut log = tx.prepare("DELETE FROM log WHERE revision = ?1")?;
+                let mut data = tx.prepare("DELETE FROM data WHERE revision = ?1")?;
+                for (revision, _) in &removed {
+                    log.execute([revision])?;
+                    data.execute([revision])?;
+                }
+            }
             tx.execute(
                 "UPDATE meta SET value = ?1 WHERE name = 'compact_done'",
-                [to],
+                [to_sql],
             )?;
             tx.commit()?;
-            Ok(superseded + tombstones)
+            Ok(removed)
         })();
         match step {
             Ok(removed) => {
-                debug!(from, to, removed, "compaction step");
+                let mut index = write_index(&self.index);
+                for (rev, key) in &removed {
+                    index.remove(key, revision(*rev));
+                }
+                drop(index);
+                debug!(from, to, removed = removed.len(), "compaction step");
                 self.compaction_done = to;
             }
             Err(e) => {
                 // Retried at the next step; reads below the target are refused meanwhile.
                 warn!(error = %e, from, to, "a compaction step failed");
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
     }
+}
+
+/// The index for writing (see [`read_index`] on poisoning).
+fn write_index(index: &RwLock<KeyIndex>) -> std::sync::RwLockWriteGuard<'_, KeyIndex> {
+    index
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The error each write of a failed batch gets.
@@ -388,83 +417,112 @@ fn batch_error(full: bool, message: &str) -> Error {
     }
 }
 
-/// Checks one write's precondition and appends its row at `rev`.
-fn apply(tx: &Connection, op: &WriteOp, rev: i64) -> Result<WatchEvent, Refusal> {
+/// The writer's view of the keys during a batch: the index as committed, overlaid with the
+/// batch's own changes so far.
+struct BatchView<'a> {
+    index: &'a KeyIndex,
+    pending: HashMap<Bytes, Version>,
+}
+
+impl BatchView<'_> {
+    fn latest(&self, key: &Bytes) -> Option<Version> {
+        self.pending
+            .get(key)
+            .copied()
+            .or_else(|| self.index.latest(key))
+    }
+}
+
+/// Checks one write's precondition and appends its rows at `rev`.
+fn apply(
+    tx: &Connection,
+    view: &mut BatchView<'_>,
+    op: &WriteOp,
+    rev: Revision,
+) -> Result<WatchEvent, Refusal> {
     let key = op.key();
-    let latest = tx
-        .prepare_cached(
-            "SELECT revision, create_revision, deleted, value FROM log
-             WHERE key = ?1 ORDER BY revision DESC LIMIT 1",
-        )?
-        .query_row([key.as_ref()], |r| {
-            Ok(Latest {
-                revision: r.get(0)?,
-                create_revision: r.get(1)?,
-                deleted: r.get(2)?,
-                value: r.get(3)?,
-            })
-        })
-        .optional()?;
-    let prev_revision = latest.as_ref().map_or(0, |l| l.revision);
+    let latest = view.latest(key);
+    let prev_revision = latest.map_or(0, |l| sql(l.revision));
     let live = latest.filter(|l| !l.deleted);
-    let refuse = |e| Err(Refusal::Precondition(e));
     let not_found = || Refusal::Precondition(Error::NotFound { key: key.clone() });
+    // The value the change replaces: the watch event's prev_kv, a conflict's current value.
+    let current = |version: Version| -> Result<KeyValue, Refusal> {
+        let value: Vec<u8> = tx
+            .prepare_cached("SELECT value FROM data WHERE revision = ?1")?
+            .query_row([sql(version.revision)], |r| r.get(0))?;
+        Ok(KeyValue {
+            key: key.clone(),
+            value: value.into(),
+            create_revision: version.create_revision,
+            mod_revision: version.revision,
+        })
+    };
+    let check = |version: Version, expected: Option<Revision>| -> Result<(), Refusal> {
+        match expected {
+            Some(expected) if expected != version.revision => {
+                Err(Refusal::Precondition(Error::Conflict {
+                    expected,
+                    current: Box::new(current(version)?),
+                }))
+            }
+            _ => Ok(()),
+        }
+    };
     let (kind, value, create_revision) = match op {
         WriteOp::Create { value, .. } => {
             if live.is_some() {
-                return refuse(Error::AlreadyExists { key: key.clone() });
+                return Err(Refusal::Precondition(Error::AlreadyExists {
+                    key: key.clone(),
+                }));
             }
             (EventKind::Put, value.clone(), rev)
         }
         WriteOp::Update {
             value, expected, ..
         } => {
-            let current = live.as_ref().ok_or_else(not_found)?;
-            check_expected(key, current, Some(*expected))?;
-            (EventKind::Put, value.clone(), current.create_revision)
+            let version = live.ok_or_else(not_found)?;
+            check(version, Some(*expected))?;
+            (EventKind::Put, value.clone(), version.create_revision)
         }
         WriteOp::Delete { expected, .. } => {
-            let current = live.as_ref().ok_or_else(not_found)?;
-            check_expected(key, current, *expected)?;
-            (EventKind::Delete, Bytes::new(), current.create_revision)
+            let version = live.ok_or_else(not_found)?;
+            check(version, *expected)?;
+            (EventKind::Delete, Bytes::new(), version.create_revision)
         }
     };
+    let prev_kv = live.map(current).transpose()?;
+    let deleted = kind == EventKind::Delete;
     tx.prepare_cached(
-        "INSERT INTO log (revision, key, create_revision, prev_revision, deleted, value)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO log (revision, key, create_revision, prev_revision, deleted)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
     .execute(params![
-        rev,
+        sql(rev),
         key.as_ref(),
-        create_revision,
+        sql(create_revision),
         prev_revision,
-        kind == EventKind::Delete,
-        value.as_ref()
+        deleted
     ])?;
+    if !deleted {
+        tx.prepare_cached("INSERT INTO data (revision, value) VALUES (?1, ?2)")?
+            .execute(params![sql(rev), value.as_ref()])?;
+    }
+    view.pending.insert(
+        key.clone(),
+        Version {
+            revision: rev,
+            create_revision,
+            deleted,
+        },
+    );
     Ok(WatchEvent {
         kind,
         kv: KeyValue {
             key: key.clone(),
             value,
-            create_revision: revision(create_revision),
-            mod_revision: revision(rev),
+            create_revision,
+            mod_revision: rev,
         },
-        prev_kv: live.map(|l| l.key_value(key)),
+        prev_kv,
     })
-}
-
-fn check_expected(
-    key: &Bytes,
-    current: &Latest,
-    expected: Option<Revision>,
-) -> Result<(), Refusal> {
-    match expected {
-        Some(expected) if sql(expected) != current.revision => {
-            Err(Refusal::Precondition(Error::Conflict {
-                expected,
-                current: Box::new(current.key_value(key)),
-            }))
-        }
-        _ => Ok(()),
-    }
 }
