@@ -24,6 +24,7 @@
 //! fsynced. While the store is open it holds an `flock` on `<file>.lock`, so a second
 //! process cannot open it.
 
+mod checkpoint;
 mod index;
 mod read;
 mod schema;
@@ -165,6 +166,8 @@ struct Inner {
     readers: Readers,
     index: Arc<RwLock<KeyIndex>>,
     writer: std::sync::Mutex<Option<JoinHandle<()>>>,
+    /// Stops when the writer (holding its side) is gone; joined after it.
+    checkpointer: std::sync::Mutex<Option<JoinHandle<()>>>,
     /// Holds the exclusive `flock` on the database file while the store is open.
     _lock: File,
 }
@@ -174,6 +177,9 @@ impl Drop for Inner {
         let _ = self.commands.send(Command::Shutdown);
         if let Some(writer) = self.writer.lock().ok().and_then(|mut w| w.take()) {
             let _ = writer.join();
+        }
+        if let Some(checkpointer) = self.checkpointer.lock().ok().and_then(|mut c| c.take()) {
+            let _ = checkpointer.join();
         }
     }
 }
@@ -211,7 +217,7 @@ impl SqliteStore {
 
     fn open_blocking(config: Config) -> Result<Self> {
         let lock = schema::lock(&config.path)?;
-        let (conn, mut state) = schema::open_writer(&config)?;
+        let (mut conn, mut state) = schema::open_writer(&config)?;
         let index = Arc::new(RwLock::new(std::mem::take(&mut state.index)));
         let progress = Arc::new(Progress::default());
         progress.head.store(state.head.get(), Ordering::Release);
@@ -220,6 +226,7 @@ impl SqliteStore {
             .store(state.compacted.get(), Ordering::Release);
         let bus = EventBus::new(config.watch_buffer);
         let (commands, queue) = std::sync::mpsc::channel();
+        let (checkpoints, checkpointer) = checkpoint::install(&mut conn, &config.path)?;
         let writer = write::Writer::new(
             conn,
             queue,
@@ -228,6 +235,7 @@ impl SqliteStore {
             &config,
             &state,
             index.clone(),
+            checkpoints,
         );
         let writer = std::thread::Builder::new()
             .name("flotilla-sqlite-writer".into())
@@ -245,6 +253,7 @@ impl SqliteStore {
                 readers,
                 index,
                 writer: std::sync::Mutex::new(Some(writer)),
+                checkpointer: std::sync::Mutex::new(Some(checkpointer)),
                 _lock: lock,
             }),
         })

@@ -13,6 +13,7 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use crate::checkpoint::Checkpoints;
 use crate::index::{KeyIndex, Version};
 use crate::read::read_index;
 use crate::schema::{State, revision, sql, sql_error};
@@ -87,6 +88,8 @@ pub(crate) struct Writer {
     compaction_step: u64,
     /// Every key's versions; readers share it.
     index: Arc<RwLock<KeyIndex>>,
+    /// When to checkpoint, and the checkpoint thread.
+    checkpoints: Checkpoints,
     /// The newest committed revision (the writer's own copy of the head).
     head: u64,
     /// Superseded rows up to this revision have been deleted …
@@ -133,6 +136,7 @@ impl Writer {
         config: &Config,
         state: &State,
         index: Arc<RwLock<KeyIndex>>,
+        checkpoints: Checkpoints,
     ) -> Self {
         Writer {
             conn,
@@ -142,6 +146,7 @@ impl Writer {
             max_batch: config.max_batch.max(1),
             compaction_step: config.compaction_step.max(1),
             index,
+            checkpoints,
             head: state.head.get(),
             compaction_done: state.compaction_done.get(),
             compaction_target: state.compacted.get(),
@@ -185,6 +190,11 @@ impl Writer {
             } = batch;
             if !writes.is_empty() {
                 self.commit(writes);
+                // Alone means nobody queues behind an inline checkpoint. (An empty queue
+                // would not tell: right after a batch is answered, its writers are all
+                // between two writes.)
+                let alone = self.concurrency.iter().all(|&writers| writers <= 1);
+                self.checkpoints.after_commit(&self.conn, alone);
             }
             for (revision, reply) in compactions {
                 let _ = reply.send(self.start_compaction(revision));
@@ -287,6 +297,7 @@ impl Writer {
                 }
                 self.head = next;
                 self.progress.head.store(next, Ordering::Release);
+
                 let events: Vec<WatchEvent> = outcomes
                     .iter()
                     .filter_map(|outcome| outcome.as_ref().ok().cloned())
