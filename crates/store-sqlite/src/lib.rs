@@ -227,16 +227,12 @@ impl SqliteStore {
         let bus = EventBus::new(config.watch_buffer);
         let (commands, queue) = std::sync::mpsc::channel();
         let (checkpoints, checkpointer) = checkpoint::install(&mut conn, &config.path)?;
-        let writer = write::Writer::new(
-            conn,
-            queue,
-            progress.clone(),
-            bus.clone(),
-            &config,
-            &state,
-            index.clone(),
-            checkpoints,
-        );
+        let outputs = write::Outputs {
+            progress: progress.clone(),
+            bus: bus.clone(),
+            index: index.clone(),
+        };
+        let writer = write::Writer::new(conn, queue, checkpoints, outputs, &config, &state);
         let writer = std::thread::Builder::new()
             .name("flotilla-sqlite-writer".into())
             .spawn(move || writer.run())

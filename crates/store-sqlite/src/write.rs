@@ -104,6 +104,13 @@ pub(crate) struct Writer {
     concurrency: [u64; 8],
 }
 
+/// What the writer makes visible to readers and watchers after each commit.
+pub(crate) struct Outputs {
+    pub progress: Arc<Progress>,
+    pub bus: EventBus,
+    pub index: Arc<RwLock<KeyIndex>>,
+}
+
 /// The commands taken from the queue for one round of the writer.
 #[derive(Default)]
 struct Batch {
@@ -131,13 +138,16 @@ impl Writer {
     pub(crate) fn new(
         conn: Connection,
         queue: Receiver<Command>,
-        progress: Arc<Progress>,
-        bus: EventBus,
+        checkpoints: Checkpoints,
+        outputs: Outputs,
         config: &Config,
         state: &State,
-        index: Arc<RwLock<KeyIndex>>,
-        checkpoints: Checkpoints,
     ) -> Self {
+        let Outputs {
+            progress,
+            bus,
+            index,
+        } = outputs;
         Writer {
             conn,
             queue,
