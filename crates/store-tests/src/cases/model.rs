@@ -3,16 +3,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flotilla_store::{
-    Bytes, Error, EventKind, KeyValue, ListOptions, ListPage, Result, Revision, Store, WatchEvent,
-};
+use flotilla_store::{Bytes, Error, EventKind, KeyValue, ListPage, Result, Revision, WatchEvent};
 use futures_util::StreamExt;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use crate::Harness;
-use crate::support::{b, fresh, list_all, next_events_within, runtime, watch};
+use crate::support::{b, fresh, list_all, next_events_within, runtime, try_paginate, watch};
 
 /// A small key space: keys that are prefixes of others, and keys that are not UTF-8.
 const KEYS: [&[u8]; 6] = [b"a", b"a/1", b"a/2", b"b", b"\xff\x00", b"\xff\xfe\x01"];
@@ -294,34 +292,6 @@ impl Model {
     }
 }
 
-/// Every page of a list from the store, following `next` at the first page's revision.
-async fn store_pages(
-    s: &dyn Store,
-    prefix: &[u8],
-    revision: Option<Revision>,
-    limit: usize,
-) -> Result<Vec<ListPage>, Fail> {
-    let mut pages: Vec<ListPage> = Vec::new();
-    let mut options = ListOptions {
-        revision,
-        limit,
-        after: None,
-    };
-    loop {
-        let page = s.list(prefix, options.clone()).await.map_err(fail)?;
-        options = ListOptions {
-            revision: Some(page.revision),
-            limit,
-            after: page.next.clone(),
-        };
-        let last = page.next.is_none();
-        pages.push(page);
-        if last || pages.len() > KEYS.len() + 1 {
-            return Ok(pages);
-        }
-    }
-}
-
 /// Runs one sequence against the store and the model, comparing every result, then checks
 /// the watch opened before the first operation and the final state.
 async fn run_sequence<H: Harness>(ops: Vec<Op>) {
@@ -376,7 +346,7 @@ async fn run_sequence<H: Harness>(ops: Vec<Op>) {
             Op::List { prefix, limit, at } => {
                 let prefix = PREFIXES[*prefix];
                 let at = at.map(|at| model.pick(at));
-                let got = store_pages(s, prefix, at, *limit).await;
+                let got = try_paginate(s, prefix, at, *limit).await.map_err(fail);
                 assert_eq!(got, model.pages(prefix, at, *limit), "{context} at {at:?}");
             }
             Op::Count { prefix } => {
