@@ -270,6 +270,13 @@ pub async fn kill9_acknowledged_writes_survive<H: Harness>(child_test: &str) {
 
         let s = h.open().await;
         let current = s.current_revision().await.unwrap();
+        // A compaction the kill interrupted is still in force and readable at its revision.
+        let compacted = s.compacted_revision().await.unwrap();
+        assert!(
+            compacted <= current,
+            "round {round}: compacted past the head"
+        );
+        list_all(&*s, b"kill9/", Some(compacted)).await;
         assert!(
             current >= highest,
             "round {round}: current {current} is below acknowledged {highest}"
@@ -368,6 +375,20 @@ async fn child_writer(store: Arc<dyn Store>, task: usize) {
     }
 }
 
+/// Compacts the child's store to 100 revisions behind its head, every 20 ms.
+async fn child_compactor(store: Arc<dyn Store>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let head = store.current_revision().await.expect("current revision");
+        if head.get() > 100 {
+            store
+                .compact(Revision::new(head.get() - 100))
+                .await
+                .expect("compact");
+        }
+    }
+}
+
 /// The child process of [`kill9_acknowledged_writes_survive`]: when `FLOTILLA_STORE_TESTS_KILL9`
 /// holds a location, opens it and writes from 8 tasks until it is killed. Otherwise it
 /// does nothing.
@@ -386,6 +407,8 @@ pub fn kill9_child<H: Harness>() {
         let writers: Vec<_> = (0..KILL9_WRITERS)
             .map(|task| tokio::spawn(child_writer(Arc::clone(&store), task)))
             .collect();
+        // Compaction runs too, so that some kills land in the middle of one.
+        tokio::spawn(child_compactor(Arc::clone(&store)));
         for writer in writers {
             writer.await.expect("a writer failed");
         }
