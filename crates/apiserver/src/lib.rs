@@ -1,0 +1,4 @@
+//! Flotilla's Kubernetes-compatible API server.
+
+pub mod discovery;
+pub mod resources;

@@ -1,0 +1,1 @@
+//! The resource types the server serves (being written).
