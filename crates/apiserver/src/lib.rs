@@ -1,4 +1,20 @@
-//! Flotilla's Kubernetes-compatible API server.
+//! Flotilla's Kubernetes-compatible API server: the REST API over a [`flotilla_store::Store`].
+//!
+//! ```text
+//!  HTTPS (rustls) ─► bearer token ─► Api::serve ─► route: discovery | version | objects
+//!                                                   objects: get/list/watch/create/
+//!                                                   update/patch/delete over the store
+//! ```
 
+pub mod api;
 pub mod discovery;
+pub mod keys;
+pub mod object;
+pub mod patch;
 pub mod resources;
+pub mod selector;
+pub mod server;
+pub mod status;
+
+pub use api::Api;
+pub use status::{ApiError, ApiResult};

@@ -70,6 +70,7 @@ mod tests {
         argv.extend_from_slice(args);
         Args::try_parse_from(argv).map(|a| match a.command {
             Command::Bench(b) => b,
+            other => panic!("parsed as {other:?}"),
         })
     }
 

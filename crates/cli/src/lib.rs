@@ -2,10 +2,11 @@
 //!
 //! ```text
 //!   flotilla bench  ──► flotilla-bench scenarios (store: SqliteStore vs raw SQLite)
-//!   flotilla hub    (next: the Kubernetes-compatible API server)
+//!   flotilla hub    ──► flotilla-apiserver over flotilla-store-sqlite, TLS by flotilla-pki
 //! ```
 
 mod bench;
+mod hub;
 
 use std::process::ExitCode;
 
@@ -23,6 +24,8 @@ pub struct Args {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the hub: a Kubernetes-compatible API server over the embedded store.
+    Hub(hub::HubArgs),
     /// Measure Flotilla against the limits underneath it, side by side in one run.
     Bench(bench::BenchArgs),
 }
@@ -44,6 +47,7 @@ impl Args {
     /// Runs the parsed subcommand.
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
+            Command::Hub(args) => args.run(),
             Command::Bench(args) => args.run(),
         }
     }

@@ -1,0 +1,1087 @@
+//! The REST API: Kubernetes paths, verbs and their semantics over the store.
+//!
+//! ```text
+//!  /api, /apis, /apis/{g}, /api/v1, /apis/{g}/{v}      discovery (aggregated or legacy)
+//!  /version                                            the Kubernetes version emulated
+//!  /api/v1/[namespaces/{ns}/]{plural}[/{name}[/{sub}]]  objects of the core group
+//!  /apis/{g}/{v}/[namespaces/{ns}/]{plural}[/{name}[/{sub}]]
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::Bytes;
+use flotilla_store::{EventKind, ListOptions, Revision, Store, WatchEvent};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tracing::debug;
+
+use crate::discovery;
+use crate::keys;
+use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
+use crate::patch;
+use crate::resources::{Registry, ResourceType};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+
+/// The logical cluster the root API serves.
+pub const ROOT_CLUSTER: &str = "root";
+
+/// The namespaces that exist from the start.
+pub const INITIAL_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Serves the Kubernetes API of one logical cluster over a store.
+#[derive(Clone)]
+pub struct Api {
+    store: Arc<dyn Store>,
+    registry: Arc<Registry>,
+    cluster: String,
+    /// The address clients reach the server at, for legacy discovery.
+    address: String,
+    /// How often a watch that allows bookmarks gets one.
+    bookmark_interval: Duration,
+}
+
+/// What a path names.
+enum Route {
+    Version,
+    CoreGroups,
+    Groups,
+    Group(String),
+    Resources(String, String),
+    Objects(Target),
+}
+
+/// The objects a path names.
+struct Target {
+    rt: Arc<ResourceType>,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+/// The decoded query string.
+struct Query(HashMap<String, String>);
+
+impl Query {
+    fn parse(raw: Option<&str>) -> Self {
+        let mut map = HashMap::new();
+        for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            map.insert(decode(k), decode(v));
+        }
+        Query(map)
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1"))
+    }
+
+    fn dry_run(&self) -> ApiResult<bool> {
+        match self.get("dryRun") {
+            None => Ok(false),
+            Some("All") => Ok(true),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "unsupported dryRun value {other:?}: only \"All\" is supported"
+            ))),
+        }
+    }
+}
+
+/// Percent-decoding of one query component (`+` is a space).
+fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'+', _) => out.push(b' '),
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 2;
+            }
+            (byte, _) => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The continue token of a list: the snapshot revision and the last key returned.
+fn encode_continue(revision: Revision, after: &[u8]) -> String {
+    let token =
+        json!({"v": "flotilla/v1", "rv": revision.get(), "start": URL_SAFE_NO_PAD.encode(after)});
+    URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> ApiResult<(Revision, Vec<u8>)> {
+    let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+    let json = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let value: Value = serde_json::from_slice(&json).map_err(|_| bad())?;
+    let rv = value["rv"].as_u64().ok_or_else(bad)?;
+    let start = URL_SAFE_NO_PAD
+        .decode(value["start"].as_str().ok_or_else(bad)?)
+        .map_err(|_| bad())?;
+    Ok((Revision::new(rv), start))
+}
+
+fn parse_resource_version(text: &str) -> ApiResult<u64> {
+    text.parse::<u64>().map_err(|_| {
+        ApiError::bad_request(format!(
+            "invalid resourceVersion {text:?}: must be a number"
+        ))
+    })
+}
+
+fn json_response(code: StatusCode, value: &Value) -> Response {
+    let mut response = (code, serde_json::to_vec(value).unwrap_or_default()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+impl Api {
+    /// The API of the root logical cluster over `store`.
+    pub fn new(store: Arc<dyn Store>, registry: Arc<Registry>, address: impl Into<String>) -> Self {
+        Api {
+            store,
+            registry,
+            cluster: ROOT_CLUSTER.to_owned(),
+            address: address.into(),
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+
+    /// Sends watch bookmarks at this interval (60 s by default).
+    pub fn with_bookmark_interval(mut self, interval: Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
+    }
+
+    /// Creates the initial namespaces that are missing.
+    pub async fn bootstrap(&self) -> ApiResult<()> {
+        let rt = self.resource("", "v1", "namespaces")?;
+        for name in INITIAL_NAMESPACES {
+            let key = keys::key(&rt, &self.cluster, "", name);
+            if self.store.get(&key, None).await?.is_some() {
+                continue;
+            }
+            let mut ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+                "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}});
+            object::prepare_create(&mut ns, &rt, "")?;
+            match self.store.create(&key, Bytes::from(ns.to_string())).await {
+                Ok(_) | Err(flotilla_store::Error::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn resource(&self, group: &str, version: &str, plural: &str) -> ApiResult<Arc<ResourceType>> {
+        self.registry
+            .get(group, version, plural)
+            .ok_or_else(|| ApiError::no_route(&format!("{group}/{version}/{plural}")))
+    }
+
+    /// Serves one request.
+    pub async fn serve(
+        &self,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        match self.route(path) {
+            Ok(route) => {
+                let query = Query::parse(query);
+                match self.dispatch(method, route, &query, headers, body).await {
+                    Ok(response) => response,
+                    Err(e) => e.into_response(),
+                }
+            }
+            Err(e) => e.into_response(),
+        }
+    }
+
+    fn route(&self, path: &str) -> ApiResult<Route> {
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let not_found = || ApiError::no_route(path);
+        let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
+            ["version"] => return Ok(Route::Version),
+            ["api"] => return Ok(Route::CoreGroups),
+            ["apis"] => return Ok(Route::Groups),
+            ["api", version] => return Ok(Route::Resources(String::new(), (*version).to_owned())),
+            ["apis", group] => return Ok(Route::Group((*group).to_owned())),
+            ["apis", group, version] => {
+                return Ok(Route::Resources((*group).to_owned(), (*version).to_owned()));
+            }
+            ["api", version, rest @ ..] => ("", *version, rest),
+            ["apis", group, version, rest @ ..] => (*group, *version, rest),
+            _ => return Err(not_found()),
+        };
+        let (namespace, rest) = match rest {
+            ["namespaces", ns, plural, rest @ ..]
+                if *plural != "status" && *plural != "finalize" =>
+            {
+                (
+                    Some((*ns).to_owned()),
+                    std::iter::once(*plural)
+                        .chain(rest.iter().copied())
+                        .collect::<Vec<_>>(),
+                )
+            }
+            _ => (None, rest.to_vec()),
+        };
+        let (plural, name, sub) = match rest.as_slice() {
+            [plural] => (*plural, None, None),
+            [plural, name] => (*plural, Some(*name), None),
+            [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
+            _ => return Err(not_found()),
+        };
+        let rt = self
+            .registry
+            .get(group, version, plural)
+            .ok_or_else(not_found)?;
+        if namespace.is_some() && !rt.namespaced {
+            return Err(not_found());
+        }
+        if let Some(sub) = sub {
+            let known = sub == "status" && rt.has_status();
+            if !known {
+                return Err(not_found());
+            }
+        }
+        if rt.namespaced && namespace.is_none() && name.is_some() {
+            return Err(not_found());
+        }
+        Ok(Route::Objects(Target {
+            rt,
+            namespace,
+            name: name.map(str::to_owned),
+            sub: sub.map(str::to_owned),
+        }))
+    }
+
+    async fn dispatch(
+        &self,
+        method: Method,
+        route: Route,
+        query: &Query,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> ApiResult<Response> {
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        let discovery_doc =
+            |value: Option<Value>, content_type: &'static str| -> ApiResult<Response> {
+                let value = value.ok_or_else(|| ApiError::no_route("discovery"))?;
+                let mut response = json_response(StatusCode::OK, &value);
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+                response
+                    .headers_mut()
+                    .insert(header::VARY, HeaderValue::from_static("Accept"));
+                Ok(response)
+            };
+        let target = match route {
+            Route::Version => return Ok(json_response(StatusCode::OK, &discovery::version())),
+            Route::CoreGroups | Route::Groups => {
+                let core = matches!(route, Route::CoreGroups);
+                let format = discovery::negotiate(accept);
+                return match format {
+                    discovery::Format::Legacy if core => discovery_doc(
+                        Some(discovery::api_versions(&self.address)),
+                        format.content_type(),
+                    ),
+                    discovery::Format::Legacy => discovery_doc(
+                        Some(discovery::api_group_list(&self.registry)),
+                        format.content_type(),
+                    ),
+                    _ => {
+                        let content_type = format.content_type();
+                        discovery_doc(
+                            Some(discovery::aggregated(&self.registry, core, format)),
+                            content_type,
+                        )
+                    }
+                };
+            }
+            Route::Group(group) => {
+                return discovery_doc(
+                    discovery::api_group(&self.registry, &group),
+                    "application/json",
+                );
+            }
+            Route::Resources(group, version) => {
+                return discovery_doc(
+                    discovery::resource_list(&self.registry, &group, &version),
+                    "application/json",
+                );
+            }
+            Route::Objects(target) => target,
+        };
+        if body.len() > MAX_OBJECT_BYTES {
+            return Err(ApiError::too_large(format!(
+                "the request body is {} bytes, over the limit of {MAX_OBJECT_BYTES} bytes",
+                body.len()
+            )));
+        }
+        let namespace = target.namespace.clone().unwrap_or_default();
+        match (method, target.name.clone()) {
+            (Method::GET, None) if query.flag("watch") => self.watch(&target, query).await,
+            (Method::GET, None) => self
+                .list(&target, query)
+                .await
+                .map(|v| json_response(StatusCode::OK, &v)),
+            (Method::GET, Some(name)) => {
+                let (object, _) = self.get(&target.rt, &namespace, &name).await?;
+                Ok(json_response(StatusCode::OK, &object))
+            }
+            (Method::POST, None) => {
+                let object = self.create(&target, query, headers, &body).await?;
+                Ok(json_response(StatusCode::CREATED, &object))
+            }
+            (Method::PUT, Some(name)) => {
+                let object = parse_body(&body, headers)?;
+                let (object, created) = self.update(&target, &name, query, object).await?;
+                Ok(json_response(
+                    if created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    },
+                    &object,
+                ))
+            }
+            (Method::PATCH, Some(name)) => {
+                let object = self.patch(&target, &name, query, headers, &body).await?;
+                Ok(json_response(StatusCode::OK, &object))
+            }
+            (Method::DELETE, Some(name)) => {
+                let (code, object) = self.delete(&target, &name, query, &body).await?;
+                Ok(json_response(code, &object))
+            }
+            (Method::DELETE, None) => self
+                .delete_collection(&target, query, &body)
+                .await
+                .map(|v| json_response(StatusCode::OK, &v)),
+            (method, _) => Err(ApiError::method_not_allowed(
+                method.as_str(),
+                &target.rt.plural,
+            )),
+        }
+    }
+
+    /// An object and its revision.
+    pub async fn get(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<(Value, Revision)> {
+        let key = keys::key(rt, &self.cluster, namespace, name);
+        let kv = self
+            .store
+            .get(&key, None)
+            .await?
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        let object: Value = serde_json::from_slice(&kv.value)
+            .map_err(|e| ApiError::internal(format!("stored object {name} is not JSON: {e}")))?;
+        Ok((
+            object::with_resource_version(object, kv.mod_revision.get()),
+            kv.mod_revision,
+        ))
+    }
+
+    async fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
+        let rt = self.resource("", "v1", "namespaces")?;
+        let (ns, _) = self.get(&rt, "", namespace).await?;
+        if !ns["metadata"]["deletionTimestamp"].is_null() {
+            return Err(ApiError::forbidden(format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn create(
+        &self,
+        target: &Target,
+        query: &Query,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> ApiResult<Value> {
+        let rt = &target.rt;
+        if target.sub.is_some() {
+            return Err(ApiError::method_not_allowed("POST", "a subresource"));
+        }
+        if rt.namespaced && target.namespace.is_none() {
+            return Err(ApiError::no_route(&format!(
+                "POST {} without a namespace",
+                rt.plural
+            )));
+        }
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let mut object = parse_body(body, headers)?;
+        let name = object::prepare_create(&mut object, rt, &namespace)?;
+        if rt.namespaced {
+            self.require_namespace(&namespace).await?;
+        }
+        if rt.has_status()
+            && !(rt.group.is_empty() && rt.plural == "namespaces")
+            && let Some(map) = object.as_object_mut()
+        {
+            map.remove("status");
+        }
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            object["spec"]["finalizers"] = json!(["kubernetes"]);
+            object["status"] = json!({"phase": "Active"});
+        }
+        if query.dry_run()? {
+            return Ok(object);
+        }
+        let key = keys::key(rt, &self.cluster, &namespace, &name);
+        let revision = self
+            .store
+            .create(&key, Bytes::from(object.to_string()))
+            .await
+            .map_err(|e| match e {
+                flotilla_store::Error::AlreadyExists { .. } => {
+                    ApiError::already_exists(&rt.group, &rt.plural, &name)
+                }
+                e => e.into(),
+            })?;
+        debug!(resource = %rt.plural, %namespace, %name, %revision, "created");
+        Ok(object::with_resource_version(object, revision.get()))
+    }
+
+    /// Replaces an object (or its status); returns the object and whether it was created.
+    async fn update(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        mut object: Value,
+    ) -> ApiResult<(Value, bool)> {
+        let rt = &target.rt;
+        let namespace = target.namespace.clone().unwrap_or_default();
+        if meta_str(&object, "name") != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta_str(&object, "name")
+            )));
+        }
+        let expected = match meta_str(&object, "resourceVersion") {
+            "" => None,
+            rv => Some(Revision::new(parse_resource_version(rv)?)),
+        };
+        let key = keys::key(rt, &self.cluster, &namespace, name);
+        let (current, revision) = self.get(rt, &namespace, name).await?;
+        if expected.is_some_and(|e| e != revision) {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        if target.sub.as_deref() == Some("status") {
+            let status = object.get("status").cloned().unwrap_or(Value::Null);
+            object = current.clone();
+            object["status"] = status;
+        } else if rt.has_status() {
+            match current.get("status") {
+                Some(status) => object["status"] = status.clone(),
+                None => {
+                    if let Some(map) = object.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+        }
+        object::prepare_update(&mut object, &current, rt)?;
+        if query.dry_run()? {
+            return Ok((object::with_resource_version(object, revision.get()), false));
+        }
+        let finished = !current["metadata"]["deletionTimestamp"].is_null()
+            && object["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(Vec::is_empty);
+        if finished {
+            // The last finalizer is gone from an object being deleted: it goes now.
+            let (deleted_at, _) = self
+                .store
+                .delete(&key, Some(revision))
+                .await
+                .map_err(|e| self.write_error(e, rt, name))?;
+            return Ok((
+                object::with_resource_version(object, deleted_at.get()),
+                false,
+            ));
+        }
+        let new = self
+            .store
+            .update(&key, Bytes::from(object.to_string()), revision)
+            .await
+            .map_err(|e| self.write_error(e, rt, name))?;
+        Ok((object::with_resource_version(object, new.get()), false))
+    }
+
+    fn write_error(&self, e: flotilla_store::Error, rt: &ResourceType, name: &str) -> ApiError {
+        match e {
+            flotilla_store::Error::Conflict { .. } => {
+                ApiError::conflict(&rt.group, &rt.plural, name)
+            }
+            flotilla_store::Error::NotFound { .. } => {
+                ApiError::not_found(&rt.group, &rt.plural, name)
+            }
+            e => e.into(),
+        }
+    }
+
+    async fn patch(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> ApiResult<Value> {
+        let content_type = content_type(headers).to_owned();
+        let patch: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
+        let namespace = target.namespace.clone().unwrap_or_default();
+        // Retry on conflict: a patch applies to whatever the object is now.
+        for _ in 0..8 {
+            let (current, revision) = self.get(&target.rt, &namespace, name).await?;
+            let mut patched = match content_type.as_str() {
+                "application/merge-patch+json" => patch::merge(&current, &patch),
+                "application/json-patch+json" => patch::json_patch(&current, &patch)?,
+                "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
+                    return Err(ApiError::unsupported_media_type(format!(
+                        "the patch type {content_type} is not supported yet; use application/merge-patch+json or application/json-patch+json"
+                    )));
+                }
+                other => {
+                    return Err(ApiError::unsupported_media_type(format!(
+                        "the patch type {other:?} is not supported"
+                    )));
+                }
+            };
+            // The patched object replaces the current one at its revision, or at the one the
+            // patch itself names (a precondition, not retried).
+            if meta_str(&patched, "resourceVersion").is_empty() {
+                object::metadata_mut(&mut patched)?
+                    .insert("resourceVersion".into(), json!(revision.get().to_string()));
+            }
+            match self.update(target, name, query, patched).await {
+                Err(e) if e.reason == "Conflict" && patch_keeps_version(&patch) => continue,
+                other => return other.map(|(object, _)| object),
+            }
+        }
+        Err(ApiError::conflict(
+            &target.rt.group,
+            &target.rt.plural,
+            name,
+        ))
+    }
+
+    async fn delete(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        body: &Bytes,
+    ) -> ApiResult<(StatusCode, Value)> {
+        let rt = &target.rt;
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let options: Value = if body.is_empty() {
+            json!({})
+        } else {
+            serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("the delete options are not valid JSON: {e}"))
+            })?
+        };
+        let (mut current, revision) = self.get(rt, &namespace, name).await?;
+        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
+            && parse_resource_version(rv)? != revision.get()
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        if let Some(uid) = options["preconditions"]["uid"].as_str()
+            && uid != meta_str(&current, "uid")
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        let dry_run = query.dry_run()?;
+        let key = keys::key(rt, &self.cluster, &namespace, name);
+        let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+        let has_finalizers = current["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+            || is_namespace;
+        if has_finalizers {
+            if !current["metadata"]["deletionTimestamp"].is_null() || dry_run {
+                return Ok((StatusCode::OK, current));
+            }
+            let meta = object::metadata_mut(&mut current)?;
+            meta.insert("deletionTimestamp".into(), json!(object::now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            meta.remove("resourceVersion");
+            if is_namespace {
+                current["status"]["phase"] = json!("Terminating");
+            }
+            let new = self
+                .store
+                .update(&key, Bytes::from(current.to_string()), revision)
+                .await
+                .map_err(|e| self.write_error(e, rt, name))?;
+            if is_namespace {
+                self.spawn_namespace_cleanup(name.to_owned());
+            }
+            return Ok((
+                StatusCode::OK,
+                object::with_resource_version(current, new.get()),
+            ));
+        }
+        if dry_run {
+            return Ok((StatusCode::OK, current));
+        }
+        let (deleted_at, _) = self
+            .store
+            .delete(&key, Some(revision))
+            .await
+            .map_err(|e| self.write_error(e, rt, name))?;
+        Ok((
+            StatusCode::OK,
+            object::with_resource_version(current, deleted_at.get()),
+        ))
+    }
+
+    async fn delete_collection(
+        &self,
+        target: &Target,
+        query: &Query,
+        body: &Bytes,
+    ) -> ApiResult<Value> {
+        let list = self.list(target, query).await?;
+        let mut deleted = Vec::new();
+        for item in list["items"].as_array().into_iter().flatten() {
+            let name = meta_str(item, "name").to_owned();
+            let namespace = meta_str(item, "namespace");
+            let one = Target {
+                rt: target.rt.clone(),
+                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+                name: Some(name.clone()),
+                sub: None,
+            };
+            match self.delete(&one, &name, query, body).await {
+                Ok((_, object)) => deleted.push(object),
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(
+            json!({"kind": target.rt.list_kind(), "apiVersion": target.rt.api_version(),
+            "metadata": {"resourceVersion": list["metadata"]["resourceVersion"]}, "items": deleted}),
+        )
+    }
+
+    /// Deletes everything in a terminating namespace, then the namespace.
+    fn spawn_namespace_cleanup(&self, namespace: String) {
+        let api = self.clone();
+        tokio::spawn(async move {
+            for attempt in 0u32.. {
+                match api.empty_namespace(&namespace).await {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(%namespace, error = %e, "namespace cleanup failed; retrying")
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt.min(50)) + 50))
+                    .await;
+            }
+        });
+    }
+
+    /// One pass of namespace cleanup; true once the namespace is gone.
+    async fn empty_namespace(&self, namespace: &str) -> ApiResult<bool> {
+        let mut left = 0;
+        for rt in self.registry.all() {
+            if !rt.namespaced {
+                continue;
+            }
+            let prefix = keys::prefix(&rt, &self.cluster, Some(namespace));
+            let page = self.store.list(&prefix, ListOptions::default()).await?;
+            for kv in page.kvs {
+                let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+                let name = meta_str(&object, "name").to_owned();
+                let target = Target {
+                    rt: rt.clone(),
+                    namespace: Some(namespace.to_owned()),
+                    name: Some(name.clone()),
+                    sub: None,
+                };
+                match self
+                    .delete(&target, &name, &Query(HashMap::new()), &Bytes::new())
+                    .await
+                {
+                    Ok((_, object)) if !object["metadata"]["deletionTimestamp"].is_null() => {
+                        left += 1
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.code == 404 || e.code == 409 => left += 1,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if left > 0 {
+            return Ok(false);
+        }
+        let rt = self.resource("", "v1", "namespaces")?;
+        let key = keys::key(&rt, &self.cluster, "", namespace);
+        match self.store.delete(&key, None).await {
+            Ok(_) | Err(flotilla_store::Error::NotFound { .. }) => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The list's revision, start key and limit, from resourceVersion, resourceVersionMatch,
+    /// continue and limit.
+    async fn list_position(
+        &self,
+        query: &Query,
+    ) -> ApiResult<(Option<Revision>, Option<Vec<u8>>, usize)> {
+        let limit = match query.get("limit") {
+            None => 0,
+            Some(n) => n
+                .parse::<usize>()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {n:?}")))?,
+        };
+        if let Some(token) = query.get("continue") {
+            let (revision, after) = decode_continue(token)?;
+            return Ok((Some(revision), Some(after), limit));
+        }
+        let current = self.store.current_revision().await?;
+        let revision = match (
+            query.get("resourceVersion"),
+            query.get("resourceVersionMatch"),
+        ) {
+            (None, None) => None,
+            (None, Some(m)) => {
+                return Err(ApiError::bad_request(format!(
+                    "resourceVersionMatch {m} needs a resourceVersion"
+                )));
+            }
+            (Some(rv), matching) => {
+                let rv = parse_resource_version(rv)?;
+                if rv > current.get() {
+                    return Err(ApiError::too_large_resource_version(rv, current.get()));
+                }
+                match matching {
+                    Some("Exact") => Some(Revision::new(rv)),
+                    None | Some("NotOlderThan") => None,
+                    Some(other) => {
+                        return Err(ApiError::bad_request(format!(
+                            "unsupported resourceVersionMatch {other:?}"
+                        )));
+                    }
+                }
+            }
+        };
+        Ok((revision, None, limit))
+    }
+
+    async fn list(&self, target: &Target, query: &Query) -> ApiResult<Value> {
+        let rt = &target.rt;
+        let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?;
+        let (revision, after, limit) = self.list_position(query).await?;
+        let prefix = keys::prefix(rt, &self.cluster, target.namespace.as_deref());
+        let page = self
+            .store
+            .list(
+                &prefix,
+                ListOptions {
+                    revision,
+                    limit,
+                    after: after.map(Bytes::from),
+                },
+            )
+            .await?;
+        let mut items = Vec::with_capacity(page.kvs.len());
+        for kv in &page.kvs {
+            let object: Value = serde_json::from_slice(&kv.value)
+                .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
+            if labels.matches(&object) && fields.matches(&object) {
+                items.push(object::with_resource_version(object, kv.mod_revision.get()));
+            }
+        }
+        let mut metadata = json!({"resourceVersion": page.revision.get().to_string()});
+        if let Some(next) = &page.next {
+            metadata["continue"] = json!(encode_continue(page.revision, next));
+        }
+        Ok(
+            json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(), "metadata": metadata, "items": items}),
+        )
+    }
+
+    async fn watch(&self, target: &Target, query: &Query) -> ApiResult<Response> {
+        let rt = target.rt.clone();
+        let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?;
+        let prefix = keys::prefix(&rt, &self.cluster, target.namespace.as_deref());
+        let send_initial = query.flag("sendInitialEvents");
+        let bookmarks = query.flag("allowWatchBookmarks");
+        let timeout = match query.get("timeoutSeconds") {
+            None => Duration::from_secs(1800),
+            Some(s) => Duration::from_secs(
+                s.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?,
+            ),
+        };
+        let requested = query
+            .get("resourceVersion")
+            .map(parse_resource_version)
+            .transpose()?;
+        let mut initial = Vec::new();
+        let since = match requested {
+            Some(rv) if rv > 0 && !send_initial => Revision::new(rv),
+            _ => {
+                // Current state first, as ADDED, then every change after it.
+                let page = self.store.list(&prefix, ListOptions::default()).await?;
+                for kv in page.kvs {
+                    let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+                    if labels.matches(&object) && fields.matches(&object) {
+                        initial.push(event_line(
+                            "ADDED",
+                            &object::with_resource_version(object, kv.mod_revision.get()),
+                        ));
+                    }
+                }
+                if send_initial {
+                    let bookmark = json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {
+                        "resourceVersion": page.revision.get().to_string(),
+                        "annotations": {"k8s.io/initial-events-end": "true"}}});
+                    initial.push(event_line("BOOKMARK", &bookmark));
+                }
+                page.revision
+            }
+        };
+        let stream = match self.store.watch(&prefix, since).await {
+            Ok(stream) => stream,
+            Err(e @ flotilla_store::Error::Compacted { .. }) => {
+                // A 200 with the error in the stream: the client relists.
+                let line = error_line(&ApiError::from(e));
+                return Ok(watch_response(Body::from_stream(
+                    futures_util::stream::iter([Ok::<_, std::io::Error>(line)]),
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let feed = WatchFeed {
+            initial: initial.into(),
+            stream,
+            labels,
+            fields,
+            rt,
+            last: since,
+            bookmarks: bookmarks.then(|| {
+                tokio::time::interval_at(
+                    tokio::time::Instant::now() + self.bookmark_interval,
+                    self.bookmark_interval,
+                )
+            }),
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            done: false,
+        };
+        let body = futures_util::stream::unfold(feed, |mut feed| async move {
+            feed.next()
+                .await
+                .map(|line| (Ok::<_, std::io::Error>(line), feed))
+        });
+        Ok(watch_response(Body::from_stream(body)))
+    }
+}
+
+/// One client's watch: the initial events, then the store's changes as seen through the
+/// selectors, BOOKMARKs on an interval, until the timeout.
+struct WatchFeed {
+    initial: std::collections::VecDeque<Bytes>,
+    stream: flotilla_store::WatchStream,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    rt: Arc<ResourceType>,
+    /// The revision of the last change accounted for (delivered or filtered out).
+    last: Revision,
+    bookmarks: Option<tokio::time::Interval>,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    done: bool,
+}
+
+impl WatchFeed {
+    async fn next(&mut self) -> Option<Bytes> {
+        if let Some(line) = self.initial.pop_front() {
+            return Some(line);
+        }
+        loop {
+            if self.done {
+                return None;
+            }
+            let tick = async {
+                match &mut self.bookmarks {
+                    Some(interval) => {
+                        interval.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = &mut self.deadline => return None,
+                () = tick => {
+                    let bookmark = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(),
+                        "metadata": {"resourceVersion": self.last.get().to_string()}});
+                    return Some(event_line("BOOKMARK", &bookmark));
+                }
+                item = self.stream.next() => match item {
+                    Some(Ok(event)) => {
+                        self.last = event.revision();
+                        if let Some(line) = watch_line(&event, &self.labels, &self.fields) {
+                            return Some(line);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        self.done = true;
+                        return Some(error_line(&ApiError::from(e)));
+                    }
+                    None => return None,
+                },
+            }
+        }
+    }
+}
+
+/// Whether a patch leaves `metadata.resourceVersion` alone (then a conflict is retried).
+fn patch_keeps_version(patch: &Value) -> bool {
+    match patch {
+        Value::Object(map) => map
+            .get("metadata")
+            .and_then(|m| m.get("resourceVersion"))
+            .is_none(),
+        Value::Array(ops) => !ops.iter().any(|op| {
+            op["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("/metadata/resourceVersion"))
+        }),
+        _ => true,
+    }
+}
+
+/// The media type of a request body, without parameters (`""` when absent).
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+}
+
+/// An object sent to create or replace: JSON only. Protobuf and CBOR get 415, on which
+/// client-go switches to JSON and sends the request again.
+fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
+    match content_type(headers) {
+        "" | "application/json" | "*/*" => {}
+        other => {
+            return Err(ApiError::unsupported_media_type(format!(
+                "the body's content type {other:?} is not supported: send application/json"
+            )));
+        }
+    }
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn error_line(error: &ApiError) -> Bytes {
+    event_line("ERROR", &error.status())
+}
+
+/// The watch event for a store change, as seen through the selectors: an object that stops
+/// matching is DELETED for this watcher, one that starts matching is ADDED.
+fn watch_line(event: &WatchEvent, labels: &LabelSelector, fields: &FieldSelector) -> Option<Bytes> {
+    let decode = |v: &[u8]| serde_json::from_slice::<Value>(v).unwrap_or(Value::Null);
+    let matches = |o: &Value| labels.matches(o) && fields.matches(o);
+    let revision = event.revision().get();
+    let before = event
+        .prev_kv
+        .as_ref()
+        .map(|kv| decode(&kv.value))
+        .filter(matches);
+    match event.kind {
+        EventKind::Delete => {
+            before.map(|o| event_line("DELETED", &object::with_resource_version(o, revision)))
+        }
+        EventKind::Put => {
+            let after = decode(&event.kv.value);
+            match (before, matches(&after)) {
+                (None, true) => Some(event_line(
+                    "ADDED",
+                    &object::with_resource_version(after, revision),
+                )),
+                (Some(_), true) => Some(event_line(
+                    "MODIFIED",
+                    &object::with_resource_version(after, revision),
+                )),
+                (Some(_), false) => Some(event_line(
+                    "DELETED",
+                    &object::with_resource_version(after, revision),
+                )),
+                (None, false) => None,
+            }
+        }
+    }
+}
+
+fn watch_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    response
+}

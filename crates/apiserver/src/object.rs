@@ -1,0 +1,310 @@
+//! Objects as the server stores them: JSON with server-managed metadata.
+//!
+//! The store holds each object's JSON without `metadata.resourceVersion`; it is the key's
+//! `mod_revision` and is filled in on every read.
+
+use serde_json::{Map, Value, json};
+
+use crate::resources::ResourceType;
+use crate::status::{ApiError, ApiResult, Cause};
+
+/// The longest object the server accepts, in bytes (etcd's request limit is 1.5 MiB;
+/// Kubernetes allows 3 MiB request bodies).
+pub const MAX_OBJECT_BYTES: usize = 3 << 20;
+
+/// The current time as Kubernetes writes timestamps (`2006-01-02T15:04:05Z`).
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// A fresh object UID.
+pub fn new_uid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// The object's `metadata`, created if missing; an error if it is not an object.
+pub fn metadata_mut(object: &mut Value) -> ApiResult<&mut Map<String, Value>> {
+    let Some(map) = object.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    };
+    let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+    metadata
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("metadata must be an object"))
+}
+
+/// A string field of `metadata`, or "".
+pub fn meta_str<'a>(object: &'a Value, field: &str) -> &'a str {
+    object["metadata"][field].as_str().unwrap_or("")
+}
+
+/// Checks `apiVersion` and `kind` against the resource the URL names, filling them in when
+/// absent.
+pub fn check_type(object: &mut Value, rt: &ResourceType) -> ApiResult<()> {
+    let api_version = rt.api_version();
+    let Some(map) = object.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    };
+    match map.get("apiVersion").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("apiVersion".into(), json!(api_version));
+        }
+        Some(given) if given == api_version => {}
+        Some(given) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({given}) does not match the expected API version ({api_version})"
+            )));
+        }
+    }
+    match map.get("kind").and_then(Value::as_str) {
+        None | Some("") => {
+            map.insert("kind".into(), json!(rt.kind));
+        }
+        Some(given) if given == rt.kind => {}
+        Some(given) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({given}) does not match the expected kind ({})",
+                rt.kind
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Which rule a name follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain: lowercase alphanumerics, `-` and `.`, at most 253 characters.
+    Subdomain,
+    /// RFC 1123 label: lowercase alphanumerics and `-`, at most 63 characters (namespaces).
+    Label,
+}
+
+/// The rule names of `rt` follow.
+pub fn name_rule(rt: &ResourceType) -> NameRule {
+    if rt.group.is_empty() && (rt.plural == "namespaces" || rt.plural == "services") {
+        NameRule::Label
+    } else {
+        NameRule::Subdomain
+    }
+}
+
+/// Why `name` breaks `rule`, as Kubernetes words it; `None` if it is valid.
+pub fn check_name(name: &str, rule: NameRule) -> Option<String> {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.chars().all(|c| alnum(c) || c == '-')
+            && label.starts_with(alnum)
+            && label.ends_with(alnum)
+    };
+    match rule {
+        NameRule::Subdomain => {
+            if name.len() > 253 {
+                return Some("must be no more than 253 characters".into());
+            }
+            if !name.split('.').all(label_ok) {
+                return Some(
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".into(),
+                );
+            }
+        }
+        NameRule::Label => {
+            if name.len() > 63 {
+                return Some("must be no more than 63 characters".into());
+            }
+            if !label_ok(name) {
+                return Some(
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name')".into(),
+                );
+            }
+        }
+    }
+    None
+}
+
+/// A name for `generateName`: the prefix and five random lowercase alphanumerics.
+pub fn generate_name(prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String = (0..5)
+        .map(|_| ALPHABET[fastrand_index(ALPHABET.len())] as char)
+        .collect();
+    let prefix: String = prefix.chars().take(58).collect();
+    format!("{prefix}{suffix}")
+}
+
+fn fastrand_index(n: usize) -> usize {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    usize::from(bytes[0]) % n
+}
+
+/// Validates the identity of an object about to be created in `namespace` and fills in
+/// the server-managed metadata. Returns the object's name.
+pub fn prepare_create(object: &mut Value, rt: &ResourceType, namespace: &str) -> ApiResult<String> {
+    check_type(object, rt)?;
+    let meta = metadata_mut(object)?;
+    let mut name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    if name.is_empty() {
+        let prefix = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if prefix.is_empty() {
+            return Err(ApiError::invalid(
+                &rt.group,
+                &rt.kind,
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "name or generateName is required".into(),
+                    field: "metadata.name".into(),
+                }],
+            ));
+        }
+        name = generate_name(&prefix);
+        meta.insert("name".into(), json!(name));
+    }
+    if let Some(problem) = check_name(&name, name_rule(rt)) {
+        return Err(ApiError::invalid(
+            &rt.group,
+            &rt.kind,
+            &name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!("Invalid value: {name:?}: {problem}"),
+                field: "metadata.name".into(),
+            }],
+        ));
+    }
+    match (rt.namespaced, meta.get("namespace").and_then(Value::as_str)) {
+        (true, Some(given)) if !given.is_empty() && given != namespace => {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({given}) does not match the namespace sent on the request ({namespace})"
+            )));
+        }
+        (true, _) => {
+            meta.insert("namespace".into(), json!(namespace));
+        }
+        (false, _) => {
+            meta.remove("namespace");
+        }
+    }
+    meta.insert("uid".into(), json!(new_uid()));
+    meta.insert("creationTimestamp".into(), json!(now()));
+    meta.insert("generation".into(), json!(1));
+    for server_owned in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
+        meta.remove(server_owned);
+    }
+    Ok(name)
+}
+
+/// Carries the server-owned metadata of `current` over to `object`, a replacement of it,
+/// and bumps `generation` when anything but metadata and status changed.
+pub fn prepare_update(object: &mut Value, current: &Value, rt: &ResourceType) -> ApiResult<()> {
+    check_type(object, rt)?;
+    let spec_changed = {
+        let strip = |v: &Value| -> Value {
+            let mut v = v.clone();
+            if let Some(map) = v.as_object_mut() {
+                map.remove("metadata");
+                map.remove("status");
+            }
+            v
+        };
+        strip(object) != strip(current)
+    };
+    let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
+    let meta = metadata_mut(object)?;
+    for owned in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "namespace",
+    ] {
+        match current["metadata"].get(owned) {
+            Some(value) => {
+                meta.insert(owned.into(), value.clone());
+            }
+            None => {
+                meta.remove(owned);
+            }
+        }
+    }
+    meta.remove("resourceVersion");
+    meta.insert(
+        "generation".into(),
+        json!(if spec_changed {
+            generation + 1
+        } else {
+            generation
+        }),
+    );
+    Ok(())
+}
+
+/// The object as read: its stored JSON with `resourceVersion` filled in.
+pub fn with_resource_version(mut object: Value, revision: u64) -> Value {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), json!(revision.to_string()));
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_rfc_1123() {
+        for good in ["a", "web", "web-1", "a.b.c", "0abc"] {
+            assert_eq!(check_name(good, NameRule::Subdomain), None, "{good}");
+        }
+        for bad in [
+            "",
+            "Web",
+            "web_1",
+            "-web",
+            "web-",
+            "a..b",
+            ".a",
+            &"a".repeat(254),
+        ] {
+            assert!(check_name(bad, NameRule::Subdomain).is_some(), "{bad}");
+        }
+        assert!(check_name("a.b", NameRule::Label).is_some());
+        assert!(check_name(&"a".repeat(64), NameRule::Label).is_some());
+        assert_eq!(check_name(&"a".repeat(63), NameRule::Label), None);
+    }
+
+    #[test]
+    fn generated_names_keep_the_prefix_and_are_valid() {
+        let name = generate_name("web-");
+        assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+        assert_eq!(check_name(&name, NameRule::Subdomain), None);
+        assert_eq!(generate_name(&"x".repeat(80)).len(), 63);
+    }
+
+    #[test]
+    fn timestamps_are_seconds_in_utc() {
+        let now = now();
+        assert_eq!(now.len(), 20, "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+    }
+}

@@ -1,0 +1,254 @@
+//! Label and field selectors, as `kubectl -l` and `--field-selector` send them.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use crate::status::{ApiError, ApiResult};
+
+/// One requirement of a label selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, BTreeSet<String>),
+    NotIn(String, BTreeSet<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+/// A parsed label selector; every requirement must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector(Vec<Requirement>);
+
+impl LabelSelector {
+    /// Parses `a=b,c!=d,e in (f,g),h notin (i),j,!k`.
+    pub fn parse(text: &str) -> ApiResult<Self> {
+        let mut requirements = Vec::new();
+        for term in split_terms(text) {
+            let term = term.trim();
+            if term.is_empty() {
+                continue;
+            }
+            requirements.push(parse_term(term).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "unable to parse requirement: {term:?} in label selector {text:?}"
+                ))
+            })?);
+        }
+        Ok(LabelSelector(requirements))
+    }
+
+    /// Whether the object's labels satisfy the selector.
+    pub fn matches(&self, object: &Value) -> bool {
+        let labels = &object["metadata"]["labels"];
+        let label = |k: &str| labels.get(k).and_then(Value::as_str);
+        self.0.iter().all(|r| match r {
+            Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => label(k) != Some(v.as_str()),
+            Requirement::In(k, set) => label(k).is_some_and(|v| set.contains(v)),
+            Requirement::NotIn(k, set) => label(k).is_none_or(|v| !set.contains(v)),
+            Requirement::Exists(k) => label(k).is_some(),
+            Requirement::NotExists(k) => label(k).is_none(),
+        })
+    }
+
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Splits on commas outside parentheses.
+fn split_terms(text: &str) -> Vec<&str> {
+    let mut terms = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&text[start..]);
+    terms
+}
+
+fn valid_key(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    name_ok && prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253)
+}
+
+fn valid_value(value: &str) -> bool {
+    value.is_empty() || valid_key(value) && !value.contains('/')
+}
+
+fn parse_term(term: &str) -> Option<Requirement> {
+    if let Some(key) = term.strip_prefix('!') {
+        let key = key.trim();
+        return valid_key(key).then(|| Requirement::NotExists(key.to_owned()));
+    }
+    for (op, make) in [
+        (
+            "!=",
+            Requirement::NotEquals as fn(String, String) -> Requirement,
+        ),
+        ("==", Requirement::Equals),
+        ("=", Requirement::Equals),
+    ] {
+        if let Some((key, value)) = term.split_once(op) {
+            let (key, value) = (key.trim(), value.trim());
+            return (valid_key(key) && valid_value(value))
+                .then(|| make(key.to_owned(), value.to_owned()));
+        }
+    }
+    let words: Vec<&str> = term.splitn(2, char::is_whitespace).collect();
+    if let [key, rest] = words[..] {
+        let rest = rest.trim();
+        let (negated, set) = if let Some(set) = rest.strip_prefix("notin") {
+            (true, set)
+        } else if let Some(set) = rest.strip_prefix("in") {
+            (false, set)
+        } else {
+            return None;
+        };
+        let set = set.trim().strip_prefix('(')?.strip_suffix(')')?;
+        let values: BTreeSet<String> = set.split(',').map(|v| v.trim().to_owned()).collect();
+        if !valid_key(key) || values.iter().any(|v| !valid_value(v)) {
+            return None;
+        }
+        let key = key.to_owned();
+        return Some(if negated {
+            Requirement::NotIn(key, values)
+        } else {
+            Requirement::In(key, values)
+        });
+    }
+    valid_key(term).then(|| Requirement::Exists(term.to_owned()))
+}
+
+/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector(Vec<(String, bool, String)>);
+
+impl FieldSelector {
+    /// Parses `metadata.name=x,metadata.namespace!=y`; any other field is refused.
+    pub fn parse(text: &str) -> ApiResult<Self> {
+        let mut terms = Vec::new();
+        for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = term.split_once("==") {
+                (f, true, v)
+            } else if let Some((f, v)) = term.split_once('=') {
+                (f, true, v)
+            } else {
+                return Err(ApiError::bad_request(format!(
+                    "invalid field selector term {term:?}"
+                )));
+            };
+            let field = field.trim();
+            if field != "metadata.name" && field != "metadata.namespace" {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {field}"
+                )));
+            }
+            terms.push((field.to_owned(), equal, value.trim().to_owned()));
+        }
+        Ok(FieldSelector(terms))
+    }
+
+    /// Whether the object satisfies every term.
+    pub fn matches(&self, object: &Value) -> bool {
+        self.0.iter().all(|(field, equal, value)| {
+            let actual = match field.as_str() {
+                "metadata.name" => object["metadata"]["name"].as_str(),
+                _ => object["metadata"]["namespace"].as_str(),
+            }
+            .unwrap_or("");
+            (actual == value) == *equal
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn labelled(labels: Value) -> Value {
+        json!({"metadata": {"name": "x", "namespace": "ns", "labels": labels}})
+    }
+
+    #[test]
+    fn every_label_operator() {
+        let o = labelled(json!({"app": "web", "tier": "front"}));
+        let yes = |s: &str| assert!(LabelSelector::parse(s).unwrap().matches(&o), "{s}");
+        let no = |s: &str| assert!(!LabelSelector::parse(s).unwrap().matches(&o), "{s}");
+        yes("app=web");
+        yes("app==web");
+        yes("app!=db");
+        yes("app in (web, db)");
+        yes("app notin (db)");
+        yes("app");
+        yes("!missing");
+        yes("app=web,tier in (front,back),!missing");
+        yes("");
+        no("app=db");
+        no("app!=web");
+        no("app in (db)");
+        no("tier notin (front)");
+        no("missing");
+        no("!app");
+        no("missing in (x)");
+        yes("missing notin (x)");
+        yes("missing!=x");
+    }
+
+    #[test]
+    fn malformed_label_selectors_are_refused() {
+        for bad in ["app in web", "app=(x", "=x", "a b c", "app in (x", "-app=x"] {
+            let e = LabelSelector::parse(bad).unwrap_err();
+            assert_eq!(e.code, 400, "{bad}");
+            assert!(
+                e.message.contains("unable to parse"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn field_selectors_on_name_and_namespace_only() {
+        let o = labelled(json!({}));
+        assert!(FieldSelector::parse("metadata.name=x").unwrap().matches(&o));
+        assert!(
+            FieldSelector::parse("metadata.namespace!=other,metadata.name==x")
+                .unwrap()
+                .matches(&o)
+        );
+        assert!(
+            !FieldSelector::parse("metadata.name!=x")
+                .unwrap()
+                .matches(&o)
+        );
+        let e = FieldSelector::parse("spec.nodeName=n1").unwrap_err();
+        assert_eq!(e.code, 400);
+        assert!(e.message.contains("spec.nodeName"));
+    }
+}

@@ -1,0 +1,154 @@
+//! Serving the API over HTTPS: TLS, the bearer token, health endpoints, graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::api::Api;
+use crate::object::MAX_OBJECT_BYTES;
+use crate::status::ApiError;
+
+/// Who may call the API.
+#[derive(Clone)]
+pub struct Auth {
+    /// Checks a presented bearer token.
+    pub check: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+/// Shared state of the HTTP layer.
+#[derive(Clone)]
+struct Shared {
+    api: Api,
+    auth: Auth,
+    ready: Arc<AtomicBool>,
+}
+
+/// The HTTP application: health endpoints without authentication, everything else behind
+/// the bearer token.
+pub fn router(api: Api, auth: Auth, ready: Arc<AtomicBool>) -> axum::Router {
+    axum::Router::new()
+        .fallback(handle)
+        .with_state(Shared { api, auth, ready })
+}
+
+async fn handle(State(shared): State<Shared>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let span = info_span!("request", method = %parts.method, path = %path);
+    async move {
+        match path.as_str() {
+            "/healthz" | "/livez" => return text(StatusCode::OK, "ok"),
+            "/readyz" => {
+                return if shared.ready.load(Ordering::Acquire) {
+                    text(StatusCode::OK, "ok")
+                } else {
+                    text(StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                };
+            }
+            _ => {}
+        }
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !token.is_some_and(|t| (shared.auth.check)(t)) {
+            return ApiError::unauthorized().into_response();
+        }
+        let body = match to_bytes(body, MAX_OBJECT_BYTES + 1).await {
+            Ok(body) => body,
+            Err(_) => {
+                return ApiError::too_large(format!(
+                    "the request body is over the limit of {MAX_OBJECT_BYTES} bytes"
+                ))
+                .into_response();
+            }
+        };
+        let response = shared
+            .api
+            .serve(parts.method, &path, parts.uri.query(), &parts.headers, body)
+            .await;
+        debug!(status = response.status().as_u16(), "answered");
+        response
+    }
+    .instrument(span)
+    .await
+}
+
+fn text(code: StatusCode, body: &'static str) -> Response {
+    let mut response = (code, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown` completes, then stops accepting,
+/// lets requests in flight finish (watches end), and returns.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (socket, peer): (_, SocketAddr) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        let mut stopped = stopped.clone();
+        connections.spawn(async move {
+            let tls = match acceptor.accept(socket).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                app.clone().oneshot(request.map(Body::new))
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(e) = result {
+                        debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                }
+                _ = stopped.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), connection).await;
+                }
+            }
+        });
+    }
+    info!("shutting down: no new connections; finishing requests in flight");
+    let _ = stop.send(true);
+    while connections.join_next().await.is_some() {}
+}

@@ -1,0 +1,202 @@
+//! `flotilla hub`: the hub's API server on its store.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use clap::Parser;
+use flotilla_apiserver::Api;
+use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::server::{self, Auth};
+use flotilla_store::Store;
+use flotilla_store_sqlite::SqliteStore;
+use tracing::info;
+
+/// Where the hub keeps its objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `sqlite://PATH`: the embedded store in one file.
+    Sqlite(PathBuf),
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = String;
+
+    fn from_str(url: &str) -> Result<Self, String> {
+        match url.split_once("://") {
+            Some(("sqlite", path)) if !path.is_empty() => Ok(StoreUrl::Sqlite(PathBuf::from(path))),
+            Some(("sqlite", _)) => {
+                Err("sqlite:// needs a file path, e.g. sqlite://flotilla-data/hub.db".into())
+            }
+            Some((scheme @ ("postgres" | "postgresql" | "etcd"), _)) => Err(format!(
+                "the {scheme} store is not available in this version; use sqlite://PATH"
+            )),
+            _ => Err(format!("unknown store URL {url:?}; expected sqlite://PATH")),
+        }
+    }
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `flotilla hub [--data-dir DIR] [--listen ADDR] [--store URL]`
+#[derive(Debug, Parser)]
+pub struct HubArgs {
+    /// Where the hub keeps its certificates, token, kubeconfig and (by default) its store.
+    #[arg(long, value_name = "DIR", default_value = "flotilla-data")]
+    pub data_dir: PathBuf,
+    /// The address to serve HTTPS on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6443")]
+    pub listen: SocketAddr,
+    /// The store: sqlite://PATH (default: sqlite://DIR/hub.db).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<StoreUrl>,
+    /// The log format.
+    #[arg(long, value_enum, default_value = "plain")]
+    pub log_format: LogFormat,
+}
+
+/// Sets up `tracing` output (RUST_LOG filters; info by default).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Plain => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+impl HubArgs {
+    /// Serves until SIGTERM or SIGINT.
+    pub fn run(self) -> anyhow::Result<()> {
+        init_logging(self.log_format);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(self.serve())
+    }
+
+    async fn serve(self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.data_dir).with_context(|| {
+            format!(
+                "cannot create the data directory {}",
+                self.data_dir.display()
+            )
+        })?;
+        let host = if self.listen.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            self.listen.ip().to_string()
+        };
+        let identity = flotilla_pki::load_or_create(&self.data_dir, std::slice::from_ref(&host))
+            .context("cannot set up the hub's certificates")?;
+        let StoreUrl::Sqlite(path) = self
+            .store
+            .clone()
+            .unwrap_or_else(|| StoreUrl::Sqlite(self.data_dir.join("hub.db")));
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await?);
+        let server_url = match self.listen.ip() {
+            std::net::IpAddr::V6(_) => format!("https://[{host}]:{}", self.listen.port()),
+            std::net::IpAddr::V4(_) => format!("https://{host}:{}", self.listen.port()),
+        };
+        let api = Api::new(
+            store,
+            Arc::new(Registry::builtin()),
+            format!("{host}:{}", self.listen.port()),
+        );
+        api.bootstrap()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot set up the initial namespaces: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(self.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", self.listen))?;
+        let kubeconfig = self.data_dir.join("admin.kubeconfig");
+        flotilla_pki::Kubeconfig {
+            name: "flotilla",
+            server: &server_url,
+            ca_pem: &identity.ca_cert_pem,
+            token: &identity.admin_token,
+        }
+        .write(&kubeconfig)?;
+        let tls = Arc::new(identity.server_config()?);
+        let identity = Arc::new(identity);
+        let auth = Auth {
+            check: Arc::new(move |token| identity.is_admin_token(token)),
+        };
+        let ready = Arc::new(AtomicBool::new(false));
+        let app = server::router(api, auth, ready.clone());
+        ready.store(true, Ordering::Release);
+        info!(url = %server_url, kubeconfig = %kubeconfig.display(), store = %path.display(), "hub serving");
+        server::serve_tls(listener, tls, app, shutdown_signal()).await;
+        info!("hub stopped");
+        Ok(())
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM"),
+        _ = int.recv() => info!("SIGINT"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Args, Command};
+
+    fn parse(args: &[&str]) -> Result<HubArgs, clap::Error> {
+        let mut argv = vec!["flotilla", "hub"];
+        argv.extend_from_slice(args);
+        Args::try_parse_from(argv).map(|a| match a.command {
+            Command::Hub(h) => h,
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    #[test]
+    fn defaults() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.data_dir, PathBuf::from("flotilla-data"));
+        assert_eq!(args.listen, "127.0.0.1:6443".parse().unwrap());
+        assert_eq!(args.store, None);
+        assert_eq!(args.log_format, LogFormat::Plain);
+    }
+
+    #[test]
+    fn store_urls() {
+        let args = parse(&["--store", "sqlite:///var/lib/hub.db"]).unwrap();
+        assert_eq!(args.store, Some(StoreUrl::Sqlite("/var/lib/hub.db".into())));
+        let e = parse(&["--store", "postgres://db/hub"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("postgres store is not available"), "{e}");
+        let e = parse(&["--store", "mysql://x"]).unwrap_err().to_string();
+        assert!(e.contains("unknown store URL"), "{e}");
+        assert!(parse(&["--store", "sqlite://"]).is_err());
+    }
+
+    #[test]
+    fn a_bad_listen_address_is_refused() {
+        let e = parse(&["--listen", "localhost"]).unwrap_err().to_string();
+        assert!(e.contains("invalid value 'localhost'"), "{e}");
+        assert!(parse(&["--listen", "0.0.0.0:7443", "--log-format", "json"]).is_ok());
+        assert!(parse(&["--log-format", "xml"]).is_err());
+    }
+}

@@ -1,0 +1,445 @@
+//! The real kubectl against a real `flotilla hub` process.
+//!
+//! `kubectl create` runs with `--validate=false` until the hub serves OpenAPI.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The kubectl under test: `FLOTILLA_KUBECTL`, or 1.32 from the Google Cloud SDK, or PATH's.
+fn kubectl_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("FLOTILLA_KUBECTL") {
+        return PathBuf::from(path);
+    }
+    let sdk = Path::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.32");
+    if sdk.exists() {
+        return sdk.to_path_buf();
+    }
+    PathBuf::from("kubectl")
+}
+
+/// A hub process on a free port with its own data directory; SIGTERMed on drop.
+struct Hub {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Hub {
+    fn start() -> Hub {
+        let dir = tempfile::tempdir().unwrap();
+        Hub::start_in(dir)
+    }
+
+    fn start_in(dir: tempfile::TempDir) -> Hub {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["hub", "--data-dir"])
+            .arg(dir.path())
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("start flotilla hub");
+        let hub = Hub { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if hub.kubeconfig().exists()
+                && hub.kubectl(&["get", "--raw", "/readyz"]).status.success()
+            {
+                return hub;
+            }
+            assert!(Instant::now() < deadline, "the hub did not become ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with(args, None)
+    }
+
+    fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut command = Command::new(kubectl_binary());
+        command
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("run kubectl");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl and returns its stdout; panics with its stderr if it fails.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs kubectl, which must fail; returns its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should have failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    fn create(&self, manifest: &str) -> String {
+        let out = self.kubectl_with(&["create", "--validate=false", "-f", "-"], Some(manifest));
+        assert!(
+            out.status.success(),
+            "create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+
+    fn stop(mut self) -> tempfile::TempDir {
+        terminate(&mut self.child);
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+}
+
+fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
+
+fn configmap(name: &str, namespace: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"{namespace}","labels":{{"app":"web"}}}},"data":{{"k":"v"}}}}"#
+    )
+}
+
+#[test]
+fn initial_namespaces_and_a_token_that_is_checked() {
+    let hub = Hub::start();
+    let names = hub.ok(&["get", "ns", "-o", "name"]);
+    for ns in ["default", "kube-system", "kube-public"] {
+        assert!(names.contains(&format!("namespace/{ns}")), "{names}");
+    }
+    // The same kubeconfig with another token is refused.
+    let text = std::fs::read_to_string(hub.kubeconfig()).unwrap();
+    let token = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["users"][0]["user"]["token"].as_str().map(str::to_owned))
+        .expect("a JSON kubeconfig with a token");
+    let wrong = hub.dir.path().join("wrong.kubeconfig");
+    std::fs::write(&wrong, text.replace(&token, "not-the-token")).unwrap();
+    let out = Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(&wrong)
+        .args(["get", "ns"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn api_resources_and_version() {
+    let hub = Hub::start();
+    let resources = hub.ok(&["api-resources", "-o", "name"]);
+    for r in [
+        "configmaps",
+        "namespaces",
+        "deployments.apps",
+        "customresourcedefinitions.apiextensions.k8s.io",
+        "leases.coordination.k8s.io",
+    ] {
+        assert!(
+            resources.lines().any(|l| l == r),
+            "{r} missing from {resources}"
+        );
+    }
+    let wide = hub.ok(&["api-resources"]);
+    assert!(
+        wide.lines().any(|l| l.starts_with("deployments")
+            && l.contains("deploy")
+            && l.contains("apps/v1")
+            && l.contains("true")
+            && l.contains("Deployment")),
+        "{wide}"
+    );
+    let version = hub.ok(&["version", "-o", "json"]);
+    let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+    assert_eq!(version["serverVersion"]["minor"], "32");
+}
+
+#[test]
+fn create_get_label_annotate_patch_replace_delete() {
+    let hub = Hub::start();
+    assert!(
+        hub.create(&configmap("web", "default"))
+            .contains("configmap/web created")
+    );
+    let cm = hub.json(&["get", "cm", "web"]);
+    assert_eq!(cm["data"]["k"], "v");
+    for field in ["uid", "resourceVersion", "creationTimestamp"] {
+        assert!(
+            cm["metadata"][field]
+                .as_str()
+                .is_some_and(|s| !s.is_empty()),
+            "{field}: {cm}"
+        );
+    }
+    let yaml = hub.ok(&["get", "cm", "web", "-o", "yaml"]);
+    assert!(
+        yaml.contains("kind: ConfigMap") && yaml.contains("k: v"),
+        "{yaml}"
+    );
+
+    hub.ok(&["label", "cm", "web", "tier=front"]);
+    hub.ok(&["annotate", "cm", "web", "note=hello"]);
+    hub.ok(&[
+        "patch",
+        "cm",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"m":"merged"}}"#,
+    ]);
+    hub.ok(&[
+        "patch",
+        "cm",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/data/j","value":"json"}]"#,
+    ]);
+    let cm2 = hub.json(&["get", "cm", "web"]);
+    assert_eq!(cm2["metadata"]["labels"]["tier"], "front");
+    assert_eq!(cm2["metadata"]["annotations"]["note"], "hello");
+    assert_eq!(
+        cm2["data"],
+        serde_json::json!({"k": "v", "m": "merged", "j": "json"})
+    );
+    assert_eq!(cm2["metadata"]["uid"], cm["metadata"]["uid"]);
+    assert!(
+        cm2["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > cm["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+    );
+
+    // Replace with the stale resourceVersion of the first read: a conflict.
+    let stale = cm.to_string();
+    let out = hub.kubectl_with(&["replace", "--validate=false", "-f", "-"], Some(&stale));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the object has been modified"), "{err}");
+
+    let deleted = hub.ok(&["delete", "cm", "web", "--wait=true"]);
+    assert!(deleted.contains("configmap \"web\" deleted"), "{deleted}");
+    let err = hub.fails(&["get", "cm", "web"]);
+    assert!(err.contains("configmaps \"web\" not found"), "{err}");
+}
+
+#[test]
+fn writing_into_a_missing_namespace_is_not_found_and_dry_run_writes_nothing() {
+    let hub = Hub::start();
+    let out = hub.kubectl_with(
+        &["create", "--validate=false", "-f", "-"],
+        Some(&configmap("x", "nowhere")),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("namespaces \"nowhere\" not found"), "{err}");
+
+    let out = hub.kubectl_with(
+        &["create", "--validate=false", "--dry-run=server", "-f", "-"],
+        Some(&configmap("dry", "default")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = hub.fails(&["get", "cm", "dry"]);
+    assert!(err.contains("not found"), "{err}");
+}
+
+#[test]
+fn chunked_lists_and_label_selectors() {
+    let hub = Hub::start();
+    for i in 0..12 {
+        hub.create(&configmap(&format!("cm-{i:02}"), "default").replace(
+            "\"app\":\"web\"",
+            &format!("\"app\":\"{}\"", if i % 3 == 0 { "db" } else { "web" }),
+        ));
+    }
+    let names = hub.ok(&["get", "cm", "--chunk-size=5", "-o", "name"]);
+    assert_eq!(names.lines().count(), 12, "{names}");
+    let db = hub.ok(&["get", "cm", "-l", "app=db", "-o", "name"]);
+    assert_eq!(
+        db.lines().collect::<Vec<_>>(),
+        [
+            "configmap/cm-00",
+            "configmap/cm-03",
+            "configmap/cm-06",
+            "configmap/cm-09"
+        ]
+    );
+    let all = hub.ok(&[
+        "get",
+        "cm",
+        "-A",
+        "--field-selector",
+        "metadata.namespace=default",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(all.lines().count(), 12);
+    let err = hub.fails(&["get", "cm", "-l", "app in db"]);
+    assert!(err.contains("unable to parse"), "{err}");
+}
+
+#[test]
+fn get_watch_observes_a_change() {
+    let hub = Hub::start();
+    hub.create(&configmap("watched", "default"));
+    let mut watch = Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(hub.kubeconfig())
+        .args([
+            "get",
+            "cm",
+            "watched",
+            "-w",
+            "--output-watch-events",
+            "-o",
+            "custom-columns=EVENT:.type,V:.object.data.k",
+            "--no-headers",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.starts_with("ADDED") && first.ends_with("v"),
+        "{first}"
+    );
+    hub.ok(&[
+        "patch",
+        "cm",
+        "watched",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"k":"changed"}}"#,
+    ]);
+    let second = lines.next().unwrap().unwrap();
+    assert!(
+        second.starts_with("MODIFIED") && second.ends_with("changed"),
+        "{second}"
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+#[test]
+fn deleting_a_namespace_removes_its_objects() {
+    let hub = Hub::start();
+    hub.create(r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"shop"}}"#);
+    hub.create(&configmap("a", "shop"));
+    hub.create(&configmap("b", "shop"));
+    hub.ok(&[
+        "delete",
+        "namespace",
+        "shop",
+        "--wait=true",
+        "--timeout=30s",
+    ]);
+    let err = hub.fails(&["get", "ns", "shop"]);
+    assert!(err.contains("not found"), "{err}");
+    let left = hub.ok(&["get", "cm", "-A", "-o", "name"]);
+    assert!(left.trim().is_empty(), "{left}");
+}
+
+#[test]
+fn objects_and_credentials_survive_a_restart() {
+    let hub = Hub::start();
+    hub.create(&configmap("kept", "default"));
+    let before = hub.json(&["get", "cm", "kept"]);
+    let kubeconfig = std::fs::read(hub.kubeconfig()).unwrap();
+    let dir = hub.stop();
+    let hub = Hub::start_in(dir);
+    let after = hub.json(&["get", "cm", "kept"]);
+    assert_eq!(before, after);
+    // The CA and token are the same: the old kubeconfig (server port aside) still works.
+    let old: serde_json::Value = serde_json::from_slice(&kubeconfig).unwrap();
+    let new: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(hub.kubeconfig()).unwrap()).unwrap();
+    assert_eq!(old["users"], new["users"]);
+    assert_eq!(
+        old["clusters"][0]["cluster"]["certificate-authority-data"],
+        new["clusters"][0]["cluster"]["certificate-authority-data"]
+    );
+}
