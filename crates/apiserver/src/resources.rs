@@ -77,6 +77,15 @@ impl Subresource {
     }
 }
 
+/// The OpenAPI v3 schema of a resource's objects, as a CustomResourceDefinition version
+/// gives it (`openAPIV3Schema`). Built-in kinds have none here: their schemas come from the
+/// generated table of the Kubernetes release the server emulates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schema(pub Arc<serde_json::Value>);
+
+// JSON values parsed from documents hold no NaN, so equality is an equivalence.
+impl Eq for Schema {}
+
 /// One resource the API serves (a built-in kind, or later one version of a CRD).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceType {
@@ -100,6 +109,8 @@ pub struct ResourceType {
     pub subresources: Vec<Subresource>,
     /// The verbs supported on the resource itself.
     pub verbs: Vec<String>,
+    /// The schema of a custom resource's objects (`None` for built-in kinds).
+    pub schema: Option<Schema>,
 }
 
 impl ResourceType {
@@ -117,6 +128,7 @@ impl ResourceType {
             namespaced,
             subresources: Vec::new(),
             verbs: STANDARD_VERBS.iter().map(|v| (*v).to_owned()).collect(),
+            schema: None,
         }
     }
 
@@ -418,6 +430,7 @@ impl Builtin {
             namespaced: self.namespaced,
             subresources: self.subresources.to_vec(),
             verbs: strings(self.verbs),
+            schema: None,
         }
     }
 }
@@ -650,6 +663,7 @@ mod tests {
                 namespaced: true,
                 subresources: vec![Subresource::Status, Subresource::Scale],
                 verbs: strings(&STANDARD_VERBS),
+                schema: None,
             }
         );
         assert_eq!(rt.api_version(), "apps/v1");
