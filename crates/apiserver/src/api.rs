@@ -25,8 +25,10 @@ use tracing::debug;
 use crate::discovery;
 use crate::keys;
 use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
+use crate::openapi;
 use crate::patch;
 use crate::resources::{Registry, ResourceType};
+use crate::schema::{self, FieldValidation, Schema};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 
@@ -47,11 +49,15 @@ pub struct Api {
     address: String,
     /// How often a watch that allows bookmarks gets one.
     bookmark_interval: Duration,
+    /// The OpenAPI documents of the registry's current generation.
+    openapi: Arc<openapi::Cache>,
 }
 
 /// What a path names.
 enum Route {
     Version,
+    OpenApiIndex,
+    OpenApiDocument(String),
     CoreGroups,
     Groups,
     Group(String),
@@ -169,6 +175,7 @@ impl Api {
             cluster: ROOT_CLUSTER.to_owned(),
             address: address.into(),
             bookmark_interval: Duration::from_secs(60),
+            openapi: Arc::default(),
         }
     }
 
@@ -229,6 +236,8 @@ impl Api {
         let not_found = || ApiError::no_route(path);
         let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
             ["version"] => return Ok(Route::Version),
+            ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
+            ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiDocument(rest.join("/"))),
             ["api"] => return Ok(Route::CoreGroups),
             ["apis"] => return Ok(Route::Groups),
             ["api", version] => return Ok(Route::Resources(String::new(), (*version).to_owned())),
@@ -306,6 +315,27 @@ impl Api {
             };
         let target = match route {
             Route::Version => return Ok(json_response(StatusCode::OK, &discovery::version())),
+            Route::OpenApiIndex => {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &self.openapi.index(&self.registry),
+                ));
+            }
+            Route::OpenApiDocument(path) => {
+                let document = self
+                    .openapi
+                    .document(&self.registry, &path)
+                    .ok_or_else(|| ApiError::no_route(&format!("/openapi/v3/{path}")))?;
+                let mut response = (StatusCode::OK, document.0.clone()).into_response();
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", document.1)) {
+                    response.headers_mut().insert(header::ETAG, etag);
+                }
+                return Ok(response);
+            }
             Route::CoreGroups | Route::Groups => {
                 let core = matches!(route, Route::CoreGroups);
                 let format = discovery::negotiate(accept);
@@ -359,24 +389,29 @@ impl Api {
                 Ok(json_response(StatusCode::OK, &object))
             }
             (Method::POST, None) => {
-                let object = self.create(&target, query, headers, &body).await?;
-                Ok(json_response(StatusCode::CREATED, &object))
+                let (object, warnings) = self.create(&target, query, headers, &body).await?;
+                Ok(with_warnings(
+                    json_response(StatusCode::CREATED, &object),
+                    &warnings,
+                ))
             }
             (Method::PUT, Some(name)) => {
                 let object = parse_body(&body, headers)?;
-                let (object, created) = self.update(&target, &name, query, object).await?;
-                Ok(json_response(
-                    if created {
-                        StatusCode::CREATED
-                    } else {
-                        StatusCode::OK
-                    },
-                    &object,
-                ))
+                let (object, created, warnings) =
+                    self.update(&target, &name, query, object).await?;
+                let code = if created {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                };
+                Ok(with_warnings(json_response(code, &object), &warnings))
             }
             (Method::PATCH, Some(name)) => {
-                let object = self.patch(&target, &name, query, headers, &body).await?;
-                Ok(json_response(StatusCode::OK, &object))
+                let (object, warnings) = self.patch(&target, &name, query, headers, &body).await?;
+                Ok(with_warnings(
+                    json_response(StatusCode::OK, &object),
+                    &warnings,
+                ))
             }
             (Method::DELETE, Some(name)) => {
                 let (code, object) = self.delete(&target, &name, query, &body).await?;
@@ -431,7 +466,7 @@ impl Api {
         query: &Query,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<(Value, Vec<String>)> {
         let rt = &target.rt;
         if target.sub.is_some() {
             return Err(ApiError::method_not_allowed("POST", "a subresource"));
@@ -444,6 +479,7 @@ impl Api {
         }
         let namespace = target.namespace.clone().unwrap_or_default();
         let mut object = parse_body(body, headers)?;
+        let warnings = admit_fields(rt, &mut object, query)?;
         let name = object::prepare_create(&mut object, rt, &namespace)?;
         if rt.namespaced {
             self.require_namespace(&namespace).await?;
@@ -459,7 +495,7 @@ impl Api {
             object["status"] = json!({"phase": "Active"});
         }
         if query.dry_run()? {
-            return Ok(object);
+            return Ok((object, warnings));
         }
         let key = keys::key(rt, &self.cluster, &namespace, &name);
         let revision = self
@@ -473,17 +509,21 @@ impl Api {
                 e => e.into(),
             })?;
         debug!(resource = %rt.plural, %namespace, %name, %revision, "created");
-        Ok(object::with_resource_version(object, revision.get()))
+        Ok((
+            object::with_resource_version(object, revision.get()),
+            warnings,
+        ))
     }
 
-    /// Replaces an object (or its status); returns the object and whether it was created.
+    /// Replaces an object (or its status); returns the object, whether it was created, and
+    /// the warnings for the client.
     async fn update(
         &self,
         target: &Target,
         name: &str,
         query: &Query,
         mut object: Value,
-    ) -> ApiResult<(Value, bool)> {
+    ) -> ApiResult<(Value, bool, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
         if meta_str(&object, "name") != name {
@@ -515,9 +555,14 @@ impl Api {
                 }
             }
         }
+        let warnings = admit_fields(rt, &mut object, query)?;
         object::prepare_update(&mut object, &current, rt)?;
         if query.dry_run()? {
-            return Ok((object::with_resource_version(object, revision.get()), false));
+            return Ok((
+                object::with_resource_version(object, revision.get()),
+                false,
+                warnings,
+            ));
         }
         let finished = !current["metadata"]["deletionTimestamp"].is_null()
             && object["metadata"]["finalizers"]
@@ -533,6 +578,7 @@ impl Api {
             return Ok((
                 object::with_resource_version(object, deleted_at.get()),
                 false,
+                warnings,
             ));
         }
         let new = self
@@ -540,7 +586,11 @@ impl Api {
             .update(&key, Bytes::from(object.to_string()), revision)
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
-        Ok((object::with_resource_version(object, new.get()), false))
+        Ok((
+            object::with_resource_version(object, new.get()),
+            false,
+            warnings,
+        ))
     }
 
     fn write_error(&self, e: flotilla_store::Error, rt: &ResourceType, name: &str) -> ApiError {
@@ -562,7 +612,7 @@ impl Api {
         query: &Query,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> ApiResult<Value> {
+    ) -> ApiResult<(Value, Vec<String>)> {
         let content_type = content_type(headers).to_owned();
         let patch: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
@@ -592,7 +642,7 @@ impl Api {
             }
             match self.update(target, name, query, patched).await {
                 Err(e) if e.reason == "Conflict" && patch_keeps_version(&patch) => continue,
-                other => return other.map(|(object, _)| object),
+                other => return other.map(|(object, _, warnings)| (object, warnings)),
             }
         }
         Err(ApiError::conflict(
@@ -1025,6 +1075,31 @@ fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
         ));
     }
     Ok(value)
+}
+
+/// Checks an object's fields against its kind's schema: unknown fields are dropped, and
+/// fail the request or become warnings as `fieldValidation` asks.
+fn admit_fields(rt: &ResourceType, object: &mut Value, query: &Query) -> ApiResult<Vec<String>> {
+    let validation = FieldValidation::parse(query.get("fieldValidation"))?;
+    let unknown = match Schema::for_type(rt) {
+        Some(schema) => schema.prune(object),
+        None => Vec::new(),
+    };
+    schema::judge(unknown, validation)
+}
+
+/// Adds a `Warning: 299 - "…"` header per warning, as the Kubernetes API server does.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!(
+            "299 - \"{}\"",
+            warning.replace('\\', "\\\\").replace('"', "\\\"")
+        );
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {

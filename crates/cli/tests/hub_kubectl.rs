@@ -1,6 +1,6 @@
 //! The real kubectl against a real `flotilla hub` process.
 //!
-//! `kubectl create` runs with `--validate=false` until the hub serves OpenAPI.
+//! kubectl validates with the server (`fieldValidation=Strict`, learnt from `/openapi/v3`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -118,7 +118,7 @@ impl Hub {
     }
 
     fn create(&self, manifest: &str) -> String {
-        let out = self.kubectl_with(&["create", "--validate=false", "-f", "-"], Some(manifest));
+        let out = self.kubectl_with(&["create", "-f", "-"], Some(manifest));
         assert!(
             out.status.success(),
             "create failed: {}",
@@ -290,7 +290,7 @@ fn create_get_label_annotate_patch_replace_delete() {
 
     // Replace with the stale resourceVersion of the first read: a conflict.
     let stale = cm.to_string();
-    let out = hub.kubectl_with(&["replace", "--validate=false", "-f", "-"], Some(&stale));
+    let out = hub.kubectl_with(&["replace", "-f", "-"], Some(&stale));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the object has been modified"), "{err}");
@@ -304,16 +304,13 @@ fn create_get_label_annotate_patch_replace_delete() {
 #[test]
 fn writing_into_a_missing_namespace_is_not_found_and_dry_run_writes_nothing() {
     let hub = Hub::start();
-    let out = hub.kubectl_with(
-        &["create", "--validate=false", "-f", "-"],
-        Some(&configmap("x", "nowhere")),
-    );
+    let out = hub.kubectl_with(&["create", "-f", "-"], Some(&configmap("x", "nowhere")));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("namespaces \"nowhere\" not found"), "{err}");
 
     let out = hub.kubectl_with(
-        &["create", "--validate=false", "--dry-run=server", "-f", "-"],
+        &["create", "--dry-run=server", "-f", "-"],
         Some(&configmap("dry", "default")),
     );
     assert!(
@@ -441,5 +438,61 @@ fn objects_and_credentials_survive_a_restart() {
     assert_eq!(
         old["clusters"][0]["cluster"]["certificate-authority-data"],
         new["clusters"][0]["cluster"]["certificate-authority-data"]
+    );
+}
+
+#[test]
+fn unknown_fields_fail_under_strict_validation_and_warn_otherwise() {
+    let hub = Hub::start();
+    let bad = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"odd","namespace":"default"},"data":{"k":"v"},"colour":"blue"}"#;
+    // kubectl's default, --validate=strict, lets the server reject the field.
+    let out = hub.kubectl_with(&["create", "-f", "-"], Some(bad));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"strict decoding error: unknown field "colour""#),
+        "{err}"
+    );
+    assert!(hub.fails(&["get", "cm", "odd"]).contains("not found"));
+    // --validate=warn: created without the field, and kubectl prints the server's warning.
+    let out = hub.kubectl_with(&["create", "--validate=warn", "-f", "-"], Some(bad));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(r#"Warning: unknown field "colour""#), "{err}");
+    let cm = hub.json(&["get", "cm", "odd"]);
+    assert!(cm.get("colour").is_none(), "{cm}");
+    assert_eq!(cm["data"]["k"], "v");
+    // Nested fields are named by their path.
+    let deploy = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},
+        "spec":{"replicas":2,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},
+        "spec":{"containers":[{"name":"web","image":"nginx","imagePullPolicy":"Always","colour":"red"}]}}}}"#;
+    let out = hub.kubectl_with(&["create", "-f", "-"], Some(deploy));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"unknown field "spec.template.spec.containers[0].colour""#),
+        "{err}"
+    );
+}
+
+#[test]
+fn explain_reads_the_served_openapi() {
+    let hub = Hub::start();
+    let out = hub.ok(&["explain", "deployment.spec.replicas"]);
+    assert!(out.contains("FIELD: replicas <integer>"), "{out}");
+    assert!(out.contains("Number of desired pods"), "{out}");
+    let out = hub.ok(&["explain", "configmap"]);
+    assert!(
+        out.contains("KIND:       ConfigMap") && out.contains("binaryData"),
+        "{out}"
+    );
+    // /openapi/v2 is not served (clients use v3).
+    let err = hub.fails(&["get", "--raw", "/openapi/v2"]);
+    assert!(
+        err.contains("NotFound") || err.contains("not find"),
+        "{err}"
     );
 }
