@@ -22,13 +22,14 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tracing::debug;
 
+use crate::crd;
 use crate::discovery;
 use crate::keys;
 use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
 use crate::openapi;
 use crate::patch;
 use crate::resources::{Registry, ResourceType};
-use crate::schema::{self, FieldValidation, Schema};
+use crate::schema::{self, FieldValidation, Schema, Structural};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 
@@ -63,6 +64,15 @@ enum Route {
     Group(String),
     Resources(String, String),
     Objects(Target),
+}
+
+/// Work that goes on after a request, until done.
+#[derive(Debug)]
+enum Cleanup {
+    /// Empty a terminating namespace, then delete it.
+    Namespace(String),
+    /// Delete every object of a deleted CRD's resource, then the CRD.
+    CustomResources(String),
 }
 
 /// The objects a path names.
@@ -199,6 +209,45 @@ impl Api {
             match self.store.create(&key, Bytes::from(ns.to_string())).await {
                 Ok(_) | Err(flotilla_store::Error::AlreadyExists { .. }) => {}
                 Err(e) => return Err(e.into()),
+            }
+        }
+        // Serve the stored CRDs; finish deletions an earlier run left half done.
+        let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
+        let page = self
+            .store
+            .list(
+                &keys::prefix(&crd_type, &self.cluster, None),
+                ListOptions::default(),
+            )
+            .await?;
+        for kv in page.kvs {
+            let mut object: Value = serde_json::from_slice(&kv.value)
+                .map_err(|e| ApiError::internal(format!("a stored CRD is not JSON: {e}")))?;
+            let name = meta_str(&object, "name").to_owned();
+            match crd::admit(&mut object) {
+                Ok(definition) if crd::conflict(&definition, &self.registry).is_none() => {
+                    crd::register(&self.registry, &definition);
+                }
+                Ok(_) => tracing::warn!(crd = %name, "the CRD's names clash; not served"),
+                Err(e) => {
+                    tracing::warn!(crd = %name, error = %e, "a stored CRD is invalid; not served")
+                }
+            }
+            if !object["metadata"]["deletionTimestamp"].is_null() {
+                self.spawn_cleanup(Cleanup::CustomResources(name));
+            }
+        }
+        let page = self
+            .store
+            .list(
+                &keys::prefix(&rt, &self.cluster, None),
+                ListOptions::default(),
+            )
+            .await?;
+        for kv in page.kvs {
+            let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+            if !object["metadata"]["deletionTimestamp"].is_null() {
+                self.spawn_cleanup(Cleanup::Namespace(meta_str(&object, "name").to_owned()));
             }
         }
         Ok(())
@@ -494,6 +543,13 @@ impl Api {
             object["spec"]["finalizers"] = json!(["kubernetes"]);
             object["status"] = json!({"phase": "Active"});
         }
+        let definition = match crd::is_crd_type(rt) {
+            true => Some(self.admit_crd(&mut object, &Value::Null)?),
+            false => None,
+        };
+        if rt.schema.is_some() {
+            self.require_served(rt).await?;
+        }
         if query.dry_run()? {
             return Ok((object, warnings));
         }
@@ -509,6 +565,9 @@ impl Api {
                 e => e.into(),
             })?;
         debug!(resource = %rt.plural, %namespace, %name, %revision, "created");
+        if let Some((definition, true)) = definition {
+            crd::register(&self.registry, &definition);
+        }
         Ok((
             object::with_resource_version(object, revision.get()),
             warnings,
@@ -557,6 +616,10 @@ impl Api {
         }
         let warnings = admit_fields(rt, &mut object, query)?;
         object::prepare_update(&mut object, &current, rt)?;
+        let definition = match crd::is_crd_type(rt) {
+            true => Some(self.admit_crd(&mut object, &current["status"])?),
+            false => None,
+        };
         if query.dry_run()? {
             return Ok((
                 object::with_resource_version(object, revision.get()),
@@ -575,6 +638,9 @@ impl Api {
                 .delete(&key, Some(revision))
                 .await
                 .map_err(|e| self.write_error(e, rt, name))?;
+            if let Some((definition, _)) = &definition {
+                crd::unregister(&self.registry, &definition.group, &definition.plural);
+            }
             return Ok((
                 object::with_resource_version(object, deleted_at.get()),
                 false,
@@ -586,11 +652,52 @@ impl Api {
             .update(&key, Bytes::from(object.to_string()), revision)
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
+        if let Some((definition, true)) = &definition {
+            crd::register(&self.registry, definition);
+        }
         Ok((
             object::with_resource_version(object, new.get()),
             false,
             warnings,
         ))
+    }
+
+    /// Checks a CRD about to be written and sets its status; returns what it defines and
+    /// whether its names can be served.
+    fn admit_crd(
+        &self,
+        object: &mut Value,
+        previous: &Value,
+    ) -> ApiResult<(crd::Definition, bool)> {
+        let definition = crd::admit(object)?;
+        let clash = crd::conflict(&definition, &self.registry);
+        let terminating = !object["metadata"]["deletionTimestamp"].is_null();
+        if previous.is_null() {
+            let meta = object::metadata_mut(object)?;
+            let finalizers = meta.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(list) = finalizers.as_array_mut()
+                && !list.iter().any(|f| f == crd::CLEANUP_FINALIZER)
+            {
+                list.push(json!(crd::CLEANUP_FINALIZER));
+            }
+        }
+        object["status"] = crd::status(&definition, clash.as_deref(), previous, terminating);
+        Ok((definition, clash.is_none()))
+    }
+
+    /// Refuses new custom resources while their CRD is being deleted.
+    async fn require_served(&self, rt: &ResourceType) -> ApiResult<()> {
+        let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
+        let name = format!("{}.{}", rt.plural, rt.group);
+        match self.get(&crd_type, "", &name).await {
+            Ok((crd, _)) if crd["metadata"]["deletionTimestamp"].is_null() => Ok(()),
+            Ok(_) => Err(ApiError::method_not_allowed(
+                "create",
+                &format!("{name}: the CustomResourceDefinition is being deleted"),
+            )),
+            Err(e) if e.code == 404 => Err(ApiError::no_route(&rt.plural)),
+            Err(e) => Err(e),
+        }
     }
 
     fn write_error(&self, e: flotilla_store::Error, rt: &ResourceType, name: &str) -> ApiError {
@@ -697,13 +804,20 @@ impl Api {
             if is_namespace {
                 current["status"]["phase"] = json!("Terminating");
             }
+            let is_crd = crd::is_crd_type(rt);
+            if is_crd && let Ok(definition) = crd::admit(&mut current.clone()) {
+                let previous = current["status"].clone();
+                current["status"] = crd::status(&definition, None, &previous, true);
+            }
             let new = self
                 .store
                 .update(&key, Bytes::from(current.to_string()), revision)
                 .await
                 .map_err(|e| self.write_error(e, rt, name))?;
             if is_namespace {
-                self.spawn_namespace_cleanup(name.to_owned());
+                self.spawn_cleanup(Cleanup::Namespace(name.to_owned()));
+            } else if is_crd {
+                self.spawn_cleanup(Cleanup::CustomResources(name.to_owned()));
             }
             return Ok((
                 StatusCode::OK,
@@ -753,17 +867,19 @@ impl Api {
         )
     }
 
-    /// Deletes everything in a terminating namespace, then the namespace.
-    fn spawn_namespace_cleanup(&self, namespace: String) {
+    /// Runs a cleanup in the background, pass after pass, until it is done.
+    fn spawn_cleanup(&self, cleanup: Cleanup) {
         let api = self.clone();
         tokio::spawn(async move {
             for attempt in 0u32.. {
-                match api.empty_namespace(&namespace).await {
+                let pass = match &cleanup {
+                    Cleanup::Namespace(namespace) => api.empty_namespace(namespace).await,
+                    Cleanup::CustomResources(name) => api.empty_custom_resource(name).await,
+                };
+                match pass {
                     Ok(true) => break,
                     Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(%namespace, error = %e, "namespace cleanup failed; retrying")
-                    }
+                    Err(e) => tracing::warn!(?cleanup, error = %e, "cleanup failed; retrying"),
                 }
                 tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt.min(50)) + 50))
                     .await;
@@ -771,35 +887,41 @@ impl Api {
         });
     }
 
+    /// Deletes every object of `rt` under `prefix` (finalizers are honoured); returns how
+    /// many are still there.
+    async fn delete_all(&self, rt: &Arc<ResourceType>, prefix: &[u8]) -> ApiResult<usize> {
+        let mut left = 0;
+        let page = self.store.list(prefix, ListOptions::default()).await?;
+        for kv in page.kvs {
+            let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+            let name = meta_str(&object, "name").to_owned();
+            let namespace = meta_str(&object, "namespace");
+            let target = Target {
+                rt: rt.clone(),
+                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+                name: Some(name.clone()),
+                sub: None,
+            };
+            match self
+                .delete(&target, &name, &Query(HashMap::new()), &Bytes::new())
+                .await
+            {
+                Ok((_, object)) if !object["metadata"]["deletionTimestamp"].is_null() => left += 1,
+                Ok(_) => {}
+                Err(e) if e.code == 404 || e.code == 409 => left += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(left)
+    }
+
     /// One pass of namespace cleanup; true once the namespace is gone.
     async fn empty_namespace(&self, namespace: &str) -> ApiResult<bool> {
         let mut left = 0;
         for rt in self.registry.all() {
-            if !rt.namespaced {
-                continue;
-            }
-            let prefix = keys::prefix(&rt, &self.cluster, Some(namespace));
-            let page = self.store.list(&prefix, ListOptions::default()).await?;
-            for kv in page.kvs {
-                let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
-                let name = meta_str(&object, "name").to_owned();
-                let target = Target {
-                    rt: rt.clone(),
-                    namespace: Some(namespace.to_owned()),
-                    name: Some(name.clone()),
-                    sub: None,
-                };
-                match self
-                    .delete(&target, &name, &Query(HashMap::new()), &Bytes::new())
-                    .await
-                {
-                    Ok((_, object)) if !object["metadata"]["deletionTimestamp"].is_null() => {
-                        left += 1
-                    }
-                    Ok(_) => {}
-                    Err(e) if e.code == 404 || e.code == 409 => left += 1,
-                    Err(e) => return Err(e),
-                }
+            if rt.namespaced {
+                let prefix = keys::prefix(&rt, &self.cluster, Some(namespace));
+                left += self.delete_all(&rt, &prefix).await?;
             }
         }
         if left > 0 {
@@ -811,6 +933,59 @@ impl Api {
             Ok(_) | Err(flotilla_store::Error::NotFound { .. }) => Ok(true),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// One pass of a deleted CRD's cleanup: its objects go (every version shares them), then
+    /// its finalizer, then it stops being served. True once done.
+    async fn empty_custom_resource(&self, name: &str) -> ApiResult<bool> {
+        let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
+        let (mut current, revision) = match self.get(&crd_type, "", name).await {
+            Ok(found) => found,
+            Err(e) if e.code == 404 => return Ok(true),
+            Err(e) => return Err(e),
+        };
+        let (group, plural) = name
+            .split_once('.')
+            .map(|(p, g)| (g.to_owned(), p.to_owned()))
+            .unwrap_or_default();
+        let served = self
+            .registry
+            .all()
+            .into_iter()
+            .find(|t| t.group == group && t.plural == plural && t.schema.is_some());
+        if let Some(rt) = served {
+            let prefix = keys::prefix(&rt, &self.cluster, None);
+            if self.delete_all(&rt, &prefix).await? > 0 {
+                return Ok(false);
+            }
+        }
+        let meta = object::metadata_mut(&mut current)?;
+        if let Some(finalizers) = meta.get_mut("finalizers").and_then(Value::as_array_mut) {
+            finalizers.retain(|f| f != crd::CLEANUP_FINALIZER);
+        }
+        let done = meta
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        meta.remove("resourceVersion");
+        let key = keys::key(&crd_type, &self.cluster, "", name);
+        let written = if done {
+            self.store.delete(&key, Some(revision)).await.map(drop)
+        } else {
+            self.store
+                .update(&key, Bytes::from(current.to_string()), revision)
+                .await
+                .map(drop)
+        };
+        match written {
+            Ok(()) => {}
+            Err(flotilla_store::Error::Conflict { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        if done {
+            crd::unregister(&self.registry, &group, &plural);
+        }
+        Ok(true)
     }
 
     /// The list's revision, start key and limit, from resourceVersion, resourceVersionMatch,
@@ -1078,14 +1253,27 @@ fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
 }
 
 /// Checks an object's fields against its kind's schema: unknown fields are dropped, and
-/// fail the request or become warnings as `fieldValidation` asks.
+/// fail the request or become warnings as `fieldValidation` asks; a custom resource is
+/// then defaulted and validated (422 Invalid naming every broken rule).
 fn admit_fields(rt: &ResourceType, object: &mut Value, query: &Query) -> ApiResult<Vec<String>> {
     let validation = FieldValidation::parse(query.get("fieldValidation"))?;
     let unknown = match Schema::for_type(rt) {
         Some(schema) => schema.prune(object),
         None => Vec::new(),
     };
-    schema::judge(unknown, validation)
+    let warnings = schema::judge(unknown, validation)?;
+    if let Some(structural) = Structural::for_type(rt) {
+        structural.default(object);
+        let causes = structural.validate(object);
+        if !causes.is_empty() {
+            let name = match meta_str(object, "name") {
+                "" => meta_str(object, "generateName"),
+                name => name,
+            };
+            return Err(ApiError::invalid(&rt.group, &rt.kind, name, causes));
+        }
+    }
+    Ok(warnings)
 }
 
 /// Adds a `Warning: 299 - "…"` header per warning, as the Kubernetes API server does.

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::openapi;
 use crate::resources::ResourceType;
-use crate::status::{ApiError, ApiResult};
+use crate::status::{ApiError, ApiResult, Cause};
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
@@ -199,6 +199,343 @@ fn walk_object(
     });
 }
 
+/// A custom resource's structural schema: defaults and value checks (built-in kinds have
+/// neither here; their Go validation is not emulated).
+#[derive(Clone, Copy, Debug)]
+pub struct Structural<'a> {
+    root: &'a Value,
+}
+
+impl<'a> Structural<'a> {
+    /// The structural schema of a custom resource type; `None` for built-in kinds.
+    pub fn for_type(rt: &'a ResourceType) -> Option<Structural<'a>> {
+        rt.schema.as_ref().map(|s| Structural { root: &s.0 })
+    }
+
+    /// Fills in every `default` the schema gives for a field that is absent, at every depth
+    /// (a defaulted object is itself defaulted). Metadata, apiVersion and kind are left alone.
+    pub fn default(&self, object: &mut Value) {
+        let Some(map) = object.as_object_mut() else {
+            return;
+        };
+        let Some(properties) = self.root["properties"].as_object() else {
+            return;
+        };
+        for (key, field) in properties {
+            if matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
+                continue;
+            }
+            if !map.contains_key(key)
+                && let Some(default) = field.get("default")
+            {
+                map.insert(key.clone(), default.clone());
+            }
+            if let Some(value) = map.get_mut(key) {
+                apply_defaults(field, value);
+            }
+        }
+    }
+
+    /// Every way the object breaks the schema, as causes with field paths.
+    pub fn validate(&self, object: &Value) -> Vec<Cause> {
+        let mut causes = Vec::new();
+        let Some(map) = object.as_object() else {
+            return causes;
+        };
+        let properties = self.root["properties"].as_object();
+        for required in self.root["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !map.contains_key(required) {
+                causes.push(cause(
+                    required,
+                    "FieldValueRequired",
+                    "Required value".into(),
+                ));
+            }
+        }
+        for (key, value) in map {
+            if matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
+                continue;
+            }
+            if let Some(field) = properties.and_then(|p| p.get(key)) {
+                check(field, value, key, &mut causes);
+            }
+        }
+        causes
+    }
+}
+
+fn apply_defaults(schema: &Value, value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(properties) = schema["properties"].as_object() {
+                for (key, field) in properties {
+                    if !map.contains_key(key)
+                        && let Some(default) = field.get("default")
+                    {
+                        map.insert(key.clone(), default.clone());
+                    }
+                    if let Some(child) = map.get_mut(key) {
+                        apply_defaults(field, child);
+                    }
+                }
+            } else if let Some(additional) =
+                schema.get("additionalProperties").filter(|a| a.is_object())
+            {
+                map.values_mut()
+                    .for_each(|child| apply_defaults(additional, child));
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = schema.get("items") {
+                items
+                    .iter_mut()
+                    .for_each(|child| apply_defaults(item, child));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn cause(field: &str, reason: &str, message: String) -> Cause {
+    Cause {
+        reason: reason.to_owned(),
+        message,
+        field: field.to_owned(),
+    }
+}
+
+/// The value as Kubernetes quotes it in messages (strings quoted, the rest as JSON).
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn type_matches(schema: &Value, value: &Value) -> bool {
+    if value.is_null() {
+        return schema["nullable"] == Value::Bool(true);
+    }
+    if schema["x-kubernetes-int-or-string"] == Value::Bool(true) {
+        return matches!(type_name(value), "integer" | "string");
+    }
+    match schema["type"].as_str() {
+        None => true,
+        Some("number") => value.is_number(),
+        Some(expected) => type_name(value) == expected,
+    }
+}
+
+fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+    if !type_matches(schema, value) {
+        let expected = schema["type"].as_str().unwrap_or("integer or string");
+        let message = format!(
+            "Invalid value: {}: {path} in body must be of type {expected}: {:?}",
+            shown(value),
+            type_name(value)
+        );
+        causes.push(cause(path, "FieldValueTypeInvalid", message));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        let list: Vec<String> = allowed.iter().map(shown).collect();
+        let message = format!(
+            "Unsupported value: {}: supported values: {}",
+            shown(value),
+            list.join(", ")
+        );
+        causes.push(cause(path, "FieldValueNotSupported", message));
+    }
+    let invalid = |causes: &mut Vec<Cause>, rule: String| {
+        causes.push(cause(
+            path,
+            "FieldValueInvalid",
+            format!("Invalid value: {}: {path} in body {rule}", shown(value)),
+        ));
+    };
+    match value {
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or_default();
+            let exclusive = |k: &str| schema[k] == Value::Bool(true);
+            if let Some(min) = schema["minimum"].as_f64() {
+                if exclusive("exclusiveMinimum") && x <= min {
+                    invalid(
+                        causes,
+                        format!("should be greater than {}", schema["minimum"]),
+                    );
+                } else if x < min {
+                    invalid(
+                        causes,
+                        format!("should be greater than or equal to {}", schema["minimum"]),
+                    );
+                }
+            }
+            if let Some(max) = schema["maximum"].as_f64() {
+                if exclusive("exclusiveMaximum") && x >= max {
+                    invalid(causes, format!("should be less than {}", schema["maximum"]));
+                } else if x > max {
+                    invalid(
+                        causes,
+                        format!("should be less than or equal to {}", schema["maximum"]),
+                    );
+                }
+            }
+            if let Some(m) = schema["multipleOf"].as_f64()
+                && m > 0.0
+                && (x / m).fract() != 0.0
+            {
+                invalid(
+                    causes,
+                    format!("should be a multiple of {}", schema["multipleOf"]),
+                );
+            }
+        }
+        Value::String(text) => {
+            let length = text.chars().count() as u64;
+            if let Some(min) = schema["minLength"].as_u64()
+                && length < min
+            {
+                invalid(causes, format!("should be at least {min} chars long"));
+            }
+            if let Some(max) = schema["maxLength"].as_u64()
+                && length > max
+            {
+                causes.push(cause(
+                    path,
+                    "FieldValueTooLong",
+                    format!("Too long: may not be more than {max} bytes"),
+                ));
+            }
+            if let Some(pattern) = schema["pattern"].as_str() {
+                match regex::Regex::new(pattern) {
+                    Ok(re) if re.is_match(text) => {}
+                    Ok(_) => invalid(causes, format!("should match '{pattern}'")),
+                    Err(_) => invalid(
+                        causes,
+                        format!("cannot be checked: the pattern '{pattern}' does not compile"),
+                    ),
+                }
+            }
+        }
+        Value::Array(items) => {
+            let count = items.len() as u64;
+            if let Some(min) = schema["minItems"].as_u64()
+                && count < min
+            {
+                invalid(causes, format!("should have at least {min} items"));
+            }
+            if let Some(max) = schema["maxItems"].as_u64()
+                && count > max
+            {
+                causes.push(cause(
+                    path,
+                    "FieldValueTooMany",
+                    format!("Too many: {count}: must have at most {max} items"),
+                ));
+            }
+            check_list_uniqueness(schema, items, path, causes);
+            if let Some(item) = schema.get("items") {
+                for (i, child) in items.iter().enumerate() {
+                    check(item, child, &format!("{path}[{i}]"), causes);
+                }
+            }
+        }
+        Value::Object(map) => {
+            let count = map.len() as u64;
+            if let Some(min) = schema["minProperties"].as_u64()
+                && count < min
+            {
+                invalid(causes, format!("should have at least {min} properties"));
+            }
+            if let Some(max) = schema["maxProperties"].as_u64()
+                && count > max
+            {
+                causes.push(cause(
+                    path,
+                    "FieldValueTooMany",
+                    format!("Too many: {count}: must have at most {max} properties"),
+                ));
+            }
+            for required in schema["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+            {
+                if !map.contains_key(required) {
+                    causes.push(cause(
+                        &format!("{path}.{required}"),
+                        "FieldValueRequired",
+                        "Required value".into(),
+                    ));
+                }
+            }
+            let properties = schema["properties"].as_object();
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, child) in map {
+                if let Some(field) = properties.and_then(|p| p.get(key)).or(additional) {
+                    check(field, child, &format!("{path}.{key}"), causes);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `x-kubernetes-list-type: set` items and `map` keys must be unique.
+fn check_list_uniqueness(schema: &Value, items: &[Value], path: &str, causes: &mut Vec<Cause>) {
+    let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let identity = |item: &Value| -> Value {
+        match schema["x-kubernetes-list-type"].as_str() {
+            Some("map") => Value::Array(keys.iter().map(|k| item[*k].clone()).collect()),
+            _ => item.clone(),
+        }
+    };
+    if !matches!(
+        schema["x-kubernetes-list-type"].as_str(),
+        Some("set" | "map")
+    ) {
+        return;
+    }
+    let mut seen = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let id = identity(item);
+        if seen.contains(&id) {
+            causes.push(cause(
+                &format!("{path}[{i}]"),
+                "FieldValueDuplicate",
+                format!("Duplicate value: {}", shown(&id)),
+            ));
+        } else {
+            seen.push(id);
+        }
+    }
+}
+
 /// Applies `validation` to the unknown fields `prune` found: `Strict` fails the request
 /// as Kubernetes does; otherwise the warnings to send (none under `Ignore`).
 pub fn judge(unknown: Vec<String>, validation: FieldValidation) -> ApiResult<Vec<String>> {
@@ -344,6 +681,97 @@ mod tests {
         let mut object = json!({"metadata": {"name": "b"}, "anything": {"at": "all"}});
         assert!(Schema::for_type(&rt).unwrap().prune(&mut object).is_empty());
         assert_eq!(object["anything"]["at"], "all");
+    }
+
+    fn widget(schema: Value) -> ResourceType {
+        let mut rt = ResourceType::new("example.com", "v1", "Widget", "widgets", true);
+        rt.schema = Some(TypeSchema(Arc::new(schema)));
+        rt
+    }
+
+    fn causes(rt: &ResourceType, object: &Value) -> Vec<(String, String, String)> {
+        Structural::for_type(rt)
+            .unwrap()
+            .validate(object)
+            .into_iter()
+            .map(|c| (c.field, c.reason, c.message))
+            .collect()
+    }
+
+    #[test]
+    fn structural_validation_names_each_broken_rule() {
+        let rt = widget(
+            json!({"type": "object", "required": ["spec"], "properties": {"spec": {"type": "object",
+            "required": ["size"],
+            "properties": {
+                "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                "ratio": {"type": "number", "minimum": 0, "exclusiveMinimum": true},
+                "mode": {"type": "string", "enum": ["fast", "slow"]},
+                "name": {"type": "string", "minLength": 2, "maxLength": 4, "pattern": "^[a-z]+$"},
+                "port": {"x-kubernetes-int-or-string": true},
+                "tags": {"type": "array", "maxItems": 2, "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                "ports": {"type": "array", "minItems": 1, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port"],
+                    "items": {"type": "object", "required": ["port"], "properties": {"port": {"type": "integer"}}}},
+                "note": {"type": "string", "nullable": true},
+                "labels": {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "string"}}}}}}),
+        );
+        let good = json!({"spec": {"size": 3, "ratio": 0.5, "mode": "fast", "name": "abc", "port": "http",
+            "tags": ["a", "b"], "ports": [{"port": 80}, {"port": 443}], "note": null, "labels": {"a": "b"}}});
+        assert_eq!(causes(&rt, &good), Vec::<(String, String, String)>::new());
+        let bad = json!({"spec": {"size": 0, "ratio": 0, "mode": "medium", "name": "ABCDE", "port": true,
+            "tags": ["a", "a", "b"], "ports": [{"port": 80}, {"port": 80}, {}], "note": 3, "labels": {"a": "b", "c": 1}}});
+        let expected: Vec<(String, String, String)> = [
+            ("spec.labels", "FieldValueTooMany", "Too many: 2: must have at most 1 properties"),
+            ("spec.labels.c", "FieldValueTypeInvalid", "Invalid value: 1: spec.labels.c in body must be of type string: \"integer\""),
+            ("spec.mode", "FieldValueNotSupported", "Unsupported value: \"medium\": supported values: \"fast\", \"slow\""),
+            ("spec.name", "FieldValueTooLong", "Too long: may not be more than 4 bytes"),
+            ("spec.name", "FieldValueInvalid", "Invalid value: \"ABCDE\": spec.name in body should match '^[a-z]+$'"),
+            ("spec.note", "FieldValueTypeInvalid", "Invalid value: 3: spec.note in body must be of type string: \"integer\""),
+            ("spec.port", "FieldValueTypeInvalid", "Invalid value: true: spec.port in body must be of type integer or string: \"boolean\""),
+            ("spec.ports[1]", "FieldValueDuplicate", "Duplicate value: [80]"),
+            ("spec.ports[2].port", "FieldValueRequired", "Required value"),
+            ("spec.ratio", "FieldValueInvalid", "Invalid value: 0: spec.ratio in body should be greater than 0"),
+            ("spec.size", "FieldValueInvalid", "Invalid value: 0: spec.size in body should be greater than or equal to 1"),
+            ("spec.tags", "FieldValueTooMany", "Too many: 3: must have at most 2 items"),
+            ("spec.tags[1]", "FieldValueDuplicate", "Duplicate value: \"a\""),
+        ].into_iter().map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned())).collect();
+        assert_eq!(causes(&rt, &bad), expected);
+        let missing = causes(&rt, &json!({"spec": {"ports": []}}));
+        assert_eq!(
+            missing.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+            ["spec.size", "spec.ports"]
+        );
+        assert_eq!(causes(&rt, &json!({}))[0].0, "spec");
+    }
+
+    #[test]
+    fn defaults_fill_absent_fields_at_every_depth() {
+        let rt = widget(
+            json!({"type": "object", "properties": {"spec": {"type": "object", "default": {},
+            "properties": {
+                "size": {"type": "integer", "default": 1},
+                "mode": {"type": "string", "default": "fast"},
+                "limits": {"type": "object", "default": {"cpu": "1"}, "properties": {"cpu": {"type": "string"}, "memory": {"type": "string", "default": "1Gi"}}},
+                "ports": {"type": "array", "items": {"type": "object", "properties": {"protocol": {"type": "string", "default": "TCP"}}}}}}}}),
+        );
+        let structural = Structural::for_type(&rt).unwrap();
+        let mut empty = json!({"metadata": {"name": "w"}});
+        structural.default(&mut empty);
+        assert_eq!(
+            empty,
+            json!({"metadata": {"name": "w"}, "spec": {"size": 1, "mode": "fast", "limits": {"cpu": "1", "memory": "1Gi"}}})
+        );
+        let mut given = json!({"spec": {"size": 5, "limits": {"cpu": "2"}, "ports": [{"port": 1}, {"protocol": "UDP"}]}});
+        structural.default(&mut given);
+        assert_eq!(
+            given,
+            json!({"spec": {"size": 5, "mode": "fast", "limits": {"cpu": "2", "memory": "1Gi"},
+            "ports": [{"port": 1, "protocol": "TCP"}, {"protocol": "UDP"}]}})
+        );
+        assert!(
+            Structural::for_type(&Registry::builtin().get("", "v1", "configmaps").unwrap())
+                .is_none()
+        );
     }
 
     #[test]

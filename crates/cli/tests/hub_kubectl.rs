@@ -496,3 +496,145 @@ fn explain_reads_the_served_openapi() {
         "{err}"
     );
 }
+
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        description: A widget.
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 1, description: How big the widget is.}
+              mode: {type: string, enum: [fast, slow], default: fast}
+          status:
+            type: object
+            properties:
+              ready: {type: boolean}
+"#;
+
+fn widget(size: i64) -> String {
+    format!(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w1, namespace: default}}\nspec: {{size: {size}}}\n"
+    )
+}
+
+#[test]
+fn custom_resources_come_and_go_with_their_definition() {
+    let hub = Hub::start();
+    assert!(
+        hub.fails(&["get", "widgets"])
+            .contains("the server doesn't have a resource type")
+    );
+    hub.create(WIDGET_CRD);
+    hub.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    let resources = hub.ok(&["api-resources", "--api-group=example.com"]);
+    assert!(
+        resources
+            .lines()
+            .any(|l| l.starts_with("widgets") && l.contains("wd") && l.contains("Widget")),
+        "{resources}"
+    );
+    let crd = hub.json(&["get", "crd", "widgets.example.com"]);
+    assert_eq!(crd["status"]["acceptedNames"]["listKind"], "WidgetList");
+    assert_eq!(
+        crd["metadata"]["finalizers"],
+        serde_json::json!(["customresourcecleanup.apiextensions.k8s.io"])
+    );
+
+    // Apply (client side: create, then merge patch), defaults filled in.
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&widget(3)));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let w = hub.json(&["get", "wd", "w1"]);
+    assert_eq!(w["spec"], serde_json::json!({"size": 3, "mode": "fast"}));
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&widget(5)));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("widget.example.com/w1 configured"));
+    let w = hub.json(&["get", "widgets.example.com", "w1"]);
+    assert_eq!(
+        (
+            w["spec"]["size"].as_i64(),
+            w["metadata"]["generation"].as_i64()
+        ),
+        (Some(5), Some(2))
+    );
+    assert!(
+        hub.ok(&["get", "widgets"])
+            .lines()
+            .any(|l| l.starts_with("w1 "))
+    );
+
+    // The schema is enforced and explained.
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&widget(0)));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spec.size in body should be greater than or equal to 1"),
+        "{err}"
+    );
+    let explained = hub.ok(&["explain", "widget.spec.size"]);
+    assert!(explained.contains("How big the widget is."), "{explained}");
+
+    // Status is written only through its subresource.
+    hub.ok(&[
+        "patch",
+        "wd",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"ready":true}}"#,
+    ]);
+    assert!(hub.json(&["get", "wd", "w1"])["status"].is_null());
+    hub.ok(&[
+        "patch",
+        "wd",
+        "w1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"ready":true}}"#,
+    ]);
+    assert_eq!(hub.json(&["get", "wd", "w1"])["status"]["ready"], true);
+
+    // The CRD survives a restart.
+    let hub = Hub::start_in(hub.stop());
+    assert_eq!(hub.json(&["get", "wd", "w1"])["spec"]["size"], 5);
+
+    // Deleting the CRD deletes its objects and stops serving the resource.
+    hub.ok(&["delete", "crd", "widgets.example.com", "--timeout=30s"]);
+    let resources = hub.ok(&["api-resources", "-o", "name"]);
+    assert!(!resources.contains("widgets"), "{resources}");
+    hub.create(WIDGET_CRD);
+    hub.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    let left = hub.ok(&["get", "widgets", "-A", "-o", "name"]);
+    assert!(left.trim().is_empty(), "{left}");
+}
