@@ -17,8 +17,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
-use flotilla_store::{EventKind, ListOptions, Revision, Store, WatchEvent};
-use futures_util::StreamExt;
+use flotilla_store::{EventKind, ListOptions, Revision, Store};
 use serde_json::{Value, json};
 use tracing::debug;
 
@@ -32,6 +31,7 @@ use crate::resources::{Registry, ResourceType};
 use crate::schema::{self, FieldValidation, Schema, Structural};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
+use crate::watchcache::{self, Change, Next, Subscription, WatchCache};
 
 /// The logical cluster the root API serves.
 pub const ROOT_CLUSTER: &str = "root";
@@ -52,6 +52,8 @@ pub struct Api {
     bookmark_interval: Duration,
     /// The OpenAPI documents of the registry's current generation.
     openapi: Arc<openapi::Cache>,
+    /// Every client watch is served from here, over one store watch.
+    watch_cache: Arc<WatchCache>,
 }
 
 /// What a path names.
@@ -180,13 +182,19 @@ impl Api {
     /// The API of the root logical cluster over `store`.
     pub fn new(store: Arc<dyn Store>, registry: Arc<Registry>, address: impl Into<String>) -> Self {
         Api {
-            store,
+            store: store.clone(),
             registry,
             cluster: ROOT_CLUSTER.to_owned(),
             address: address.into(),
             bookmark_interval: Duration::from_secs(60),
             openapi: Arc::default(),
+            watch_cache: Arc::new(WatchCache::new(store, watchcache::Config::default())),
         }
+    }
+
+    /// The watch cache every client watch is served from (for metrics and tests).
+    pub fn watch_cache(&self) -> &WatchCache {
+        &self.watch_cache
     }
 
     /// Sends watch bookmarks at this interval (60 s by default).
@@ -1110,8 +1118,8 @@ impl Api {
                 page.revision
             }
         };
-        let stream = match self.store.watch(&prefix, since).await {
-            Ok(stream) => stream,
+        let subscription = match self.watch_cache.watch(&prefix, since).await {
+            Ok(subscription) => subscription,
             Err(e @ flotilla_store::Error::Compacted { .. }) => {
                 // A 200 with the error in the stream: the client relists.
                 let line = error_line(&ApiError::from(e));
@@ -1123,11 +1131,10 @@ impl Api {
         };
         let feed = WatchFeed {
             initial: initial.into(),
-            stream,
+            subscription,
             labels,
             fields,
             rt,
-            last: since,
             bookmarks: bookmarks.then(|| {
                 tokio::time::interval_at(
                     tokio::time::Instant::now() + self.bookmark_interval,
@@ -1150,12 +1157,10 @@ impl Api {
 /// selectors, BOOKMARKs on an interval, until the timeout.
 struct WatchFeed {
     initial: std::collections::VecDeque<Bytes>,
-    stream: flotilla_store::WatchStream,
+    subscription: Subscription,
     labels: LabelSelector,
     fields: FieldSelector,
     rt: Arc<ResourceType>,
-    /// The revision of the last change accounted for (delivered or filtered out).
-    last: Revision,
     bookmarks: Option<tokio::time::Interval>,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     done: bool,
@@ -1181,20 +1186,23 @@ impl WatchFeed {
             tokio::select! {
                 () = &mut self.deadline => return None,
                 () = tick => {
-                    let bookmark = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(),
-                        "metadata": {"resourceVersion": self.last.get().to_string()}});
-                    return Some(event_line("BOOKMARK", &bookmark));
+                    // Only when nothing is pending for this watcher: a bookmark promises
+                    // that every change up to its revision has been sent.
+                    if let Some(revision) = self.subscription.progress() {
+                        let bookmark = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(),
+                            "metadata": {"resourceVersion": revision.get().to_string()}});
+                        return Some(event_line("BOOKMARK", &bookmark));
+                    }
                 }
-                item = self.stream.next() => match item {
-                    Some(Ok(event)) => {
-                        self.last = event.revision();
-                        if let Some(line) = watch_line(&event, &self.labels, &self.fields) {
+                item = self.subscription.next() => match item {
+                    Some(Next::Change(change)) => {
+                        if let Some(line) = watch_line(&change, &self.labels, &self.fields) {
                             return Some(line);
                         }
                     }
-                    Some(Err(e)) => {
+                    Some(Next::Expired(reason)) => {
                         self.done = true;
-                        return Some(error_line(&ApiError::from(e)));
+                        return Some(error_line(&ApiError::expired(format!("too old resource version: {reason}"))));
                     }
                     None => return None,
                 },
@@ -1300,39 +1308,35 @@ fn error_line(error: &ApiError) -> Bytes {
     event_line("ERROR", &error.status())
 }
 
-/// The watch event for a store change, as seen through the selectors: an object that stops
-/// matching is DELETED for this watcher, one that starts matching is ADDED.
-fn watch_line(event: &WatchEvent, labels: &LabelSelector, fields: &FieldSelector) -> Option<Bytes> {
-    let decode = |v: &[u8]| serde_json::from_slice::<Value>(v).unwrap_or(Value::Null);
-    let matches = |o: &Value| labels.matches(o) && fields.matches(o);
-    let revision = event.revision().get();
-    let before = event
-        .prev_kv
-        .as_ref()
-        .map(|kv| decode(&kv.value))
-        .filter(matches);
-    match event.kind {
-        EventKind::Delete => {
-            before.map(|o| event_line("DELETED", &object::with_resource_version(o, revision)))
-        }
-        EventKind::Put => {
-            let after = decode(&event.kv.value);
-            match (before, matches(&after)) {
-                (None, true) => Some(event_line(
-                    "ADDED",
-                    &object::with_resource_version(after, revision),
-                )),
-                (Some(_), true) => Some(event_line(
-                    "MODIFIED",
-                    &object::with_resource_version(after, revision),
-                )),
-                (Some(_), false) => Some(event_line(
-                    "DELETED",
-                    &object::with_resource_version(after, revision),
-                )),
-                (None, false) => None,
-            }
-        }
+/// The watch event for a change, as seen through the selectors: an object that stops
+/// matching is DELETED for this watcher, one that starts matching is ADDED. A deleted
+/// object is sent as it last was, with the deletion's resourceVersion.
+fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -> Option<Bytes> {
+    let selects_all = labels.is_empty() && fields.is_empty();
+    let matches = |o: &&Value| labels.matches(o) && fields.matches(o);
+    let before = change.previous.as_ref().filter(matches);
+    let after = change.object.as_ref();
+    let (kind, object) = match (change.kind, before, after) {
+        (EventKind::Delete, Some(before), _) => ("DELETED", before),
+        (EventKind::Delete, None, _) => return None,
+        (EventKind::Put, before, Some(after)) => match (before.is_some(), matches(&after)) {
+            (false, true) => ("ADDED", after),
+            (true, true) => ("MODIFIED", after),
+            (true, false) => ("DELETED", after),
+            (false, false) => return None,
+        },
+        (EventKind::Put, _, None) => return None,
+    };
+    let render = |_: &Change| {
+        event_line(
+            kind,
+            &object::with_resource_version(object.clone(), change.revision.get()),
+        )
+    };
+    if selects_all {
+        Some(change.line(render))
+    } else {
+        Some(render(change))
     }
 }
 

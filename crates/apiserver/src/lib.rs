@@ -18,6 +18,7 @@ pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod status;
+pub mod watchcache;
 
 pub use api::Api;
 pub use status::{ApiError, ApiResult};

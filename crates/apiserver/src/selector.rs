@@ -172,6 +172,11 @@ impl FieldSelector {
         Ok(FieldSelector(terms))
     }
 
+    /// Whether it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether the object satisfies every term.
     pub fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {

@@ -1,0 +1,796 @@
+//! The watch cache: one store watch feeding every client watch, with a bounded history per
+//! resource.
+//!
+//! ```text
+//!  store.watch("/", from head) ─► feeder task ─► per resource (`/{group}/{plural}/`):
+//!                                   │             decode once ─► history ring (bounded)
+//!                                   │                          ─► broadcast ─► client watches
+//!                                   └─ processed revision (every change up to it is routed)
+//!
+//!  client watch from N: subscribe, then history (N, …] ─► live events (> last seen)
+//!                       N older than the history ─► its own store watch (catch-up from the log)
+//!                       fell behind the broadcast and the history ─► Expired (410): relist
+//! ```
+//!
+//! Every change is decoded once, whatever the number of watchers. Because the feeder sees
+//! every change of the store, its processed revision is a safe bookmark for any resource:
+//! an idle watcher's resourceVersion still advances, so it can resume after a restart of
+//! the connection without a relist.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use bytes::Bytes;
+use flotilla_store::{EventKind, Revision, Store, WatchEvent, WatchStream};
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::sync::broadcast::{self, error::TryRecvError};
+use tracing::{Instrument, info_span, warn};
+
+/// Sizes of the cache.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Events kept per resource for watches that start in the past.
+    pub history: usize,
+    /// Events buffered per resource for live watchers; one further behind is caught up
+    /// from the history, or ended with Expired.
+    pub buffer: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            history: 10_000,
+            buffer: 4_096,
+        }
+    }
+}
+
+/// One change of one object, decoded once and shared by every watcher.
+#[derive(Debug)]
+pub struct Change {
+    /// The change's revision.
+    pub revision: Revision,
+    /// The object's store key.
+    pub key: Bytes,
+    /// Put or delete.
+    pub kind: EventKind,
+    /// The object after a put (with its resourceVersion).
+    pub object: Option<Value>,
+    /// The object before the change (with its resourceVersion), if it existed.
+    pub previous: Option<Value>,
+    /// The `{"type":…,"object":…}` line for watchers without selectors, built once.
+    line: OnceLock<Bytes>,
+}
+
+impl Change {
+    fn from_event(event: &WatchEvent) -> Change {
+        let decode = |value: &[u8], revision: Revision| {
+            serde_json::from_slice::<Value>(value)
+                .ok()
+                .map(|object| crate::object::with_resource_version(object, revision.get()))
+        };
+        let revision = event.revision();
+        Change {
+            revision,
+            key: event.kv.key.clone(),
+            kind: event.kind,
+            object: match event.kind {
+                EventKind::Put => decode(&event.kv.value, revision),
+                EventKind::Delete => None,
+            },
+            previous: event
+                .prev_kv
+                .as_ref()
+                .and_then(|kv| decode(&kv.value, kv.mod_revision)),
+            line: OnceLock::new(),
+        }
+    }
+
+    /// The watch event line for a watcher that selects everything, serialized once.
+    pub fn line(&self, render: impl FnOnce(&Change) -> Bytes) -> Bytes {
+        self.line.get_or_init(|| render(self)).clone()
+    }
+}
+
+/// What a subscription yields.
+#[derive(Debug)]
+pub enum Next {
+    /// A change after the subscription's position.
+    Change(Arc<Change>),
+    /// The watcher cannot be served any more (fell too far behind, or the history it needs
+    /// was compacted): the client must relist. Carries the reason.
+    Expired(String),
+}
+
+/// The resource part of a key: `/{group}/{plural}/`.
+pub fn resource_of(key: &[u8]) -> Option<&[u8]> {
+    let mut slashes = 0;
+    for (i, byte) in key.iter().enumerate() {
+        if *byte == b'/' {
+            slashes += 1;
+            if slashes == 3 {
+                return Some(&key[..=i]);
+            }
+        }
+    }
+    None
+}
+
+/// The cache of every resource, fed by one store watch.
+pub struct WatchCache {
+    store: Arc<dyn Store>,
+    config: Config,
+    inner: Arc<Shared>,
+    started: tokio::sync::OnceCell<()>,
+}
+
+struct Shared {
+    resources: Mutex<HashMap<Vec<u8>, Arc<Resource>>>,
+    /// Every change up to this revision has been routed to the resources' caches.
+    processed: AtomicU64,
+    /// Store watches open for the cache (the feeder, and catch-ups from the log).
+    store_watches: AtomicUsize,
+    /// Client watches being served.
+    watchers: AtomicUsize,
+}
+
+struct Resource {
+    state: Mutex<ResourceState>,
+}
+
+struct ResourceState {
+    history: VecDeque<Arc<Change>>,
+    /// The history holds every change of the resource after this revision.
+    complete_after: Revision,
+    /// The live feed; dropped when the cache is reset, which ends every subscription.
+    tx: Option<broadcast::Sender<Arc<Change>>>,
+}
+
+impl WatchCache {
+    /// A cache over `store`; its feeder starts with the first watch.
+    pub fn new(store: Arc<dyn Store>, config: Config) -> Self {
+        WatchCache {
+            store,
+            config,
+            inner: Arc::new(Shared {
+                resources: Mutex::new(HashMap::new()),
+                processed: AtomicU64::new(0),
+                store_watches: AtomicUsize::new(0),
+                watchers: AtomicUsize::new(0),
+            }),
+            started: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// How many store watches are open for the cache (one feeder, plus catch-ups of watches
+    /// that started before the history).
+    pub fn store_watches(&self) -> usize {
+        self.inner.store_watches.load(Ordering::Relaxed)
+    }
+
+    /// How many client watches are being served.
+    pub fn watchers(&self) -> usize {
+        self.inner.watchers.load(Ordering::Relaxed)
+    }
+
+    /// Every change up to this revision has reached the caches.
+    pub fn processed(&self) -> Revision {
+        Revision::new(self.inner.processed.load(Ordering::Acquire))
+    }
+
+    async fn start(&self) -> flotilla_store::Result<()> {
+        self.started
+            .get_or_try_init(|| async {
+                let head = self.store.current_revision().await?;
+                let stream = self.store.watch(b"/", head).await?;
+                self.inner.processed.store(head.get(), Ordering::Release);
+                self.inner.store_watches.fetch_add(1, Ordering::Relaxed);
+                let feeder = Feeder {
+                    store: self.store.clone(),
+                    shared: self.inner.clone(),
+                    config: self.config,
+                };
+                tokio::spawn(feeder.run(stream).instrument(info_span!("watch_cache")));
+                Ok::<_, flotilla_store::Error>(())
+            })
+            .await
+            .map(drop)
+    }
+
+    fn resource(&self, prefix: &[u8]) -> Arc<Resource> {
+        let mut resources = self
+            .inner
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        resources
+            .entry(prefix.to_vec())
+            .or_insert_with(|| {
+                let (tx, _) = broadcast::channel(self.config.buffer.max(1));
+                // Under the map lock the feeder has routed exactly the changes up to
+                // `processed`: every later change of this resource reaches its history.
+                Arc::new(Resource {
+                    state: Mutex::new(ResourceState {
+                        history: VecDeque::new(),
+                        complete_after: Revision::new(self.inner.processed.load(Ordering::Acquire)),
+                        tx: Some(tx),
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    /// Every change to keys under `prefix` (inside one resource) after `since`, in revision
+    /// order, each once.
+    pub async fn watch(
+        &self,
+        prefix: &[u8],
+        since: Revision,
+    ) -> flotilla_store::Result<Subscription> {
+        self.start().await?;
+        let resource_prefix = resource_of(prefix)
+            .ok_or_else(|| {
+                flotilla_store::Error::InvalidArgument(format!(
+                    "{:?} names no resource",
+                    String::from_utf8_lossy(prefix)
+                ))
+            })?
+            .to_vec();
+        let resource = self.resource(&resource_prefix);
+        let (rx, backlog, complete_after) = {
+            let state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(tx) = &state.tx else {
+                return Err(flotilla_store::Error::Compacted {
+                    requested: since,
+                    compacted: since,
+                });
+            };
+            let rx = tx.subscribe();
+            let backlog: VecDeque<Arc<Change>> = state
+                .history
+                .iter()
+                .filter(|c| c.revision > since && c.key.starts_with(prefix))
+                .cloned()
+                .collect();
+            (rx, backlog, state.complete_after)
+        };
+        // A start older than the history: catch up from the store's log first.
+        let catch_up = if since < complete_after {
+            let stream = self.store.watch(prefix, since).await?;
+            self.inner.store_watches.fetch_add(1, Ordering::Relaxed);
+            Some(CatchUp {
+                stream,
+                until: complete_after,
+                shared: self.inner.clone(),
+            })
+        } else {
+            None
+        };
+        self.inner.watchers.fetch_add(1, Ordering::Relaxed);
+        Ok(Subscription {
+            prefix: prefix.to_vec(),
+            resource,
+            rx,
+            catch_up,
+            backlog,
+            last: since,
+            shared: self.inner.clone(),
+        })
+    }
+}
+
+/// The single store watch that fills the caches.
+struct Feeder {
+    store: Arc<dyn Store>,
+    shared: Arc<Shared>,
+    config: Config,
+}
+
+impl Feeder {
+    async fn run(self, mut stream: WatchStream) {
+        loop {
+            match stream.next().await {
+                Some(Ok(event)) => self.route(&event),
+                Some(Err(e)) => {
+                    // Fell behind a compaction: every cache loses its continuity.
+                    warn!(error = %e, "the watch cache's store watch failed; restarting it");
+                    self.reset();
+                    stream = loop {
+                        match self.restart().await {
+                            Ok(stream) => break stream,
+                            Err(e) => {
+                                warn!(error = %e, "cannot restart the watch cache's store watch");
+                                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            }
+                        }
+                    };
+                }
+                None => {
+                    self.shared.store_watches.fetch_sub(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn restart(&self) -> flotilla_store::Result<WatchStream> {
+        let head = self.store.current_revision().await?;
+        let stream = self.store.watch(b"/", head).await?;
+        self.shared.processed.store(head.get(), Ordering::Release);
+        Ok(stream)
+    }
+
+    /// Drops every cache: their watchers end with Expired and relist.
+    fn reset(&self) {
+        let mut resources = self
+            .shared
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for resource in resources.values() {
+            resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .tx = None;
+        }
+        resources.clear();
+    }
+
+    /// Hands a change to its resource's cache, then counts it as processed. Both happen
+    /// under the map lock, so that a cache created meanwhile knows where its history
+    /// starts; and the count moves only after the send, so that a watcher that finds
+    /// nothing queued has received every change up to it.
+    fn route(&self, event: &WatchEvent) {
+        let revision = event.revision();
+        let resources = self
+            .shared
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let resource = resource_of(&event.kv.key).and_then(|prefix| resources.get(prefix));
+        if let Some(resource) = resource {
+            let change = Arc::new(Change::from_event(event));
+            let mut state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if revision > state.complete_after {
+                state.history.push_back(change.clone());
+                while state.history.len() > self.config.history {
+                    if let Some(oldest) = state.history.pop_front() {
+                        state.complete_after = oldest.revision;
+                    }
+                }
+                if let Some(tx) = &state.tx {
+                    // No receivers is fine: nobody is watching right now.
+                    let _ = tx.send(change);
+                }
+            }
+        }
+        self.shared
+            .processed
+            .fetch_max(revision.get(), Ordering::AcqRel);
+        drop(resources);
+    }
+}
+
+/// A dedicated store watch serving the part of a watch that is older than the history.
+struct CatchUp {
+    stream: WatchStream,
+    /// From this revision on the cache takes over.
+    until: Revision,
+    shared: Arc<Shared>,
+}
+
+impl Drop for CatchUp {
+    fn drop(&mut self) {
+        self.shared.store_watches.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One client's view of a resource's changes.
+pub struct Subscription {
+    prefix: Vec<u8>,
+    resource: Arc<Resource>,
+    rx: broadcast::Receiver<Arc<Change>>,
+    catch_up: Option<CatchUp>,
+    backlog: VecDeque<Arc<Change>>,
+    /// The revision of the last change delivered or skipped.
+    last: Revision,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.shared.watchers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Subscription {
+    /// The newest revision this watcher has accounted for: a safe bookmark.
+    pub fn position(&self) -> Revision {
+        self.last
+    }
+
+    /// A revision every change up to which the watcher has seen (or been sent), if nothing
+    /// is pending for it: what a bookmark may carry.
+    pub fn progress(&mut self) -> Option<Revision> {
+        if self.catch_up.is_some() || !self.backlog.is_empty() {
+            return None;
+        }
+        let processed = Revision::new(self.shared.processed.load(Ordering::Acquire));
+        // Read the processed revision first: if nothing is queued after it, every change
+        // up to it has been received.
+        match self.rx.try_recv() {
+            Err(TryRecvError::Empty) => {
+                self.last = self.last.max(processed);
+                Some(self.last)
+            }
+            Ok(change) => {
+                self.backlog.push_back(change);
+                None
+            }
+            Err(TryRecvError::Lagged(_)) | Err(TryRecvError::Closed) => None,
+        }
+    }
+
+    fn accept(&mut self, change: Arc<Change>) -> Option<Arc<Change>> {
+        if change.revision <= self.last {
+            return None;
+        }
+        self.last = change.revision;
+        change.key.starts_with(&self.prefix).then_some(change)
+    }
+
+    /// The next change, in revision order; `None` once the cache is gone (the server stops).
+    pub async fn next(&mut self) -> Option<Next> {
+        loop {
+            if let Some(catch_up) = &mut self.catch_up {
+                match catch_up.stream.next().await {
+                    Some(Ok(event)) => {
+                        let done = event.revision() >= catch_up.until;
+                        let change = Arc::new(Change::from_event(&event));
+                        if done {
+                            self.catch_up = None;
+                        }
+                        if let Some(change) = self.accept(change) {
+                            return Some(Next::Change(change));
+                        }
+                        continue;
+                    }
+                    Some(Err(e)) => return Some(Next::Expired(e.to_string())),
+                    None => {
+                        self.catch_up = None;
+                        continue;
+                    }
+                }
+            }
+            if let Some(change) = self.backlog.pop_front() {
+                if let Some(change) = self.accept(change) {
+                    return Some(Next::Change(change));
+                }
+                continue;
+            }
+            match self.rx.recv().await {
+                Ok(change) => {
+                    if let Some(change) = self.accept(change) {
+                        return Some(Next::Change(change));
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Too slow for the live buffer: take what is missing from the history,
+                    // if it still reaches back far enough.
+                    let state = self
+                        .resource
+                        .state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if state.complete_after > self.last {
+                        return Some(Next::Expired(format!(
+                            "the watcher fell behind: changes after revision {} are no longer in the watch cache",
+                            self.last.get()
+                        )));
+                    }
+                    self.backlog = state
+                        .history
+                        .iter()
+                        .filter(|c| c.revision > self.last)
+                        .cloned()
+                        .collect();
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    // The cache was reset (its store watch failed): relist.
+                    return Some(Next::Expired("the watch cache was reset".into()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use flotilla_store_memory::MemoryStore;
+    use serde_json::json;
+
+    use super::*;
+
+    fn value(name: &str, n: u64) -> Bytes {
+        Bytes::from(json!({"metadata": {"name": name}, "n": n}).to_string())
+    }
+
+    async fn next_change(sub: &mut Subscription) -> Arc<Change> {
+        match tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await
+            .expect("a change in time")
+        {
+            Some(Next::Change(change)) => change,
+            other => panic!("expected a change, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn resources_are_the_first_two_segments() {
+        assert_eq!(
+            resource_of(b"/apps/deployments/root/ns/web"),
+            Some(&b"/apps/deployments/"[..])
+        );
+        assert_eq!(
+            resource_of(b"/core/configmaps/"),
+            Some(&b"/core/configmaps/"[..])
+        );
+        assert_eq!(resource_of(b"/core/configmaps"), None);
+    }
+
+    #[tokio::test]
+    async fn one_store_watch_serves_every_watcher_in_order_with_prefix_filtering() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let head = store.current_revision().await.unwrap();
+        let mut all = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        let mut ns_a = cache
+            .watch(b"/core/configmaps/root/a/", head)
+            .await
+            .unwrap();
+        let mut secrets = cache.watch(b"/core/secrets/root/", head).await.unwrap();
+        assert_eq!(cache.store_watches(), 1);
+        assert_eq!(cache.watchers(), 3);
+        store
+            .create(b"/core/configmaps/root/a/x", value("x", 1))
+            .await
+            .unwrap();
+        store
+            .create(b"/core/configmaps/root/b/y", value("y", 1))
+            .await
+            .unwrap();
+        store
+            .create(b"/core/secrets/root/a/s", value("s", 1))
+            .await
+            .unwrap();
+        let rev = store
+            .update(
+                b"/core/configmaps/root/a/x",
+                value("x", 2),
+                Revision::new(head.get() + 1),
+            )
+            .await
+            .unwrap();
+        let seen: Vec<(String, u64)> = {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                let c = next_change(&mut all).await;
+                out.push((
+                    String::from_utf8_lossy(&c.key).into_owned(),
+                    c.revision.get(),
+                ));
+            }
+            out
+        };
+        assert_eq!(
+            seen,
+            [
+                ("/core/configmaps/root/a/x".to_owned(), head.get() + 1),
+                ("/core/configmaps/root/b/y".to_owned(), head.get() + 2),
+                ("/core/configmaps/root/a/x".to_owned(), rev.get()),
+            ]
+        );
+        let first = next_change(&mut ns_a).await;
+        let second = next_change(&mut ns_a).await;
+        assert_eq!(
+            (first.revision.get(), second.revision),
+            (head.get() + 1, rev)
+        );
+        assert_eq!(second.previous.as_ref().unwrap()["n"], 1);
+        assert_eq!(second.object.as_ref().unwrap()["n"], 2);
+        assert_eq!(
+            second.object.as_ref().unwrap()["metadata"]["resourceVersion"],
+            rev.get().to_string()
+        );
+        assert_eq!(
+            next_change(&mut secrets).await.revision.get(),
+            head.get() + 3
+        );
+        drop(all);
+        assert_eq!(cache.watchers(), 2);
+        assert_eq!(cache.store_watches(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_watch_from_inside_the_history_replays_it_and_one_from_before_catches_up_from_the_store()
+     {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(
+            store.clone(),
+            Config {
+                history: 3,
+                buffer: 16,
+            },
+        );
+        let start = store.current_revision().await.unwrap();
+        store
+            .create(b"/core/configmaps/root/a/before", value("before", 0))
+            .await
+            .unwrap();
+        // The cache starts here: the first write is older than its history.
+        let mut first = cache
+            .watch(b"/core/configmaps/root/", start.next())
+            .await
+            .unwrap();
+        for i in 0..5 {
+            store
+                .create(
+                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
+                    value("k", i),
+                )
+                .await
+                .unwrap();
+        }
+        for i in 0..5 {
+            assert_eq!(
+                next_change(&mut first).await.revision.get(),
+                start.get() + 2 + i
+            );
+        }
+        // History holds the last 3 changes (revisions start+4..=start+6).
+        let mut inside = cache
+            .watch(b"/core/configmaps/root/", Revision::new(start.get() + 4))
+            .await
+            .unwrap();
+        assert_eq!(cache.store_watches(), 1);
+        assert_eq!(
+            next_change(&mut inside).await.revision.get(),
+            start.get() + 5
+        );
+        assert_eq!(
+            next_change(&mut inside).await.revision.get(),
+            start.get() + 6
+        );
+        // From before the history (and before the cache started): the store's log.
+        let mut before = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        assert_eq!(cache.store_watches(), 2);
+        let revisions: Vec<u64> = {
+            let mut out = Vec::new();
+            for _ in 0..6 {
+                out.push(next_change(&mut before).await.revision.get());
+            }
+            out
+        };
+        assert_eq!(
+            revisions,
+            (start.get() + 1..=start.get() + 6).collect::<Vec<_>>()
+        );
+        store
+            .create(b"/core/configmaps/root/a/after", value("after", 9))
+            .await
+            .unwrap();
+        assert_eq!(
+            next_change(&mut before).await.revision.get(),
+            start.get() + 7
+        );
+        assert_eq!(
+            cache.store_watches(),
+            1,
+            "the catch-up watch ended once the cache took over"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_falls_behind_the_buffer_and_the_history_expires() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(
+            store.clone(),
+            Config {
+                history: 4,
+                buffer: 2,
+            },
+        );
+        let head = store.current_revision().await.unwrap();
+        let mut slow = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        let mut fast = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        for i in 0..10 {
+            store
+                .create(
+                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
+                    value("k", i),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                next_change(&mut fast).await.revision.get(),
+                head.get() + 1 + i
+            );
+        }
+        match tokio::time::timeout(Duration::from_secs(10), slow.next())
+            .await
+            .unwrap()
+        {
+            Some(Next::Expired(reason)) => assert!(reason.contains("fell behind"), "{reason}"),
+            other => panic!("expected Expired, got {other:?}"),
+        }
+        // A watcher behind the buffer but within the history is caught up from it.
+        let cache = WatchCache::new(
+            store.clone(),
+            Config {
+                history: 100,
+                buffer: 2,
+            },
+        );
+        let head = store.current_revision().await.unwrap();
+        let mut lagging = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        for i in 0..10 {
+            store
+                .create(
+                    format!("/core/configmaps/root/b/k{i}").as_bytes(),
+                    value("k", i),
+                )
+                .await
+                .unwrap();
+        }
+        for i in 0..10 {
+            assert_eq!(
+                next_change(&mut lagging).await.revision.get(),
+                head.get() + 1 + i
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn progress_covers_changes_to_other_resources() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let head = store.current_revision().await.unwrap();
+        let mut idle = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        let written = store
+            .create(b"/core/secrets/root/a/s", value("s", 1))
+            .await
+            .unwrap();
+        for _ in 0..1000 {
+            if cache.processed() >= written {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(idle.progress(), Some(written));
+        // A change of the watched resource that is queued holds the bookmark back.
+        let next = store
+            .create(b"/core/configmaps/root/a/c", value("c", 1))
+            .await
+            .unwrap();
+        for _ in 0..1000 {
+            if cache.processed() >= next {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(idle.progress(), None);
+        assert_eq!(next_change(&mut idle).await.revision, next);
+        assert_eq!(idle.progress(), Some(next));
+    }
+}

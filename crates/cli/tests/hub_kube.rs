@@ -1,0 +1,3 @@
+//! kube-rs against a real `flotilla hub` process.
+
+fn main() {}
