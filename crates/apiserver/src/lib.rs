@@ -7,6 +7,7 @@
 //! ```
 
 pub mod api;
+pub mod compaction;
 pub mod crd;
 pub mod discovery;
 pub mod keys;

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -62,6 +63,39 @@ pub struct HubArgs {
     /// The log format.
     #[arg(long, value_enum, default_value = "plain")]
     pub log_format: LogFormat,
+    /// How often the store is compacted to the revision of one interval earlier
+    /// (`300ms`, `30s`, `5m`, `1h`; `0` never compacts).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub compaction_interval: Duration,
+}
+
+/// A duration written as a number and a unit (`ms`, `s`, `m`, `h`), or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| {
+        format!("invalid duration {text:?}: expected a number and a unit, e.g. 30s or 5m")
+    })?;
+    let millis = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: the unit must be ms, s, m or h"
+            ));
+        }
+    };
+    number
+        .checked_mul(millis)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("invalid duration {text:?}: too long"))
 }
 
 /// Sets up `tracing` output (RUST_LOG filters; info by default).
@@ -111,7 +145,7 @@ impl HubArgs {
             std::net::IpAddr::V4(_) => format!("https://{host}:{}", self.listen.port()),
         };
         let api = Api::new(
-            store,
+            store.clone(),
             Arc::new(Registry::builtin()),
             format!("{host}:{}", self.listen.port()),
         );
@@ -134,6 +168,12 @@ impl HubArgs {
         let auth = Auth {
             check: Arc::new(move |token| identity.is_admin_token(token)),
         };
+        if !self.compaction_interval.is_zero() {
+            tokio::spawn(flotilla_apiserver::compaction::run(
+                store.clone(),
+                self.compaction_interval,
+            ));
+        }
         let ready = Arc::new(AtomicBool::new(false));
         let app = server::router(api, auth, ready.clone());
         ready.store(true, Ordering::Release);
@@ -177,6 +217,25 @@ mod tests {
         assert_eq!(args.listen, "127.0.0.1:6443".parse().unwrap());
         assert_eq!(args.store, None);
         assert_eq!(args.log_format, LogFormat::Plain);
+        assert_eq!(args.compaction_interval, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn compaction_intervals() {
+        let interval = |text: &str| {
+            parse(&[&format!("--compaction-interval={text}")]).map(|a| a.compaction_interval)
+        };
+        assert_eq!(interval("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(interval("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(interval("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(interval("0").unwrap(), Duration::ZERO);
+        for bad in ["5", "m", "1.5s", "-1s", "10d", "99999999999999999999h"] {
+            let e = interval(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("invalid duration") || e.contains("invalid value"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -3,163 +3,11 @@
 //! kubectl validates with the server (`fieldValidation=Strict`, learnt from `/openapi/v3`).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
-/// The kubectl under test: `FLOTILLA_KUBECTL`, or 1.32 from the Google Cloud SDK, or PATH's.
-fn kubectl_binary() -> PathBuf {
-    if let Ok(path) = std::env::var("FLOTILLA_KUBECTL") {
-        return PathBuf::from(path);
-    }
-    let sdk = Path::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.32");
-    if sdk.exists() {
-        return sdk.to_path_buf();
-    }
-    PathBuf::from("kubectl")
-}
+mod support;
 
-/// A hub process on a free port with its own data directory; SIGTERMed on drop.
-struct Hub {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Hub {
-    fn start() -> Hub {
-        let dir = tempfile::tempdir().unwrap();
-        Hub::start_in(dir)
-    }
-
-    fn start_in(dir: tempfile::TempDir) -> Hub {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-            .args(["hub", "--data-dir"])
-            .arg(dir.path())
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .expect("start flotilla hub");
-        let hub = Hub { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if hub.kubeconfig().exists()
-                && hub.kubectl(&["get", "--raw", "/readyz"]).status.success()
-            {
-                return hub;
-            }
-            assert!(Instant::now() < deadline, "the hub did not become ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("admin.kubeconfig")
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        self.kubectl_with(args, None)
-    }
-
-    fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut command = Command::new(kubectl_binary());
-        command
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("run kubectl");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        child.wait_with_output().unwrap()
-    }
-
-    /// Runs kubectl and returns its stdout; panics with its stderr if it fails.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Runs kubectl, which must fail; returns its stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} should have failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8(out.stderr).unwrap()
-    }
-
-    fn create(&self, manifest: &str) -> String {
-        let out = self.kubectl_with(&["create", "-f", "-"], Some(manifest));
-        assert!(
-            out.status.success(),
-            "create failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> serde_json::Value {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&all)).unwrap()
-    }
-
-    fn stop(mut self) -> tempfile::TempDir {
-        terminate(&mut self.child);
-        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
-    }
-}
-
-fn terminate(child: &mut Child) {
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-impl Drop for Hub {
-    fn drop(&mut self) {
-        terminate(&mut self.child);
-    }
-}
+use support::{Hub, kubectl_binary};
 
 fn configmap(name: &str, namespace: &str) -> String {
     format!(
@@ -427,7 +275,7 @@ fn objects_and_credentials_survive_a_restart() {
     let before = hub.json(&["get", "cm", "kept"]);
     let kubeconfig = std::fs::read(hub.kubeconfig()).unwrap();
     let dir = hub.stop();
-    let hub = Hub::start_in(dir);
+    let hub = Hub::start_in(dir, &[]);
     let after = hub.json(&["get", "cm", "kept"]);
     assert_eq!(before, after);
     // The CA and token are the same: the old kubeconfig (server port aside) still works.
@@ -439,6 +287,30 @@ fn objects_and_credentials_survive_a_restart() {
         old["clusters"][0]["cluster"]["certificate-authority-data"],
         new["clusters"][0]["cluster"]["certificate-authority-data"]
     );
+}
+
+#[test]
+fn acknowledged_writes_survive_sigkill() {
+    let mut hub = Hub::start();
+    hub.create(&configmap("kept", "default"));
+    hub.ok(&["label", "cm", "kept", "round=1"]);
+    let before = hub.json(&["get", "cm", "kept"]);
+    let kubeconfig = std::fs::read(hub.kubeconfig()).unwrap();
+    hub.restart(true);
+    // Same object, same resourceVersion; the old kubeconfig (same CA, token, port) works.
+    assert_eq!(hub.json(&["get", "cm", "kept"]), before);
+    assert_eq!(std::fs::read(hub.kubeconfig()).unwrap(), kubeconfig);
+    // Writing goes on from where it was: revisions only grow.
+    hub.ok(&["label", "cm", "kept", "round=2", "--overwrite"]);
+    let after = hub.json(&["get", "cm", "kept"]);
+    let rv = |v: &serde_json::Value| {
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(rv(&after) > rv(&before));
 }
 
 #[test]
@@ -620,7 +492,7 @@ fn custom_resources_come_and_go_with_their_definition() {
     assert_eq!(hub.json(&["get", "wd", "w1"])["status"]["ready"], true);
 
     // The CRD survives a restart.
-    let hub = Hub::start_in(hub.stop());
+    let hub = Hub::start_in(hub.stop(), &[]);
     assert_eq!(hub.json(&["get", "wd", "w1"])["spec"]["size"], 5);
 
     // Deleting the CRD deletes its objects and stops serving the resource.

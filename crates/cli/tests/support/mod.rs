@@ -1,0 +1,211 @@
+//! A real `flotilla hub` process for end-to-end tests, and the real kubectl to drive it.
+
+#![allow(dead_code)] // Each test file uses a different part of it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The kubectl under test: `FLOTILLA_KUBECTL`, or 1.32 from the Google Cloud SDK, or PATH's.
+pub fn kubectl_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("FLOTILLA_KUBECTL") {
+        return PathBuf::from(path);
+    }
+    let sdk = Path::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.32");
+    if sdk.exists() {
+        return sdk.to_path_buf();
+    }
+    PathBuf::from("kubectl")
+}
+
+/// A hub process on a free port with its own data directory; SIGTERMed on drop.
+pub struct Hub {
+    child: Child,
+    /// The data directory.
+    pub dir: tempfile::TempDir,
+    /// The port it serves on (kept across [`Hub::restart`]).
+    pub port: u16,
+    args: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn(dir: &Path, port: u16, args: &[String]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["hub", "--data-dir"])
+        .arg(dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("start flotilla hub")
+}
+
+impl Hub {
+    /// A hub on a fresh data directory.
+    pub fn start() -> Hub {
+        Hub::start_with(&[])
+    }
+
+    /// A hub on a fresh data directory, with more flags.
+    pub fn start_with(args: &[&str]) -> Hub {
+        Hub::start_in(tempfile::tempdir().unwrap(), args)
+    }
+
+    /// A hub on an existing data directory (a new port).
+    pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Hub {
+        let port = free_port();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let child = spawn(dir.path(), port, &args);
+        let hub = Hub {
+            child,
+            dir,
+            port,
+            args,
+        };
+        hub.wait_ready();
+        hub
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.kubeconfig().exists()
+                && self.kubectl(&["get", "--raw", "/readyz"]).status.success()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the hub did not become ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the process (SIGTERM, or SIGKILL if `kill`) and starts it again on the same
+    /// data directory and port.
+    pub fn restart(&mut self, kill: bool) {
+        if kill {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        } else {
+            terminate(&mut self.child);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpListener::bind(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "port {} stayed busy", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = spawn(self.dir.path(), self.port, &self.args);
+        self.wait_ready();
+    }
+
+    /// The admin kubeconfig the hub wrote.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    /// Runs kubectl against the hub.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with(args, None)
+    }
+
+    /// Runs kubectl against the hub with `stdin` as its input.
+    pub fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut command = Command::new(kubectl_binary());
+        command
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("run kubectl");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl and returns its stdout; panics with its stderr if it fails.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs kubectl, which must fail; returns its stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should have failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// `kubectl create -f -` of a manifest; panics if it fails.
+    pub fn create(&self, manifest: &str) -> String {
+        let out = self.kubectl_with(&["create", "-f", "-"], Some(manifest));
+        assert!(
+            out.status.success(),
+            "create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `kubectl … -o json`, parsed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+
+    /// Stops the hub (SIGTERM) and hands back its data directory.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        terminate(&mut self.child);
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+}
+
+fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
