@@ -192,6 +192,11 @@ impl Api {
         }
     }
 
+    /// The store's current revision.
+    pub async fn revision(&self) -> ApiResult<u64> {
+        Ok(self.store.current_revision().await?.get())
+    }
+
     /// The watch cache every client watch is served from (for metrics and tests).
     pub fn watch_cache(&self) -> &WatchCache {
         &self.watch_cache

@@ -11,6 +11,7 @@ pub mod compaction;
 pub mod crd;
 pub mod discovery;
 pub mod keys;
+pub mod metrics;
 pub mod object;
 pub mod openapi;
 pub mod patch;

@@ -15,6 +15,7 @@ use tower::ServiceExt;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::Api;
+use crate::metrics::{self, Metrics};
 use crate::object::MAX_OBJECT_BYTES;
 use crate::status::ApiError;
 
@@ -31,14 +32,18 @@ struct Shared {
     api: Api,
     auth: Auth,
     ready: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 }
 
 /// The HTTP application: health endpoints without authentication, everything else behind
 /// the bearer token.
 pub fn router(api: Api, auth: Auth, ready: Arc<AtomicBool>) -> axum::Router {
-    axum::Router::new()
-        .fallback(handle)
-        .with_state(Shared { api, auth, ready })
+    axum::Router::new().fallback(handle).with_state(Shared {
+        api,
+        auth,
+        ready,
+        metrics: Arc::new(Metrics::new()),
+    })
 }
 
 async fn handle(State(shared): State<Shared>, request: Request) -> Response {
@@ -63,8 +68,26 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
+        let started = std::time::Instant::now();
+        let labels = metrics::classify(parts.method.as_str(), &path, parts.uri.query());
         if !token.is_some_and(|t| (shared.auth.check)(t)) {
+            shared.metrics.observe(labels, 401, started.elapsed());
             return ApiError::unauthorized().into_response();
+        }
+        if path == "/metrics" {
+            let cache = shared.api.watch_cache();
+            let revision = shared.api.revision().await.unwrap_or_default();
+            let text = shared
+                .metrics
+                .render(cache.watchers(), cache.store_watches(), revision);
+            let mut response = (StatusCode::OK, text).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            return response;
         }
         let body = match to_bytes(body, MAX_OBJECT_BYTES + 1).await {
             Ok(body) => body,
@@ -79,6 +102,9 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             .api
             .serve(parts.method, &path, parts.uri.query(), &parts.headers, body)
             .await;
+        shared
+            .metrics
+            .observe(labels, response.status().as_u16(), started.elapsed());
         debug!(status = response.status().as_u16(), "answered");
         response
     }

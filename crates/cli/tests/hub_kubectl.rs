@@ -510,3 +510,59 @@ fn custom_resources_come_and_go_with_their_definition() {
     let left = hub.ok(&["get", "widgets", "-A", "-o", "name"]);
     assert!(left.trim().is_empty(), "{left}");
 }
+
+#[test]
+fn metrics_count_requests_and_watchers() {
+    let hub = Hub::start();
+    hub.create(&configmap("m", "default"));
+    hub.ok(&["get", "cm", "m"]);
+    hub.ok(&["get", "cm"]);
+    let text = hub.ok(&["get", "--raw", "/metrics"]);
+    assert!(
+        text.contains(
+            r#"apiserver_request_total{verb="POST",group="",resource="configmaps",code="201"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"apiserver_request_total{verb="GET",group="",resource="configmaps",code="200"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"apiserver_request_duration_seconds_bucket{le="#),
+        "{text}"
+    );
+    assert!(text.contains("flotilla_store_revision "), "{text}");
+    // A watcher shows up, served by the one store watch of the cache.
+    let mut watch = Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(hub.kubeconfig())
+        .args(["get", "cm", "-w", "-o", "name"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "configmap/m");
+    // kubectl prints the list before its watch request arrives: wait for the watch.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        let text = hub.ok(&["get", "--raw", "/metrics"]);
+        if text.contains(r#"apiserver_registered_watchers{resource=""} 1"#) {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no watcher registered: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(
+        text.contains("flotilla_watch_cache_store_watches 1"),
+        "{text}"
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
