@@ -733,26 +733,30 @@ impl Api {
         headers: &HeaderMap,
         body: &Bytes,
     ) -> ApiResult<(Value, Vec<String>)> {
-        let content_type = content_type(headers).to_owned();
+        let merge = match content_type(headers) {
+            "application/merge-patch+json" => true,
+            "application/json-patch+json" => false,
+            kind @ ("application/strategic-merge-patch+json" | "application/apply-patch+yaml") => {
+                return Err(ApiError::unsupported_media_type(format!(
+                    "the patch type {kind} is not supported yet; use application/merge-patch+json or application/json-patch+json"
+                )));
+            }
+            other => {
+                return Err(ApiError::unsupported_media_type(format!(
+                    "the patch type {other:?} is not supported; use application/merge-patch+json or application/json-patch+json"
+                )));
+            }
+        };
         let patch: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
         let namespace = target.namespace.clone().unwrap_or_default();
         // Retry on conflict: a patch applies to whatever the object is now.
         for _ in 0..8 {
             let (current, revision) = self.get(&target.rt, &namespace, name).await?;
-            let mut patched = match content_type.as_str() {
-                "application/merge-patch+json" => patch::merge(&current, &patch),
-                "application/json-patch+json" => patch::json_patch(&current, &patch)?,
-                "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
-                    return Err(ApiError::unsupported_media_type(format!(
-                        "the patch type {content_type} is not supported yet; use application/merge-patch+json or application/json-patch+json"
-                    )));
-                }
-                other => {
-                    return Err(ApiError::unsupported_media_type(format!(
-                        "the patch type {other:?} is not supported"
-                    )));
-                }
+            let mut patched = if merge {
+                patch::merge(&current, &patch)
+            } else {
+                patch::json_patch(&current, &patch)?
             };
             // The patched object replaces the current one at its revision, or at the one the
             // patch itself names (a precondition, not retried).
@@ -1244,23 +1248,28 @@ fn content_type(headers: &HeaderMap) -> &str {
         .trim()
 }
 
-/// An object sent to create or replace: JSON only. Protobuf and CBOR get 415, on which
-/// client-go switches to JSON and sends the request again.
+/// An object sent to create or replace: JSON, or YAML (`application/yaml`). Protobuf and
+/// CBOR get 415 with a message saying what to send.
 fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
-    match content_type(headers) {
-        "" | "application/json" | "*/*" => {}
+    let value: Value = match content_type(headers) {
+        "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
+        })?,
+        "application/yaml" => {
+            let text = std::str::from_utf8(body)
+                .map_err(|_| ApiError::bad_request("the request body is not UTF-8 YAML"))?;
+            serde_saphyr::from_str(text).map_err(|e| {
+                ApiError::bad_request(format!("the request body is not valid YAML: {e}"))
+            })?
+        }
         other => {
             return Err(ApiError::unsupported_media_type(format!(
-                "the body's content type {other:?} is not supported: send application/json"
+                "the body's content type {other:?} is not supported: send application/json or application/yaml"
             )));
         }
-    }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?;
+    };
     if !value.is_object() {
-        return Err(ApiError::bad_request(
-            "the request body must be a JSON object",
-        ));
+        return Err(ApiError::bad_request("the request body must be an object"));
     }
     Ok(value)
 }

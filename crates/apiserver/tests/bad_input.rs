@@ -1,0 +1,526 @@
+//! Bad requests get the right `Status` (code, reason, a message naming the problem), and
+//! leave the store exactly as it was.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use bytes::Bytes;
+use flotilla_apiserver::Api;
+use flotilla_apiserver::resources::Registry;
+use flotilla_store::Store;
+use flotilla_store_sqlite::SqliteStore;
+use serde_json::{Value, json};
+
+struct Server {
+    api: Api,
+    store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn new() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(dir.path().join("hub.db")).await.unwrap());
+        let api = Api::new(
+            store.clone(),
+            Arc::new(Registry::builtin()),
+            "127.0.0.1:6443",
+        );
+        api.bootstrap().await.unwrap();
+        Server {
+            api,
+            store,
+            _dir: dir,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> (u16, Value) {
+        let mut headers = HeaderMap::new();
+        if let Some(content_type) = content_type {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_str(content_type).unwrap(),
+            );
+        }
+        let response = self
+            .api
+            .serve(method, path, query, &headers, Bytes::copy_from_slice(body))
+            .await;
+        let code = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// Sends a bad request; checks the Status and that nothing was written.
+    async fn refused(
+        &self,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        content_type: Option<&str>,
+        body: &[u8],
+        (code, reason, names): (u16, &str, &str),
+    ) -> Value {
+        let before = self.store.current_revision().await.unwrap();
+        let (got, status) = self
+            .call(method.clone(), path, query, content_type, body)
+            .await;
+        assert_eq!(got, code, "{method} {path}?{query:?}: {status}");
+        assert_eq!(status["kind"], "Status", "{status}");
+        assert_eq!(status["apiVersion"], "v1", "{status}");
+        assert_eq!(status["status"], "Failure", "{status}");
+        assert_eq!(status["code"], code, "{status}");
+        assert_eq!(status["reason"], reason, "{status}");
+        let message = status["message"].as_str().unwrap();
+        assert!(
+            message.contains(names),
+            "{method} {path}: {message:?} should name {names:?}"
+        );
+        assert_eq!(
+            self.store.current_revision().await.unwrap(),
+            before,
+            "{method} {path} wrote something"
+        );
+        status
+    }
+}
+
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+fn configmap(name: &str) -> Vec<u8> {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+        .to_string()
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn malformed_bodies() {
+    let s = Server::new().await;
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        Some("application/json"),
+        b"{\"metadata\": ",
+        (400, "BadRequest", "not valid JSON"),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        Some("application/yaml"),
+        b"metadata: [unclosed",
+        (400, "BadRequest", "not valid YAML"),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        None,
+        b"[1, 2]",
+        (400, "BadRequest", "must be an object"),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        Some("application/vnd.kubernetes.protobuf"),
+        b"k8s\0",
+        (
+            415,
+            "UnsupportedMediaType",
+            "application/vnd.kubernetes.protobuf",
+        ),
+    )
+    .await;
+    // YAML that is well formed is accepted.
+    let (code, created) = s
+        .call(
+            Method::POST,
+            CONFIGMAPS,
+            None,
+            Some("application/yaml"),
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n",
+        )
+        .await;
+    assert_eq!(
+        (code, created["data"]["k"].as_str()),
+        (201, Some("v")),
+        "{created}"
+    );
+}
+
+#[tokio::test]
+async fn type_and_name_problems() {
+    let s = Server::new().await;
+    let wrong_version =
+        json!({"apiVersion": "v2", "kind": "ConfigMap", "metadata": {"name": "a"}}).to_string();
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        None,
+        wrong_version.as_bytes(),
+        (
+            400,
+            "BadRequest",
+            "(v2) does not match the expected API version (v1)",
+        ),
+    )
+    .await;
+    let wrong_kind =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}}).to_string();
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        None,
+        wrong_kind.as_bytes(),
+        (
+            400,
+            "BadRequest",
+            "(Secret) does not match the expected kind (ConfigMap)",
+        ),
+    )
+    .await;
+    let status = s
+        .refused(
+            Method::POST,
+            CONFIGMAPS,
+            None,
+            None,
+            &configmap("Bad_Name"),
+            (422, "Invalid", "Bad_Name"),
+        )
+        .await;
+    assert_eq!(
+        status["details"]["causes"][0]["field"], "metadata.name",
+        "{status}"
+    );
+    let nameless = json!({"metadata": {}}).to_string();
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        None,
+        nameless.as_bytes(),
+        (422, "Invalid", "name or generateName is required"),
+    )
+    .await;
+    let other_ns = json!({"metadata": {"name": "a", "namespace": "kube-system"}}).to_string();
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        None,
+        other_ns.as_bytes(),
+        (400, "BadRequest", "does not match the namespace"),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        "/api/v1/namespaces/nowhere/configmaps",
+        None,
+        None,
+        &configmap("a"),
+        (404, "NotFound", "namespaces \"nowhere\" not found"),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        "/api/v1/widgets",
+        None,
+        None,
+        &configmap("a"),
+        (404, "NotFound", "/api/v1/widgets"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn size_and_field_validation() {
+    let s = Server::new().await;
+    let huge =
+        json!({"metadata": {"name": "huge"}, "data": {"k": "x".repeat(3 << 20)}}).to_string();
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        None,
+        huge.as_bytes(),
+        (413, "RequestEntityTooLarge", "over the limit"),
+    )
+    .await;
+    let unknown = json!({"metadata": {"name": "u"}, "data": {}, "colour": "red", "spec": {"x": 1}})
+        .to_string();
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        Some("fieldValidation=Strict"),
+        None,
+        unknown.as_bytes(),
+        (
+            400,
+            "BadRequest",
+            r#"strict decoding error: unknown field "colour", unknown field "spec""#,
+        ),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        Some("fieldValidation=Loose"),
+        None,
+        &configmap("a"),
+        (400, "BadRequest", "Loose"),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        Some("dryRun=Some"),
+        None,
+        &configmap("a"),
+        (400, "BadRequest", "Some"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bad_queries() {
+    let s = Server::new().await;
+    let (code, _) = s
+        .call(Method::POST, CONFIGMAPS, None, None, &configmap("a"))
+        .await;
+    assert_eq!(code, 201);
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("labelSelector=app+in+db"),
+        None,
+        b"",
+        (400, "BadRequest", "app in db"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("fieldSelector=spec.colour%3Dred"),
+        None,
+        b"",
+        (400, "BadRequest", "spec.colour"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("resourceVersion=abc"),
+        None,
+        b"",
+        (400, "BadRequest", "abc"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("watch=true&resourceVersion=-1"),
+        None,
+        b"",
+        (400, "BadRequest", "-1"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("limit=ten"),
+        None,
+        b"",
+        (400, "BadRequest", "ten"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("continue=garbage"),
+        None,
+        b"",
+        (400, "BadRequest", "garbage"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("resourceVersion=999999&resourceVersionMatch=Exact"),
+        None,
+        b"",
+        (504, "Timeout", "999999"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("resourceVersionMatch=Exact"),
+        None,
+        b"",
+        (400, "BadRequest", "needs a resourceVersion"),
+    )
+    .await;
+    s.refused(
+        Method::GET,
+        CONFIGMAPS,
+        Some("watch=true&timeoutSeconds=soon"),
+        None,
+        b"",
+        (400, "BadRequest", "soon"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bad_updates_patches_and_deletes() {
+    let s = Server::new().await;
+    let (_, created) = s
+        .call(Method::POST, CONFIGMAPS, None, None, &configmap("a"))
+        .await;
+    let object = format!("{CONFIGMAPS}/a");
+    let mut stale = created.clone();
+    stale["metadata"]["resourceVersion"] = json!("1");
+    stale["data"]["k"] = json!("changed");
+    s.refused(
+        Method::PUT,
+        &object,
+        None,
+        None,
+        stale.to_string().as_bytes(),
+        (409, "Conflict", "the object has been modified"),
+    )
+    .await;
+    let mut renamed = created.clone();
+    renamed["metadata"]["name"] = json!("b");
+    s.refused(
+        Method::PUT,
+        &object,
+        None,
+        None,
+        renamed.to_string().as_bytes(),
+        (400, "BadRequest", "does not match the name on the URL"),
+    )
+    .await;
+    let mut not_a_number = created.clone();
+    not_a_number["metadata"]["resourceVersion"] = json!("twelve");
+    s.refused(
+        Method::PUT,
+        &object,
+        None,
+        None,
+        not_a_number.to_string().as_bytes(),
+        (400, "BadRequest", "twelve"),
+    )
+    .await;
+    s.refused(
+        Method::PUT,
+        &format!("{CONFIGMAPS}/missing"),
+        None,
+        None,
+        &configmap("missing"),
+        (404, "NotFound", "configmaps \"missing\" not found"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        None,
+        Some("application/json-patch+json"),
+        br#"{"op": "add"}"#,
+        (400, "BadRequest", "array of operations"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        None,
+        Some("application/json-patch+json"),
+        br#"[{"op": "remove", "path": "/data/nothing"}]"#,
+        (422, "Invalid", "/data/nothing"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        None,
+        Some("application/json-patch+json"),
+        br#"[{"op": "test", "path": "/data/k", "value": "other"}]"#,
+        (422, "Invalid", "/data/k"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        None,
+        Some("application/merge-patch+json"),
+        b"{not json",
+        (400, "BadRequest", "not valid JSON"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        None,
+        Some("application/xml"),
+        b"<x/>",
+        (415, "UnsupportedMediaType", "application/xml"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        None,
+        Some("application/merge-patch+json"),
+        br#"{"kind": "Secret"}"#,
+        (400, "BadRequest", "(Secret) does not match"),
+    )
+    .await;
+    s.refused(
+        Method::DELETE,
+        &object,
+        None,
+        None,
+        b"{\"preconditions\": ",
+        (400, "BadRequest", "not valid JSON"),
+    )
+    .await;
+    s.refused(
+        Method::DELETE,
+        &object,
+        None,
+        None,
+        br#"{"preconditions": {"uid": "someone-else"}}"#,
+        (409, "Conflict", "the object has been modified"),
+    )
+    .await;
+    s.refused(
+        Method::DELETE,
+        &format!("{CONFIGMAPS}/missing"),
+        None,
+        None,
+        b"",
+        (404, "NotFound", "\"missing\" not found"),
+    )
+    .await;
+    // After all that, the object is as it was created.
+    let (code, now) = s.call(Method::GET, &object, None, None, b"").await;
+    assert_eq!((code, &now), (200, &created));
+}
