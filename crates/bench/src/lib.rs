@@ -5,10 +5,12 @@
 //! machine are not comparable.
 //!
 //! ```text
+//!   api:    the hub's API over HTTPS vs the same calls on its store; watch fan-out
 //!   store:  raw rusqlite loop (same file system, WAL, synchronous=FULL, same batch sizes)
 //!           vs SqliteStore (group commit, revision log, watch)
 //! ```
 
+pub mod api;
 pub mod store;
 
 use std::time::Duration;

@@ -10,6 +10,8 @@ use clap::{Parser, ValueEnum};
 pub enum Scenario {
     /// Durable writes, lists and watch delivery against a raw SQLite loop.
     Store,
+    /// The hub's API over HTTPS against the bare store underneath it.
+    Api,
 }
 
 /// `flotilla bench [--quick] [--out DIR] [--scenario S]…`
@@ -33,7 +35,7 @@ impl BenchArgs {
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("cannot create {}", self.out.display()))?;
         let scenarios = if self.scenarios.is_empty() {
-            vec![Scenario::Store]
+            vec![Scenario::Store, Scenario::Api]
         } else {
             self.scenarios.clone()
         };
@@ -48,6 +50,20 @@ impl BenchArgs {
                     let report = runtime.block_on(flotilla_bench::store::run(&options))?;
                     println!("{}", report.table());
                     let file = self.out.join("store.json");
+                    std::fs::write(&file, serde_json::to_string_pretty(&report.json())?)
+                        .with_context(|| format!("cannot write {}", file.display()))?;
+                    println!("results: {}", file.display());
+                }
+                Scenario::Api => {
+                    let mut options = if self.quick {
+                        flotilla_bench::api::Options::quick(&self.out)
+                    } else {
+                        flotilla_bench::api::Options::new(&self.out)
+                    };
+                    options.hub_binary = std::env::current_exe().ok();
+                    let report = runtime.block_on(flotilla_bench::api::run(&options))?;
+                    println!("{}", report.table());
+                    let file = self.out.join("api.json");
                     std::fs::write(&file, serde_json::to_string_pretty(&report.json())?)
                         .with_context(|| format!("cannot write {}", file.display()))?;
                     println!("results: {}", file.display());

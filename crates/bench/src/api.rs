@@ -1,0 +1,849 @@
+//! The api scenario: the hub's API over HTTPS against the bare store underneath it, with
+//! the same operations and the same concurrency, in one run.
+//!
+//! ```text
+//!  client tasks ── HTTPS keep-alive (one connection each) ──► Api over SqliteStore (a.db)
+//!  the same tasks ───────────── direct calls ───────────────► SqliteStore (b.db)
+//!  create / get / update at 1, 16, 64 clients; LIST of the 64-client namespace;
+//!  N watchers (own connections) vs N store watches: delay from sending a write to receipt
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use flotilla_apiserver::Api;
+use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::server::{self, Auth};
+use flotilla_store::{ListOptions, Revision, Store};
+use flotilla_store_sqlite::SqliteStore;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use crate::{Error, Latency};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where the databases and the hub's files go (a temporary directory inside it).
+    pub dir: PathBuf,
+    /// Fewer operations and watchers, for a smoke run.
+    pub quick: bool,
+    /// The client counts to measure at.
+    pub clients: Vec<usize>,
+    /// Objects created per client count (the LIST measures the last namespace).
+    pub objects: usize,
+    /// Concurrent watchers in the fan-out measurement.
+    pub watchers: usize,
+    /// Writes the watchers must all receive.
+    pub watch_events: usize,
+    /// The `flotilla` binary, to measure an idle hub's memory in a process of its own.
+    pub hub_binary: Option<PathBuf>,
+}
+
+impl Options {
+    /// The full run under `dir`: 1/16/64 clients, 10,000 objects, 1,000 watchers.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Options {
+            dir: dir.into(),
+            quick: false,
+            clients: vec![1, 16, 64],
+            objects: 10_000,
+            watchers: 1_000,
+            watch_events: 50,
+            hub_binary: None,
+        }
+    }
+
+    /// A smoke run: 2,000 objects, 100 watchers.
+    pub fn quick(dir: impl Into<PathBuf>) -> Self {
+        Options {
+            quick: true,
+            objects: 2_000,
+            watchers: 100,
+            watch_events: 20,
+            ..Options::new(dir)
+        }
+    }
+}
+
+/// One operation at one concurrency, through the API and on the store.
+#[derive(Clone, Debug)]
+pub struct Comparison {
+    /// `create`, `get`, `update`.
+    pub op: &'static str,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Through the API.
+    pub api: Latency,
+    /// API operations per second.
+    pub api_rate: f64,
+    /// On the bare store.
+    pub store: Latency,
+    /// Store operations per second.
+    pub store_rate: f64,
+}
+
+/// The results of the api scenario.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Every operation at every client count.
+    pub ops: Vec<Comparison>,
+    /// Objects in the listed namespace.
+    pub list_items: usize,
+    /// A LIST through the API, median of the repetitions.
+    pub list_api: Latency,
+    /// The same list on the store.
+    pub list_store: Latency,
+    /// Watchers in the fan-out.
+    pub watchers: usize,
+    /// Writes each watcher received.
+    pub watch_events: usize,
+    /// From sending a write to each API watcher's receipt of its event.
+    pub watch_api: Latency,
+    /// From the write to each store watcher's receipt.
+    pub watch_store: Latency,
+    /// Resident memory of an idle hub process right after start, in MiB (if measured).
+    pub idle_rss_mib: Option<f64>,
+}
+
+fn ratio(api: f64, store: f64) -> f64 {
+    if store > 0.0 { api / store } else { f64::NAN }
+}
+
+impl Report {
+    /// As JSON.
+    pub fn json(&self) -> Value {
+        json!({
+            "ops": self.ops.iter().map(|c| json!({
+                "op": c.op, "clients": c.clients,
+                "api": c.api.json(), "api_per_second": c.api_rate,
+                "store": c.store.json(), "store_per_second": c.store_rate,
+                "p50_ratio": ratio(c.api.p50_ms, c.store.p50_ms), "p99_ratio": ratio(c.api.p99_ms, c.store.p99_ms),
+            })).collect::<Vec<_>>(),
+            "list": {"items": self.list_items, "api": self.list_api.json(), "store": self.list_store.json(),
+                "ratio": ratio(self.list_api.p50_ms, self.list_store.p50_ms)},
+            "watch": {"watchers": self.watchers, "events": self.watch_events,
+                "api": self.watch_api.json(), "store": self.watch_store.json()},
+            "idle_rss_mib": self.idle_rss_mib,
+        })
+    }
+
+    /// A one-screen summary.
+    pub fn table(&self) -> String {
+        let mut out = String::from(
+            "api: HTTPS (TLS 1.3, keep-alive) to the hub vs the same calls on its store\n",
+        );
+        out.push_str("  op      clients   api p50/p99 ms      store p50/p99 ms    api/s      store/s    p50 ratio p99 ratio\n");
+        for c in &self.ops {
+            out.push_str(&format!(
+                "  {:<7} {:>7}   {:>7.3} / {:<8.3}  {:>7.3} / {:<8.3}  {:>8.0}  {:>8.0}   {:>6.2}    {:>6.2}\n",
+                c.op, c.clients, c.api.p50_ms, c.api.p99_ms, c.store.p50_ms, c.store.p99_ms, c.api_rate, c.store_rate,
+                ratio(c.api.p50_ms, c.store.p50_ms), ratio(c.api.p99_ms, c.store.p99_ms),
+            ));
+        }
+        out.push_str(&format!(
+            "  LIST of {} objects: api {:.1} ms, store {:.1} ms (median; ratio {:.2})\n",
+            self.list_items,
+            self.list_api.p50_ms,
+            self.list_store.p50_ms,
+            ratio(self.list_api.p50_ms, self.list_store.p50_ms)
+        ));
+        out.push_str(&format!(
+            "  {} watchers × {} writes, send → receipt: api p50 {:.2} ms p99 {:.2} ms max {:.2} ms; store watches p50 {:.2} ms p99 {:.2} ms\n",
+            self.watchers, self.watch_events, self.watch_api.p50_ms, self.watch_api.p99_ms, self.watch_api.max_ms,
+            self.watch_store.p50_ms, self.watch_store.p99_ms
+        ));
+        match self.idle_rss_mib {
+            Some(rss) => out.push_str(&format!("  idle hub process RSS: {rss:.1} MiB\n")),
+            None => out.push_str("  idle hub process RSS: not measured (no hub binary given)\n"),
+        }
+        out
+    }
+}
+
+/// One HTTPS connection to the hub.
+struct Connection {
+    sender: SendRequest<Full<Bytes>>,
+    token: String,
+}
+
+#[derive(Clone)]
+struct Target {
+    address: std::net::SocketAddr,
+    tls: TlsConnector,
+    token: String,
+}
+
+fn io(e: impl std::fmt::Display) -> Error {
+    Error::Check(format!("http: {e}"))
+}
+
+impl Target {
+    async fn connect(
+        &self,
+    ) -> Result<
+        (
+            Connection,
+            hyper::client::conn::http1::Connection<
+                TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
+                Full<Bytes>,
+            >,
+        ),
+        Error,
+    > {
+        let tcp = TcpStream::connect(self.address).await?;
+        tcp.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(io)?;
+        let tls = self.tls.connect(name, tcp).await?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(io)?;
+        Ok((
+            Connection {
+                sender,
+                token: self.token.clone(),
+            },
+            connection,
+        ))
+    }
+
+    async fn open(&self) -> Result<Connection, Error> {
+        let (connection, driver) = self.connect().await?;
+        tokio::spawn(async move {
+            let _ = driver.await;
+        });
+        Ok(connection)
+    }
+}
+
+impl Connection {
+    fn request(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Bytes>,
+        content_type: &str,
+    ) -> Result<Request<Full<Bytes>>, Error> {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("host", "127.0.0.1")
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", content_type)
+            .header("accept", "application/json")
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(io)
+    }
+
+    async fn call(
+        &mut self,
+        method: Method,
+        uri: &str,
+        body: Option<Bytes>,
+    ) -> Result<(StatusCode, Bytes), Error> {
+        let request = self.request(method, uri, body, "application/json")?;
+        let response = self.sender.send_request(request).await.map_err(io)?;
+        let status = response.status();
+        let body = response.into_body().collect().await.map_err(io)?.to_bytes();
+        Ok((status, body))
+    }
+
+    async fn expect(
+        &mut self,
+        method: Method,
+        uri: &str,
+        body: Option<Bytes>,
+        code: StatusCode,
+    ) -> Result<Bytes, Error> {
+        let (status, body) = self.call(method, uri, body).await?;
+        if status != code {
+            return Err(Error::Check(format!(
+                "{uri}: {status}: {}",
+                String::from_utf8_lossy(&body)
+            )));
+        }
+        Ok(body)
+    }
+}
+
+fn configmap(namespace: &str, name: &str, size: usize, n: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+        "data": {"n": n.to_string(), "payload": "x".repeat(size)}})
+}
+
+fn store_key(namespace: &str, name: &str) -> Vec<u8> {
+    format!("/core/configmaps/root/{namespace}/{name}").into_bytes()
+}
+
+/// One API request of a phase: method, URI, body, the status expected.
+type Call = (Method, String, Option<Bytes>, StatusCode);
+
+/// `total` API requests from `clients` connections at once (request `i` made by
+/// `make(i)`); every latency and the overall rate.
+async fn api_phase<M>(
+    target: &Target,
+    clients: usize,
+    total: usize,
+    make: M,
+) -> Result<(Latency, f64), Error>
+where
+    M: Fn(usize) -> Call + Send + Sync + Clone + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(clients + 1));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mut connection = target.open().await?;
+        let (barrier, make) = (barrier.clone(), make.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut samples = Vec::new();
+            for i in (c..total).step_by(clients) {
+                let (method, uri, body, code) = make(i);
+                let started = Instant::now();
+                connection.expect(method, &uri, body, code).await?;
+                samples.push(started.elapsed());
+            }
+            Ok::<_, Error>(samples)
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut samples = Vec::with_capacity(total);
+    for task in tasks {
+        samples.extend(task.await??);
+    }
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    Ok((Latency::of(samples), rate))
+}
+
+type StoreOp = Arc<
+    dyn Fn(Arc<dyn Store>, usize) -> futures_util::future::BoxFuture<'static, Result<(), Error>>
+        + Send
+        + Sync,
+>;
+
+/// The same shape on the bare store.
+async fn store_phase(
+    store: &Arc<dyn Store>,
+    clients: usize,
+    total: usize,
+    op: StoreOp,
+) -> Result<(Latency, f64), Error> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(clients + 1));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (barrier, op, store) = (barrier.clone(), op.clone(), store.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut samples = Vec::new();
+            for i in (c..total).step_by(clients) {
+                let started = Instant::now();
+                op(store.clone(), i).await?;
+                samples.push(started.elapsed());
+            }
+            Ok::<_, Error>(samples)
+        }));
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut samples = Vec::with_capacity(total);
+    for task in tasks {
+        samples.extend(task.await??);
+    }
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    Ok((Latency::of(samples), rate))
+}
+
+/// A pseudo-random index below `n` for request `i` (the same sequence on both sides).
+fn pick(i: usize, n: usize) -> usize {
+    (i.wrapping_mul(2_654_435_761) ^ (i >> 3)) % n.max(1)
+}
+
+fn progress(text: &str) {
+    eprintln!("api: {text}…");
+}
+
+/// Runs the scenario.
+pub async fn run(options: &Options) -> Result<Report, Error> {
+    std::fs::create_dir_all(&options.dir)?;
+    let scratch = tempfile::tempdir_in(&options.dir)?;
+    let value_size = 1024;
+    let mut report = Report {
+        watchers: options.watchers,
+        watch_events: options.watch_events,
+        ..Report::default()
+    };
+
+    // The hub, in process, over TLS on a free port; and the bare store beside it.
+    let hub_store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(scratch.path().join("api.db")).await?);
+    let bare: Arc<dyn Store> = Arc::new(SqliteStore::open(scratch.path().join("store.db")).await?);
+    let identity =
+        flotilla_pki::load_or_create(scratch.path(), &["127.0.0.1".to_owned()]).map_err(io)?;
+    let api = Api::new(hub_store, Arc::new(Registry::builtin()), "127.0.0.1");
+    api.bootstrap().await.map_err(io)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let token = identity.admin_token.clone();
+    let client_tls = Arc::new(identity.client_config().map_err(io)?);
+    let server_tls = Arc::new(identity.server_config().map_err(io)?);
+    let check = identity.admin_token.clone();
+    let auth = Auth {
+        check: Arc::new(move |t| t == check),
+    };
+    let app = server::router(
+        api.clone(),
+        auth,
+        Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server::serve_tls(listener, server_tls, app, async move {
+        let _ = stopped.await;
+    }));
+    let target = Target {
+        address,
+        tls: TlsConnector::from(client_tls),
+        token,
+    };
+
+    let mut admin = target.open().await?;
+    let namespaces = options
+        .clients
+        .iter()
+        .map(|c| format!("bench-{c}"))
+        .chain(["watch".to_owned()]);
+    for namespace in namespaces {
+        let body =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+        admin
+            .expect(
+                Method::POST,
+                "/api/v1/namespaces",
+                Some(Bytes::from(body.to_string())),
+                StatusCode::CREATED,
+            )
+            .await?;
+    }
+
+    for &clients in &options.clients {
+        let total = options.objects;
+        let namespace = format!("bench-{clients}");
+        let name = |i: usize| format!("cm-{i:06}");
+
+        progress(&format!("create, {clients} clients"));
+        let ns = namespace.clone();
+        let (api_lat, api_rate) = api_phase(&target, clients, total, move |i| {
+            let body = configmap(&ns, &name(i), value_size, 0).to_string();
+            (
+                Method::POST,
+                format!("/api/v1/namespaces/{ns}/configmaps"),
+                Some(Bytes::from(body)),
+                StatusCode::CREATED,
+            )
+        })
+        .await?;
+        let ns = namespace.clone();
+        let (store_lat, store_rate) = store_phase(
+            &bare,
+            clients,
+            total,
+            Arc::new(move |store, i| {
+                let key = store_key(&ns, &name(i));
+                let value = Bytes::from(configmap(&ns, &name(i), value_size, 0).to_string());
+                Box::pin(async move {
+                    store
+                        .create(&key, value)
+                        .await
+                        .map(drop)
+                        .map_err(Error::from)
+                })
+            }),
+        )
+        .await?;
+        report.ops.push(Comparison {
+            op: "create",
+            clients,
+            api: api_lat,
+            api_rate,
+            store: store_lat,
+            store_rate,
+        });
+
+        progress(&format!("get, {clients} clients"));
+        let ns = namespace.clone();
+        let (api_lat, api_rate) = api_phase(&target, clients, total, move |i| {
+            (
+                Method::GET,
+                format!(
+                    "/api/v1/namespaces/{ns}/configmaps/{}",
+                    name(pick(i, total))
+                ),
+                None,
+                StatusCode::OK,
+            )
+        })
+        .await?;
+        let ns = namespace.clone();
+        let (store_lat, store_rate) = store_phase(
+            &bare,
+            clients,
+            total,
+            Arc::new(move |store, i| {
+                let key = store_key(&ns, &name(pick(i, total)));
+                Box::pin(async move {
+                    let found = store.get(&key, None).await?;
+                    // Decode it as the API does, so both sides do the work a read needs.
+                    let kv = found
+                        .ok_or_else(|| Error::Check("a benchmark object is missing".into()))?;
+                    serde_json::from_slice::<Value>(&kv.value).map_err(io)?;
+                    Ok(())
+                })
+            }),
+        )
+        .await?;
+        report.ops.push(Comparison {
+            op: "get",
+            clients,
+            api: api_lat,
+            api_rate,
+            store: store_lat,
+            store_rate,
+        });
+
+        progress(&format!("update, {clients} clients"));
+        // Each client updates its own objects (no conflicts): unconditional PUTs.
+        let ns = namespace.clone();
+        let (api_lat, api_rate) = api_phase(&target, clients, total, move |i| {
+            let body = configmap(&ns, &name(i), value_size, 1).to_string();
+            (
+                Method::PUT,
+                format!("/api/v1/namespaces/{ns}/configmaps/{}", name(i)),
+                Some(Bytes::from(body)),
+                StatusCode::OK,
+            )
+        })
+        .await?;
+        let ns = namespace.clone();
+        let (store_lat, store_rate) = store_phase(
+            &bare,
+            clients,
+            total,
+            Arc::new(move |store, i| {
+                let key = store_key(&ns, &name(i));
+                let value = Bytes::from(configmap(&ns, &name(i), value_size, 1).to_string());
+                Box::pin(async move {
+                    let current = store
+                        .get(&key, None)
+                        .await?
+                        .ok_or_else(|| Error::Check("a benchmark object is missing".into()))?;
+                    store
+                        .update(&key, value, current.mod_revision)
+                        .await
+                        .map(drop)
+                        .map_err(Error::from)
+                })
+            }),
+        )
+        .await?;
+        report.ops.push(Comparison {
+            op: "update",
+            clients,
+            api: api_lat,
+            api_rate,
+            store: store_lat,
+            store_rate,
+        });
+    }
+
+    // LIST of the namespace the most clients filled.
+    let last = format!("bench-{}", options.clients.last().copied().unwrap_or(1));
+    progress(&format!("LIST of {} objects", options.objects));
+    let reps = if options.quick { 3 } else { 7 };
+    let mut api_samples = Vec::new();
+    let mut store_samples = Vec::new();
+    for _ in 0..reps {
+        let started = Instant::now();
+        let body = admin
+            .expect(
+                Method::GET,
+                &format!("/api/v1/namespaces/{last}/configmaps"),
+                None,
+                StatusCode::OK,
+            )
+            .await?;
+        api_samples.push(started.elapsed());
+        let list: Value = serde_json::from_slice(&body).map_err(io)?;
+        report.list_items = list["items"].as_array().map_or(0, Vec::len);
+        let started = Instant::now();
+        let page = bare
+            .list(
+                format!("/core/configmaps/root/{last}/").as_bytes(),
+                ListOptions::default(),
+            )
+            .await?;
+        let decoded: Vec<Value> = page
+            .kvs
+            .iter()
+            .map(|kv| serde_json::from_slice(&kv.value))
+            .collect::<Result<_, _>>()
+            .map_err(io)?;
+        store_samples.push(started.elapsed());
+        if decoded.len() != report.list_items {
+            return Err(Error::Check(format!(
+                "the API listed {} objects, the store {}",
+                report.list_items,
+                decoded.len()
+            )));
+        }
+    }
+    report.list_api = Latency::of(api_samples);
+    report.list_store = Latency::of(store_samples);
+
+    progress(&format!("{} watchers", options.watchers));
+    report.watch_api = watch_fan_out(&target, &api, &mut admin, options).await?;
+    report.watch_store = store_fan_out(&bare, options).await?;
+
+    let _ = stop.send(());
+    drop(admin);
+    let _ = serving.await;
+
+    if let Some(binary) = &options.hub_binary {
+        progress("idle hub process");
+        report.idle_rss_mib = Some(idle_rss(binary, &scratch.path().join("idle")).await?);
+    }
+    Ok(report)
+}
+
+/// `watchers` API watches on one namespace, each on its own connection; then writes. The
+/// delay from sending each write to every watcher's receipt of its event.
+async fn watch_fan_out(
+    target: &Target,
+    api: &Api,
+    admin: &mut Connection,
+    options: &Options,
+) -> Result<Latency, Error> {
+    let list = admin
+        .expect(
+            Method::GET,
+            "/api/v1/namespaces/watch/configmaps",
+            None,
+            StatusCode::OK,
+        )
+        .await?;
+    let list: Value = serde_json::from_slice(&list).map_err(io)?;
+    let from = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_owned();
+    let before = api.watch_cache().watchers();
+    let mut tasks = Vec::new();
+    for _ in 0..options.watchers {
+        let connection = target.open().await?;
+        let uri = format!("/api/v1/namespaces/watch/configmaps?watch=true&resourceVersion={from}");
+        let events = options.watch_events;
+        tasks.push(tokio::spawn(async move {
+            let mut connection = connection;
+            let request = connection.request(Method::GET, &uri, None, "application/json")?;
+            let response = connection.sender.send_request(request).await.map_err(io)?;
+            let mut body = response.into_body();
+            let mut buffer = Vec::new();
+            let mut received = Vec::with_capacity(events);
+            while received.len() < events {
+                let Some(frame) = body.frame().await else {
+                    return Err(Error::Check("a watch ended early".into()));
+                };
+                let Ok(data) = frame.map_err(io)?.into_data() else {
+                    continue;
+                };
+                buffer.extend_from_slice(&data);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    let event: Value = serde_json::from_slice(&line).map_err(io)?;
+                    if event["type"] == "ADDED" {
+                        let n: usize = event["object"]["data"]["n"]
+                            .as_str()
+                            .unwrap_or("0")
+                            .parse()
+                            .unwrap_or(0);
+                        received.push((n, Instant::now()));
+                    }
+                }
+            }
+            Ok::<_, Error>(received)
+        }));
+    }
+    // Every watch is registered before the first write.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while api.watch_cache().watchers() < before + options.watchers {
+        if Instant::now() > deadline {
+            return Err(Error::Check("the watchers did not all register".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut sent = Vec::new();
+    for n in 0..options.watch_events {
+        let body = configmap("watch", &format!("w-{n}"), 1024, n).to_string();
+        let started = Instant::now();
+        admin
+            .expect(
+                Method::POST,
+                "/api/v1/namespaces/watch/configmaps",
+                Some(Bytes::from(body)),
+                StatusCode::CREATED,
+            )
+            .await?;
+        sent.push(started);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut delays = Vec::new();
+    for task in tasks {
+        for (n, at) in task.await?? {
+            delays.push(at.saturating_duration_since(sent[n]));
+        }
+    }
+    if delays.len() != options.watchers * options.watch_events {
+        return Err(Error::Check(format!(
+            "{} receipts, expected {}",
+            delays.len(),
+            options.watchers * options.watch_events
+        )));
+    }
+    Ok(Latency::of(delays))
+}
+
+/// The same fan-out on the bare store: `watchers` store watches, then the same writes.
+async fn store_fan_out(store: &Arc<dyn Store>, options: &Options) -> Result<Latency, Error> {
+    let prefix = b"/core/configmaps/root/watch/".to_vec();
+    let from: Revision = store.current_revision().await?;
+    let mut tasks = Vec::new();
+    for _ in 0..options.watchers {
+        let mut stream = store.watch(&prefix, from).await?;
+        let events = options.watch_events;
+        tasks.push(tokio::spawn(async move {
+            let mut received = Vec::with_capacity(events);
+            while received.len() < events {
+                let event = stream
+                    .next()
+                    .await
+                    .ok_or_else(|| Error::Check("a store watch ended".into()))??;
+                let object: Value = serde_json::from_slice(&event.kv.value).map_err(io)?;
+                let n: usize = object["data"]["n"]
+                    .as_str()
+                    .unwrap_or("0")
+                    .parse()
+                    .unwrap_or(0);
+                received.push((n, Instant::now()));
+            }
+            Ok::<_, Error>(received)
+        }));
+    }
+    let mut sent = Vec::new();
+    for n in 0..options.watch_events {
+        let value = Bytes::from(configmap("watch", &format!("w-{n}"), 1024, n).to_string());
+        let started = Instant::now();
+        store
+            .create(
+                format!("/core/configmaps/root/watch/w-{n}").as_bytes(),
+                value,
+            )
+            .await?;
+        sent.push(started);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut delays = Vec::new();
+    for task in tasks {
+        for (n, at) in task.await?? {
+            delays.push(at.saturating_duration_since(sent[n]));
+        }
+    }
+    Ok(Latency::of(delays))
+}
+
+/// Starts `flotilla hub` in a process of its own, waits until it serves, and reads its
+/// resident memory.
+async fn idle_rss(binary: &Path, dir: &Path) -> Result<f64, Error> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut child = tokio::process::Command::new(binary)
+        .args(["hub", "--data-dir"])
+        .arg(dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child
+        .id()
+        .ok_or_else(|| Error::Check("the hub exited at once".into()))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).await.is_err()
+        || !dir.join("admin.kubeconfig").exists()
+    {
+        if Instant::now() > deadline {
+            return Err(Error::Check("the hub process did not start serving".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let it settle, as an idle hub would.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let _ = child.kill().await;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::Check("no VmRSS in /proc status".into()))?;
+    Ok(kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tiny_run_measures_every_operation_and_every_receipt() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            dir: dir.path().to_owned(),
+            quick: true,
+            clients: vec![1, 4],
+            objects: 40,
+            watchers: 5,
+            watch_events: 3,
+            hub_binary: None,
+        };
+        let report = run(&options).await.unwrap();
+        let ops: Vec<(&str, usize)> = report.ops.iter().map(|c| (c.op, c.clients)).collect();
+        assert_eq!(
+            ops,
+            [
+                ("create", 1),
+                ("get", 1),
+                ("update", 1),
+                ("create", 4),
+                ("get", 4),
+                ("update", 4)
+            ]
+        );
+        for c in &report.ops {
+            assert_eq!((c.api.samples, c.store.samples), (40, 40), "{}", c.op);
+            assert!(c.api_rate > 0.0 && c.store_rate > 0.0);
+        }
+        assert_eq!(report.list_items, 40);
+        assert_eq!(report.watch_api.samples, 15);
+        assert_eq!(report.watch_store.samples, 15);
+        let json = report.json();
+        assert_eq!(json["ops"].as_array().unwrap().len(), 6);
+        assert_eq!(json["watch"]["watchers"], 5);
+        assert!(report.table().contains("LIST of 40 objects"));
+    }
+}
