@@ -445,10 +445,19 @@ impl Api {
             (Method::GET, None) => self
                 .list(&target, query)
                 .await
-                .map(|v| json_response(StatusCode::OK, &v)),
+                .map(|listed| json_bytes_response(StatusCode::OK, listed.to_bytes())),
             (Method::GET, Some(name)) => {
-                let (object, _) = self.get(&target.rt, &namespace, &name).await?;
-                Ok(json_response(StatusCode::OK, &object))
+                let rt = &target.rt;
+                let key = keys::key(rt, &self.cluster, &namespace, &name);
+                let kv = self
+                    .store
+                    .get(&key, None)
+                    .await?
+                    .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
+                Ok(json_bytes_response(
+                    StatusCode::OK,
+                    stored_with_version(&kv.value, kv.mod_revision)?,
+                ))
             }
             (Method::POST, None) => {
                 let (object, warnings) = self.create(&target, query, headers, &body).await?;
@@ -861,7 +870,7 @@ impl Api {
         query: &Query,
         body: &Bytes,
     ) -> ApiResult<Value> {
-        let list = self.list(target, query).await?;
+        let list = self.list(target, query).await?.to_value()?;
         let mut deleted = Vec::new();
         for item in list["items"].as_array().into_iter().flatten() {
             let name = meta_str(item, "name").to_owned();
@@ -1051,7 +1060,7 @@ impl Api {
         Ok((revision, None, limit))
     }
 
-    async fn list(&self, target: &Target, query: &Query) -> ApiResult<Value> {
+    async fn list(&self, target: &Target, query: &Query) -> ApiResult<Listed> {
         let rt = &target.rt;
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?;
@@ -1069,20 +1078,29 @@ impl Api {
             )
             .await?;
         let mut items = Vec::with_capacity(page.kvs.len());
+        let selects_all = labels.is_empty() && fields.is_empty();
         for kv in &page.kvs {
+            if selects_all {
+                items.push(stored_with_version(&kv.value, kv.mod_revision)?);
+                continue;
+            }
             let object: Value = serde_json::from_slice(&kv.value)
                 .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
             if labels.matches(&object) && fields.matches(&object) {
-                items.push(object::with_resource_version(object, kv.mod_revision.get()));
+                let object = object::with_resource_version(object, kv.mod_revision.get());
+                items.push(serde_json::to_vec(&object).unwrap_or_default());
             }
         }
         let mut metadata = json!({"resourceVersion": page.revision.get().to_string()});
         if let Some(next) = &page.next {
             metadata["continue"] = json!(encode_continue(page.revision, next));
         }
-        Ok(
-            json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(), "metadata": metadata, "items": items}),
-        )
+        Ok(Listed {
+            kind: rt.list_kind(),
+            api_version: rt.api_version(),
+            metadata,
+            items,
+        })
     }
 
     async fn watch(&self, target: &Target, query: &Query) -> ApiResult<Response> {
@@ -1220,6 +1238,63 @@ impl WatchFeed {
     }
 }
 
+/// A page of a list: each item's JSON already rendered, so that a list without selectors
+/// never decodes its objects.
+struct Listed {
+    kind: String,
+    api_version: String,
+    metadata: Value,
+    items: Vec<Vec<u8>>,
+}
+
+impl Listed {
+    fn to_bytes(&self) -> Vec<u8> {
+        let size: usize = self.items.iter().map(|i| i.len() + 1).sum();
+        let mut out = Vec::with_capacity(size + 128);
+        let head =
+            json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": self.metadata});
+        let head = serde_json::to_vec(&head).unwrap_or_default();
+        // `{…head fields…,"items":[…]}`
+        out.extend_from_slice(&head[..head.len() - 1]);
+        out.extend_from_slice(b",\"items\":[");
+        for (i, item) in self.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(item);
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+
+    fn to_value(&self) -> ApiResult<Value> {
+        serde_json::from_slice(&self.to_bytes())
+            .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))
+    }
+}
+
+/// A stored object's JSON with its resourceVersion, decoded only if it must be.
+fn stored_with_version(value: &[u8], revision: Revision) -> ApiResult<Vec<u8>> {
+    if let Some(bytes) = object::with_resource_version_raw(value, revision.get()) {
+        return Ok(bytes);
+    }
+    let object: Value = serde_json::from_slice(value)
+        .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
+    Ok(
+        serde_json::to_vec(&object::with_resource_version(object, revision.get()))
+            .unwrap_or_default(),
+    )
+}
+
+fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (code, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
 /// Whether a patch leaves `metadata.resourceVersion` alone (then a conflict is retried).
 fn patch_keeps_version(patch: &Value) -> bool {
     match patch {
@@ -1347,11 +1422,26 @@ fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -
             &object::with_resource_version(object.clone(), change.revision.get()),
         )
     };
-    if selects_all {
-        Some(change.line(render))
-    } else {
-        Some(render(change))
+    if !selects_all {
+        return Some(render(change));
     }
+    // Every watcher without selectors shares one rendering, made from the stored bytes.
+    Some(change.line(|change| {
+        let raw = match change.kind {
+            EventKind::Delete => change.raw_previous.as_deref(),
+            EventKind::Put => change.raw_object.as_deref(),
+        };
+        match raw.and_then(|raw| object::with_resource_version_raw(raw, change.revision.get())) {
+            Some(object) => {
+                let mut line = Vec::with_capacity(object.len() + 32);
+                line.extend_from_slice(format!("{{\"type\":\"{kind}\",\"object\":").as_bytes());
+                line.extend_from_slice(&object);
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
+            }
+            None => render(change),
+        }
+    }))
 }
 
 fn watch_response(body: Body) -> Response {

@@ -259,6 +259,70 @@ pub fn prepare_update(object: &mut Value, current: &Value, rt: &ResourceType) ->
     Ok(())
 }
 
+/// The stored JSON of an object with `metadata.resourceVersion` set, written without
+/// decoding it: the field goes first into the top-level `metadata` object. `None` if the
+/// bytes have no top-level `metadata` object (then decode and use [`with_resource_version`]).
+///
+/// The store never holds a resourceVersion (every write path removes it), so the field is
+/// not duplicated.
+pub fn with_resource_version_raw(json: &[u8], revision: u64) -> Option<Vec<u8>> {
+    let at = top_level_object_start(json, b"metadata")?;
+    let closes_at_once = json[at + 1..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
+    let field = format!(
+        "\"resourceVersion\":\"{revision}\"{}",
+        if closes_at_once { "" } else { "," }
+    );
+    let mut out = Vec::with_capacity(json.len() + field.len());
+    out.extend_from_slice(&json[..=at]);
+    out.extend_from_slice(field.as_bytes());
+    out.extend_from_slice(&json[at + 1..]);
+    Some(out)
+}
+
+/// The index of the `{` that opens the value of `key` in the outermost object.
+fn top_level_object_start(json: &[u8], key: &[u8]) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut string_start = 0;
+    let mut last_key: Option<(usize, usize)> = None;
+    for (i, &byte) in json.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+                if depth == 1 {
+                    last_key = Some((string_start + 1, i));
+                }
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                in_string = true;
+                string_start = i;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            b':' if depth == 1 => {
+                if let Some((start, end)) = last_key.take()
+                    && &json[start..end] == key
+                {
+                    let value = i
+                        + 1
+                        + json[i + 1..]
+                            .iter()
+                            .position(|b| !b.is_ascii_whitespace())?;
+                    return (json[value] == b'{').then_some(value);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The object as read: its stored JSON with `resourceVersion` filled in.
 pub fn with_resource_version(mut object: Value, revision: u64) -> Value {
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -299,6 +363,45 @@ mod tests {
         assert!(name.starts_with("web-") && name.len() == 9, "{name}");
         assert_eq!(check_name(&name, NameRule::Subdomain), None);
         assert_eq!(generate_name(&"x".repeat(80)).len(), 63);
+    }
+
+    #[test]
+    fn the_resource_version_goes_into_the_top_level_metadata_without_decoding() {
+        let cases = [
+            (
+                r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#,
+                7,
+            ),
+            (
+                r#"{"a":{"metadata":{"x":1}},"b":"\"metadata\":{","metadata":{}}"#,
+                12,
+            ),
+            (
+                r#"{"spec":{"template":{"metadata":{"labels":{}}}}, "metadata" : { "name":"d"}}"#,
+                3,
+            ),
+            (
+                r#"{"data":{"k":"a \\\" \"metadata\":{ b"},"metadata":{"name":"e"}}"#,
+                99,
+            ),
+        ];
+        for (text, rv) in cases {
+            let raw =
+                with_resource_version_raw(text.as_bytes(), rv).unwrap_or_else(|| panic!("{text}"));
+            let expected = with_resource_version(serde_json::from_str(text).unwrap(), rv);
+            assert_eq!(
+                serde_json::from_slice::<Value>(&raw).unwrap(),
+                expected,
+                "{text}"
+            );
+        }
+        assert_eq!(
+            with_resource_version_raw(br#"{"a":{"metadata":{}}}"#, 1),
+            None
+        );
+        assert_eq!(with_resource_version_raw(br#"{"metadata":"x"}"#, 1), None);
+        assert_eq!(with_resource_version_raw(b"[]", 1), None);
+        assert_eq!(with_resource_version_raw(b"}{", 1), None);
     }
 
     #[test]

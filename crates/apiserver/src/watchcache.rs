@@ -60,6 +60,10 @@ pub struct Change {
     pub object: Option<Value>,
     /// The object before the change (with its resourceVersion), if it existed.
     pub previous: Option<Value>,
+    /// The stored JSON after a put.
+    pub raw_object: Option<Bytes>,
+    /// The stored JSON before the change.
+    pub raw_previous: Option<Bytes>,
     /// The `{"type":…,"object":…}` line for watchers without selectors, built once.
     line: OnceLock<Bytes>,
 }
@@ -80,6 +84,8 @@ impl Change {
                 EventKind::Put => decode(&event.kv.value, revision),
                 EventKind::Delete => None,
             },
+            raw_object: (event.kind == EventKind::Put).then(|| event.kv.value.clone()),
+            raw_previous: event.prev_kv.as_ref().map(|kv| kv.value.clone()),
             previous: event
                 .prev_kv
                 .as_ref()
