@@ -215,25 +215,7 @@ impl<'a> Structural<'a> {
     /// Fills in every `default` the schema gives for a field that is absent, at every depth
     /// (a defaulted object is itself defaulted). Metadata, apiVersion and kind are left alone.
     pub fn default(&self, object: &mut Value) {
-        let Some(map) = object.as_object_mut() else {
-            return;
-        };
-        let Some(properties) = self.root["properties"].as_object() else {
-            return;
-        };
-        for (key, field) in properties {
-            if matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
-                continue;
-            }
-            if !map.contains_key(key)
-                && let Some(default) = field.get("default")
-            {
-                map.insert(key.clone(), default.clone());
-            }
-            if let Some(value) = map.get_mut(key) {
-                apply_defaults(field, value);
-            }
-        }
+        apply_defaults(self.root, object, true);
     }
 
     /// Every way the object breaks the schema, as causes with field paths.
@@ -269,32 +251,37 @@ impl<'a> Structural<'a> {
     }
 }
 
-fn apply_defaults(schema: &Value, value: &mut Value) {
+/// Fills in defaults under `value`; at the `root` of an object, its identity and metadata
+/// are not the schema's to default.
+fn apply_defaults(schema: &Value, value: &mut Value, root: bool) {
     match value {
         Value::Object(map) => {
             if let Some(properties) = schema["properties"].as_object() {
                 for (key, field) in properties {
+                    if root && matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
+                        continue;
+                    }
                     if !map.contains_key(key)
                         && let Some(default) = field.get("default")
                     {
                         map.insert(key.clone(), default.clone());
                     }
                     if let Some(child) = map.get_mut(key) {
-                        apply_defaults(field, child);
+                        apply_defaults(field, child, false);
                     }
                 }
             } else if let Some(additional) =
                 schema.get("additionalProperties").filter(|a| a.is_object())
             {
                 map.values_mut()
-                    .for_each(|child| apply_defaults(additional, child));
+                    .for_each(|child| apply_defaults(additional, child, false));
             }
         }
         Value::Array(items) => {
             if let Some(item) = schema.get("items") {
                 items
                     .iter_mut()
-                    .for_each(|child| apply_defaults(item, child));
+                    .for_each(|child| apply_defaults(item, child, false));
             }
         }
         _ => {}
@@ -437,21 +424,14 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
             }
         }
         Value::Array(items) => {
-            let count = items.len() as u64;
-            if let Some(min) = schema["minItems"].as_u64()
-                && count < min
-            {
-                invalid(causes, format!("should have at least {min} items"));
-            }
-            if let Some(max) = schema["maxItems"].as_u64()
-                && count > max
-            {
-                causes.push(cause(
-                    path,
-                    "FieldValueTooMany",
-                    format!("Too many: {count}: must have at most {max} items"),
-                ));
-            }
+            check_count(
+                schema,
+                items.len(),
+                ("minItems", "maxItems", "items"),
+                path,
+                value,
+                causes,
+            );
             check_list_uniqueness(schema, items, path, causes);
             if let Some(item) = schema.get("items") {
                 for (i, child) in items.iter().enumerate() {
@@ -460,21 +440,14 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
             }
         }
         Value::Object(map) => {
-            let count = map.len() as u64;
-            if let Some(min) = schema["minProperties"].as_u64()
-                && count < min
-            {
-                invalid(causes, format!("should have at least {min} properties"));
-            }
-            if let Some(max) = schema["maxProperties"].as_u64()
-                && count > max
-            {
-                causes.push(cause(
-                    path,
-                    "FieldValueTooMany",
-                    format!("Too many: {count}: must have at most {max} properties"),
-                ));
-            }
+            check_count(
+                schema,
+                map.len(),
+                ("minProperties", "maxProperties", "properties"),
+                path,
+                value,
+                causes,
+            );
             for required in schema["required"]
                 .as_array()
                 .into_iter()
@@ -498,6 +471,33 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
             }
         }
         _ => {}
+    }
+}
+
+/// The bounds on how many items or properties a value has.
+fn check_count(
+    schema: &Value,
+    count: usize,
+    (min_key, max_key, noun): (&str, &str, &str),
+    path: &str,
+    value: &Value,
+    causes: &mut Vec<Cause>,
+) {
+    let count = count as u64;
+    if let Some(min) = schema[min_key].as_u64()
+        && count < min
+    {
+        let message = format!(
+            "Invalid value: {}: {path} in body should have at least {min} {noun}",
+            shown(value)
+        );
+        causes.push(cause(path, "FieldValueInvalid", message));
+    }
+    if let Some(max) = schema[max_key].as_u64()
+        && count > max
+    {
+        let message = format!("Too many: {count}: must have at most {max} {noun}");
+        causes.push(cause(path, "FieldValueTooMany", message));
     }
 }
 
