@@ -250,6 +250,8 @@ impl Connection {
         body: Option<Bytes>,
     ) -> Result<(StatusCode, Bytes), Error> {
         let request = self.request(method, uri, body, "application/json")?;
+        // A new connection is usable only once its driver has run: wait for it.
+        self.sender.ready().await.map_err(io)?;
         let response = self.sender.send_request(request).await.map_err(io)?;
         let status = response.status();
         let body = response.into_body().collect().await.map_err(io)?.to_bytes();
@@ -652,6 +654,7 @@ async fn watch_fan_out(
         tasks.push(tokio::spawn(async move {
             let mut connection = connection;
             let request = connection.request(Method::GET, &uri, None, "application/json")?;
+            connection.sender.ready().await.map_err(io)?;
             let response = connection.sender.send_request(request).await.map_err(io)?;
             let mut body = response.into_body();
             let mut buffer = Vec::new();
