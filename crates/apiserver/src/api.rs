@@ -31,6 +31,7 @@ use crate::resources::{Registry, ResourceType};
 use crate::schema::{self, FieldValidation, Schema, Structural};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
+use crate::table;
 use crate::watchcache::{self, Change, Next, Subscription, WatchCache};
 
 /// The logical cluster the root API serves.
@@ -442,6 +443,19 @@ impl Api {
         let namespace = target.namespace.clone().unwrap_or_default();
         match (method, target.name.clone()) {
             (Method::GET, None) if query.flag("watch") => self.watch(&target, query).await,
+            (Method::GET, None) if table::wants_table(accept) => {
+                let list = self.list(&target, query).await?.to_value()?;
+                let items = list["items"].as_array().cloned().unwrap_or_default();
+                let rv = list["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                let mut table = self.table(&target.rt, &items, &rv, query);
+                if let Some(next) = list["metadata"].get("continue") {
+                    table["metadata"]["continue"] = next.clone();
+                }
+                Ok(json_response(StatusCode::OK, &table))
+            }
             (Method::GET, None) => self
                 .list(&target, query)
                 .await
@@ -454,10 +468,18 @@ impl Api {
                     .get(&key, None)
                     .await?
                     .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
-                Ok(json_bytes_response(
-                    StatusCode::OK,
-                    stored_with_version(&kv.value, kv.mod_revision)?,
-                ))
+                let object = stored_with_version(&kv.value, kv.mod_revision)?;
+                if table::wants_table(accept) {
+                    let object: Value = serde_json::from_slice(&object).map_err(|e| {
+                        ApiError::internal(format!("a stored object is not JSON: {e}"))
+                    })?;
+                    let rv = kv.mod_revision.get().to_string();
+                    return Ok(json_response(
+                        StatusCode::OK,
+                        &self.table(rt, &[object], &rv, query),
+                    ));
+                }
+                Ok(json_bytes_response(StatusCode::OK, object))
             }
             (Method::POST, None) => {
                 let (object, warnings) = self.create(&target, query, headers, &body).await?;
@@ -682,6 +704,19 @@ impl Api {
             false,
             warnings,
         ))
+    }
+
+    /// A Table of `objects` of `rt` (`includeObject` as the query asks).
+    fn table(
+        &self,
+        rt: &ResourceType,
+        objects: &[Value],
+        resource_version: &str,
+        query: &Query,
+    ) -> Value {
+        let printer_columns = rt.printer_columns.as_ref().map_or(&Value::Null, |c| &*c.0);
+        let include = query.get("includeObject").unwrap_or("Metadata");
+        table::table(rt, printer_columns, objects, resource_version, include)
     }
 
     /// Checks a CRD about to be written and sets its status; returns what it defines and

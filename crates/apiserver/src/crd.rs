@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::object::{self, NameRule, check_name};
-use crate::resources::{Registry, ResourceType, Schema, Subresource};
+use crate::resources::{PrinterColumns, Registry, ResourceType, Schema, Subresource};
 use crate::status::{ApiError, ApiResult, Cause};
 
 /// The finalizer that keeps a CRD until every object of its resource is gone.
@@ -230,6 +230,11 @@ pub fn admit(crd: &mut Value) -> ApiResult<Definition> {
             rt.subresources.push(Subresource::Scale);
         }
         rt.schema = Some(Schema(Arc::new(schema.clone())));
+        if version["additionalPrinterColumns"].is_array() {
+            rt.printer_columns = Some(PrinterColumns(Arc::new(
+                version["additionalPrinterColumns"].clone(),
+            )));
+        }
         types.push(rt);
     }
     if !versions.is_empty() && storage.len() != 1 {

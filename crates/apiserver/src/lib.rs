@@ -20,6 +20,7 @@ pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod status;
+pub mod table;
 pub mod watchcache;
 
 pub use api::Api;

@@ -86,6 +86,12 @@ pub struct Schema(pub Arc<serde_json::Value>);
 // JSON values parsed from documents hold no NaN, so equality is an equivalence.
 impl Eq for Schema {}
 
+/// A CRD version's `additionalPrinterColumns` (a JSON array), for `as=Table`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrinterColumns(pub Arc<serde_json::Value>);
+
+impl Eq for PrinterColumns {}
+
 /// One resource the API serves (a built-in kind, or later one version of a CRD).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceType {
@@ -111,6 +117,8 @@ pub struct ResourceType {
     pub verbs: Vec<String>,
     /// The schema of a custom resource's objects (`None` for built-in kinds).
     pub schema: Option<Schema>,
+    /// The columns a custom resource's tables show (`None`: built-in columns, or Name and Age).
+    pub printer_columns: Option<PrinterColumns>,
 }
 
 impl ResourceType {
@@ -129,6 +137,7 @@ impl ResourceType {
             subresources: Vec::new(),
             verbs: STANDARD_VERBS.iter().map(|v| (*v).to_owned()).collect(),
             schema: None,
+            printer_columns: None,
         }
     }
 
@@ -431,6 +440,7 @@ impl Builtin {
             subresources: self.subresources.to_vec(),
             verbs: strings(self.verbs),
             schema: None,
+            printer_columns: None,
         }
     }
 }
@@ -664,6 +674,7 @@ mod tests {
                 subresources: vec![Subresource::Status, Subresource::Scale],
                 verbs: strings(&STANDARD_VERBS),
                 schema: None,
+                printer_columns: None,
             }
         );
         assert_eq!(rt.api_version(), "apps/v1");

@@ -566,3 +566,78 @@ fn metrics_count_requests_and_watchers() {
     let _ = watch.kill();
     let _ = watch.wait();
 }
+
+#[test]
+fn get_prints_the_usual_columns() {
+    let hub = Hub::start();
+    hub.create(
+        r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},
+        "spec":{"replicas":3,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},
+        "spec":{"containers":[{"name":"web","image":"nginx:1.27"}]}}}}"#,
+    );
+    let out = hub.ok(&["get", "deploy"]);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{out}"
+    );
+    assert_eq!(lines[1][..4], ["web", "0/3", "0", "0"], "{out}");
+    assert!(lines[1][4].ends_with('s'), "an age: {out}");
+    let wide = hub.ok(&["get", "deploy", "-o", "wide"]);
+    assert!(
+        wide.contains("CONTAINERS") && wide.contains("nginx:1.27") && wide.contains("app=web"),
+        "{wide}"
+    );
+    // Status written through the subresource shows in the columns: the fleet-wide view.
+    hub.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":3,"readyReplicas":3,"updatedReplicas":3,"availableReplicas":3}}"#,
+    ]);
+    let out = hub.ok(&["get", "deploy", "web", "--no-headers"]);
+    assert_eq!(
+        out.split_whitespace().take(4).collect::<Vec<_>>(),
+        ["web", "3/3", "3", "3"],
+        "{out}"
+    );
+    let ns = hub.ok(&["get", "ns", "default"]);
+    assert!(
+        ns.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("default") && l.contains("Active")),
+        "{ns}"
+    );
+    // A custom resource's additionalPrinterColumns.
+    hub.create(&WIDGET_CRD.replace(
+        "    subresources: {status: {}}\n",
+        "    subresources: {status: {}}\n    additionalPrinterColumns:\n    - {name: Size, type: integer, jsonPath: .spec.size}\n    - {name: Mode, type: string, jsonPath: .spec.mode}\n",
+    ));
+    hub.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&widget(4)));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = hub.ok(&["get", "widgets"]);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["NAME", "SIZE", "MODE"], "{out}");
+    assert_eq!(lines[1], ["w1", "4", "fast"], "{out}");
+}
