@@ -37,6 +37,10 @@ use crate::watchcache::{self, Change, Next, Subscription, WatchCache};
 /// The logical cluster the root API serves.
 pub const ROOT_CLUSTER: &str = "root";
 
+/// How often a write without preconditions is retried when another write races with it
+/// (Kubernetes retries such writes until its request deadline).
+const CONFLICT_RETRIES: usize = 256;
+
 /// The namespaces that exist from the start.
 pub const INITIAL_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -490,8 +494,23 @@ impl Api {
             }
             (Method::PUT, Some(name)) => {
                 let object = parse_body(&body, headers)?;
-                let (object, created, warnings) =
-                    self.update(&target, &name, query, object).await?;
+                // Without a resourceVersion the replace is unconditional: a write that
+                // races with it is retried, never reported.
+                let unconditional = meta_str(&object, "resourceVersion").is_empty();
+                let mut attempts = 0;
+                let (object, created, warnings) = loop {
+                    match self.update(&target, &name, query, object.clone()).await {
+                        Err(e)
+                            if e.reason == "Conflict"
+                                && unconditional
+                                && attempts < CONFLICT_RETRIES =>
+                        {
+                            attempts += 1;
+                            tokio::task::yield_now().await;
+                        }
+                        other => break other?,
+                    }
+                };
                 let code = if created {
                     StatusCode::CREATED
                 } else {
@@ -795,7 +814,7 @@ impl Api {
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
         let namespace = target.namespace.clone().unwrap_or_default();
         // Retry on conflict: a patch applies to whatever the object is now.
-        for _ in 0..8 {
+        for _ in 0..CONFLICT_RETRIES {
             let (current, revision) = self.get(&target.rt, &namespace, name).await?;
             let mut patched = if merge {
                 patch::merge(&current, &patch)
@@ -809,7 +828,9 @@ impl Api {
                     .insert("resourceVersion".into(), json!(revision.get().to_string()));
             }
             match self.update(target, name, query, patched).await {
-                Err(e) if e.reason == "Conflict" && patch_keeps_version(&patch) => continue,
+                Err(e) if e.reason == "Conflict" && patch_keeps_version(&patch) => {
+                    tokio::task::yield_now().await;
+                }
                 other => return other.map(|(object, _, warnings)| (object, warnings)),
             }
         }
@@ -820,7 +841,32 @@ impl Api {
         ))
     }
 
+    /// Deletes an object (or marks it for deletion while finalizers remain). A write that
+    /// races with it is retried, unless the client gave preconditions.
     async fn delete(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        body: &Bytes,
+    ) -> ApiResult<(StatusCode, Value)> {
+        let mut attempts = 0;
+        loop {
+            match self.delete_once(target, name, query, body).await {
+                Err(e)
+                    if e.reason == "Conflict"
+                        && attempts < CONFLICT_RETRIES
+                        && !has_preconditions(body) =>
+                {
+                    attempts += 1;
+                    tokio::task::yield_now().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn delete_once(
         &self,
         target: &Target,
         name: &str,
@@ -1328,6 +1374,15 @@ fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// Whether delete options carry preconditions (then a conflict is the client's answer).
+fn has_preconditions(body: &Bytes) -> bool {
+    serde_json::from_slice::<Value>(body).is_ok_and(|options| {
+        options["preconditions"]
+            .as_object()
+            .is_some_and(|p| p.values().any(|v| !v.is_null()))
+    })
 }
 
 /// Whether a patch leaves `metadata.resourceVersion` alone (then a conflict is retried).
