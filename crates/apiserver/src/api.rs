@@ -1413,13 +1413,15 @@ fn content_type(headers: &HeaderMap) -> &str {
         .trim()
 }
 
-/// An object sent to create or replace: JSON, or YAML (`application/yaml`). Protobuf and
-/// CBOR get 415 with a message saying what to send.
+/// An object sent to create or replace: JSON, YAML (`application/yaml`), or Kubernetes
+/// protobuf for the built-in kinds (kubectl's typed commands send it). Anything else gets
+/// 415 with a message saying what to send.
 fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
     let value: Value = match content_type(headers) {
         "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
         })?,
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body)?,
         "application/yaml" => {
             let text = std::str::from_utf8(body)
                 .map_err(|_| ApiError::bad_request("the request body is not UTF-8 YAML"))?;
@@ -1429,7 +1431,7 @@ fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
         }
         other => {
             return Err(ApiError::unsupported_media_type(format!(
-                "the body's content type {other:?} is not supported: send application/json or application/yaml"
+                "the body's content type {other:?} is not supported: send application/json, application/yaml or application/vnd.kubernetes.protobuf"
             )));
         }
     };

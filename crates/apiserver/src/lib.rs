@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selector;

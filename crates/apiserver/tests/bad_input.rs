@@ -138,12 +138,17 @@ async fn malformed_bodies() {
         CONFIGMAPS,
         None,
         Some("application/vnd.kubernetes.protobuf"),
-        b"k8s\0",
-        (
-            415,
-            "UnsupportedMediaType",
-            "application/vnd.kubernetes.protobuf",
-        ),
+        b"\x0a\x02{}",
+        (400, "BadRequest", "protobuf body cannot be read"),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        CONFIGMAPS,
+        None,
+        Some("application/cbor"),
+        b"\xa0",
+        (415, "UnsupportedMediaType", "application/cbor"),
     )
     .await;
     // YAML that is well formed is accepted.

@@ -252,7 +252,7 @@ fn get_watch_observes_a_change() {
 #[test]
 fn deleting_a_namespace_removes_its_objects() {
     let hub = Hub::start();
-    hub.create(r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"shop"}}"#);
+    hub.ok(&["create", "namespace", "shop"]);
     hub.create(&configmap("a", "shop"));
     hub.create(&configmap("b", "shop"));
     hub.ok(&[
@@ -640,4 +640,80 @@ fn get_prints_the_usual_columns() {
         .collect();
     assert_eq!(lines[0], ["NAME", "SIZE", "MODE"], "{out}");
     assert_eq!(lines[1], ["w1", "4", "fast"], "{out}");
+}
+
+#[test]
+fn kubectl_typed_commands_send_protobuf_and_it_is_understood() {
+    let hub = Hub::start();
+    hub.ok(&["create", "namespace", "shop"]);
+    hub.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        "shop",
+        "--from-literal=a=b",
+        "--from-literal=c=d",
+    ]);
+    hub.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "pw",
+        "-n",
+        "shop",
+        "--from-literal=password=s3cret",
+    ]);
+    hub.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        "shop",
+        "--image=nginx:1.27",
+        "--replicas=3",
+        "--port=80",
+    ]);
+    hub.ok(&["create", "serviceaccount", "robot", "-n", "shop"]);
+    hub.ok(&[
+        "create",
+        "service",
+        "clusterip",
+        "web",
+        "-n",
+        "shop",
+        "--tcp=80:8080",
+    ]);
+    let ns = hub.json(&["get", "ns", "shop"]);
+    assert_eq!(ns["status"]["phase"], "Active");
+    let cm = hub.json(&["get", "cm", "settings", "-n", "shop"]);
+    assert_eq!(cm["data"], serde_json::json!({"a": "b", "c": "d"}));
+    let secret = hub.json(&["get", "secret", "pw", "-n", "shop"]);
+    assert_eq!(secret["data"], serde_json::json!({"password": "czNjcmV0"}));
+    let deploy = hub.json(&["get", "deploy", "web", "-n", "shop"]);
+    assert_eq!(
+        deploy["spec"],
+        serde_json::json!({"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}}})
+    );
+    assert_eq!(
+        deploy["metadata"]["labels"],
+        serde_json::json!({"app": "web"})
+    );
+    assert!(
+        deploy["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
+    let svc = hub.json(&["get", "svc", "web", "-n", "shop"]);
+    assert_eq!(
+        svc["spec"],
+        serde_json::json!({"type": "ClusterIP", "selector": {"app": "web"},
+            "ports": [{"name": "80-8080", "port": 80, "protocol": "TCP", "targetPort": 8080}]})
+    );
+    assert_eq!(
+        hub.json(&["get", "sa", "robot", "-n", "shop"])["metadata"]["name"],
+        "robot"
+    );
 }
