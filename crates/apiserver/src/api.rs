@@ -28,6 +28,7 @@ use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
 use crate::openapi;
 use crate::patch;
 use crate::resources::{Registry, ResourceType};
+use crate::scale;
 use crate::schema::{self, FieldValidation, Schema, Structural};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
@@ -343,7 +344,7 @@ impl Api {
             return Err(not_found());
         }
         if let Some(sub) = sub {
-            let known = sub == "status" && rt.has_status();
+            let known = rt.subresource(sub).is_some();
             if !known {
                 return Err(not_found());
             }
@@ -445,8 +446,17 @@ impl Api {
             )));
         }
         let namespace = target.namespace.clone().unwrap_or_default();
+        if target.sub.as_deref() == Some("scale")
+            && let Some(name) = &target.name
+        {
+            return self
+                .scale(&target, name, method, query, headers, &body)
+                .await;
+        }
         match (method, target.name.clone()) {
-            (Method::GET, None) if query.flag("watch") => self.watch(&target, query).await,
+            (Method::GET, None) if query.flag("watch") => {
+                self.watch(&target, query, table::wants_table(accept)).await
+            }
             (Method::GET, None) if table::wants_table(accept) => {
                 let list = self.list(&target, query).await?.to_value()?;
                 let items = list["items"].as_array().cloned().unwrap_or_default();
@@ -723,6 +733,96 @@ impl Api {
             false,
             warnings,
         ))
+    }
+
+    /// The `scale` subresource: an `autoscaling/v1` Scale view of the object's replicas;
+    /// writing it (PUT, or a merge or JSON patch of the view) sets the desired replicas.
+    async fn scale(
+        &self,
+        target: &Target,
+        name: &str,
+        method: Method,
+        query: &Query,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> ApiResult<Response> {
+        let rt = &target.rt;
+        let paths = rt.scale.clone().unwrap_or_default();
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let parent = Target {
+            rt: rt.clone(),
+            namespace: target.namespace.clone(),
+            name: Some(name.to_owned()),
+            sub: None,
+        };
+        for _ in 0..CONFLICT_RETRIES {
+            let (current, revision) = self.get(rt, &namespace, name).await?;
+            let view = scale::view(&current, &paths);
+            let wanted = match method {
+                Method::GET => return Ok(json_response(StatusCode::OK, &view)),
+                Method::PUT => parse_body(body, headers)?,
+                Method::PATCH => {
+                    let patch: Value = serde_json::from_slice(body).map_err(|e| {
+                        ApiError::bad_request(format!("the patch is not valid JSON: {e}"))
+                    })?;
+                    match content_type(headers) {
+                        "application/merge-patch+json" => patch::merge(&view, &patch),
+                        "application/json-patch+json" => patch::json_patch(&view, &patch)?,
+                        other => {
+                            return Err(ApiError::unsupported_media_type(format!(
+                                "the patch type {other:?} is not supported on scale; use application/merge-patch+json or application/json-patch+json"
+                            )));
+                        }
+                    }
+                }
+                other => return Err(ApiError::method_not_allowed(other.as_str(), "scale")),
+            };
+            let conditional = match meta_str(&wanted, "resourceVersion") {
+                "" => false,
+                rv if parse_resource_version(rv)? != revision.get() => {
+                    return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+                }
+                _ => true,
+            };
+            let replicas = wanted["spec"]["replicas"].as_i64().ok_or_else(|| {
+                ApiError::invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    vec![crate::status::Cause {
+                        reason: "FieldValueRequired".into(),
+                        message: "Required value: an integer".into(),
+                        field: "spec.replicas".into(),
+                    }],
+                )
+            })?;
+            if replicas < 0 {
+                return Err(ApiError::invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    vec![crate::status::Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!(
+                            "Invalid value: {replicas}: must be greater than or equal to 0"
+                        ),
+                        field: "spec.replicas".into(),
+                    }],
+                ));
+            }
+            let mut updated = current.clone();
+            scale::set(&mut updated, &paths.spec_replicas, json!(replicas))?;
+            object::metadata_mut(&mut updated)?
+                .insert("resourceVersion".into(), json!(revision.get().to_string()));
+            match self.update(&parent, name, query, updated).await {
+                Ok((object, _, _)) => {
+                    return Ok(json_response(StatusCode::OK, &scale::view(&object, &paths)));
+                }
+                Err(e) if e.reason == "Conflict" && !conditional => tokio::task::yield_now().await,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ApiError::conflict(&rt.group, &rt.plural, name))
     }
 
     /// A Table of `objects` of `rt` (`includeObject` as the query asks).
@@ -1184,8 +1284,13 @@ impl Api {
         })
     }
 
-    async fn watch(&self, target: &Target, query: &Query) -> ApiResult<Response> {
+    async fn watch(&self, target: &Target, query: &Query, as_table: bool) -> ApiResult<Response> {
         let rt = target.rt.clone();
+        let mut tables = as_table.then(|| TableWatch {
+            rt: rt.clone(),
+            include: query.get("includeObject").unwrap_or("Metadata").to_owned(),
+            columns_sent: false,
+        });
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?;
         let prefix = keys::prefix(&rt, &self.cluster, target.namespace.as_deref());
@@ -1211,10 +1316,11 @@ impl Api {
                 for kv in page.kvs {
                     let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
                     if labels.matches(&object) && fields.matches(&object) {
-                        initial.push(event_line(
-                            "ADDED",
-                            &object::with_resource_version(object, kv.mod_revision.get()),
-                        ));
+                        let object = object::with_resource_version(object, kv.mod_revision.get());
+                        initial.push(match &mut tables {
+                            Some(tables) => tables.line("ADDED", &object),
+                            None => event_line("ADDED", &object),
+                        });
                     }
                 }
                 if send_initial {
@@ -1240,6 +1346,7 @@ impl Api {
         let feed = WatchFeed {
             initial: initial.into(),
             subscription,
+            tables,
             labels,
             fields,
             rt,
@@ -1266,6 +1373,8 @@ impl Api {
 struct WatchFeed {
     initial: std::collections::VecDeque<Bytes>,
     subscription: Subscription,
+    /// Set when the client asked for Tables.
+    tables: Option<TableWatch>,
     labels: LabelSelector,
     fields: FieldSelector,
     rt: Arc<ResourceType>,
@@ -1304,7 +1413,12 @@ impl WatchFeed {
                 }
                 item = self.subscription.next() => match item {
                     Some(Next::Change(change)) => {
-                        if let Some(line) = watch_line(&change, &self.labels, &self.fields) {
+                        if let Some(tables) = &mut self.tables {
+                            if let Some((kind, object)) = selected(&change, &self.labels, &self.fields) {
+                                let object = object::with_resource_version(object.clone(), change.revision.get());
+                                return Some(tables.line(kind, &object));
+                            }
+                        } else if let Some(line) = watch_line(&change, &self.labels, &self.fields) {
                             return Some(line);
                         }
                     }
@@ -1489,15 +1603,16 @@ fn error_line(error: &ApiError) -> Bytes {
     event_line("ERROR", &error.status())
 }
 
-/// The watch event for a change, as seen through the selectors: an object that stops
-/// matching is DELETED for this watcher, one that starts matching is ADDED. A deleted
-/// object is sent as it last was, with the deletion's resourceVersion.
-fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -> Option<Bytes> {
-    let selects_all = labels.is_empty() && fields.is_empty();
+/// The event type and object a watcher with these selectors sees for a change, if any.
+fn selected<'a>(
+    change: &'a Change,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> Option<(&'static str, &'a Value)> {
     let matches = |o: &&Value| labels.matches(o) && fields.matches(o);
     let before = change.previous.as_ref().filter(matches);
     let after = change.object.as_ref();
-    let (kind, object) = match (change.kind, before, after) {
+    Some(match (change.kind, before, after) {
         (EventKind::Delete, Some(before), _) => ("DELETED", before),
         (EventKind::Delete, None, _) => return None,
         (EventKind::Put, before, Some(after)) => match (before.is_some(), matches(&after)) {
@@ -1507,7 +1622,48 @@ fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -
             (false, false) => return None,
         },
         (EventKind::Put, _, None) => return None,
-    };
+    })
+}
+
+/// A watch that sends Tables (kubectl get -w): one row per event; only the first event
+/// carries the column definitions.
+struct TableWatch {
+    rt: Arc<ResourceType>,
+    include: String,
+    columns_sent: bool,
+}
+
+impl TableWatch {
+    fn line(&mut self, kind: &str, object: &Value) -> Bytes {
+        let printer = self
+            .rt
+            .printer_columns
+            .as_ref()
+            .map_or(&Value::Null, |c| &*c.0);
+        let rv = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        let mut table = table::table(
+            &self.rt,
+            printer,
+            std::slice::from_ref(object),
+            rv,
+            &self.include,
+        );
+        if self.columns_sent
+            && let Some(map) = table.as_object_mut()
+        {
+            map.remove("columnDefinitions");
+        }
+        self.columns_sent = true;
+        event_line(kind, &table)
+    }
+}
+
+/// The watch event for a change, as seen through the selectors: an object that stops
+/// matching is DELETED for this watcher, one that starts matching is ADDED. A deleted
+/// object is sent as it last was, with the deletion's resourceVersion.
+fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -> Option<Bytes> {
+    let selects_all = labels.is_empty() && fields.is_empty();
+    let (kind, object) = selected(change, labels, fields)?;
     let render = |_: &Change| {
         event_line(
             kind,

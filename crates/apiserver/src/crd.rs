@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::object::{self, NameRule, check_name};
-use crate::resources::{PrinterColumns, Registry, ResourceType, Schema, Subresource};
+use crate::resources::{PrinterColumns, Registry, ResourceType, ScalePaths, Schema, Subresource};
 use crate::status::{ApiError, ApiResult, Cause};
 
 /// The finalizer that keeps a CRD until every object of its resource is gone.
@@ -226,8 +226,16 @@ pub fn admit(crd: &mut Value) -> ApiResult<Definition> {
         if version["subresources"]["status"].is_object() {
             rt.subresources.push(Subresource::Status);
         }
-        if version["subresources"]["scale"].is_object() {
+        let scale = &version["subresources"]["scale"];
+        if scale.is_object() {
             rt.subresources.push(Subresource::Scale);
+            let path = |k: &str| scale[k].as_str().map(str::to_owned);
+            rt.scale = Some(ScalePaths {
+                spec_replicas: path("specReplicasPath").unwrap_or_else(|| ".spec.replicas".into()),
+                status_replicas: path("statusReplicasPath")
+                    .unwrap_or_else(|| ".status.replicas".into()),
+                label_selector: path("labelSelectorPath"),
+            });
         }
         rt.schema = Some(Schema(Arc::new(schema.clone())));
         if version["additionalPrinterColumns"].is_array() {

@@ -17,6 +17,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;
+pub mod scale;
 pub mod schema;
 pub mod selector;
 pub mod server;

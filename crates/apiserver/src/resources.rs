@@ -86,6 +86,30 @@ pub struct Schema(pub Arc<serde_json::Value>);
 // JSON values parsed from documents hold no NaN, so equality is an equivalence.
 impl Eq for Schema {}
 
+/// Where the `scale` subresource finds the replica counts in an object (simple JSON paths
+/// such as `.spec.replicas`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// The desired replicas.
+    pub spec_replicas: String,
+    /// The observed replicas.
+    pub status_replicas: String,
+    /// A label selector in string form, if the object has one there.
+    pub label_selector: Option<String>,
+}
+
+impl Default for ScalePaths {
+    /// The built-in workloads': `.spec.replicas`, `.status.replicas`, the selector from
+    /// `.spec.selector`.
+    fn default() -> Self {
+        ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            label_selector: None,
+        }
+    }
+}
+
 /// A CRD version's `additionalPrinterColumns` (a JSON array), for `as=Table`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PrinterColumns(pub Arc<serde_json::Value>);
@@ -119,6 +143,8 @@ pub struct ResourceType {
     pub schema: Option<Schema>,
     /// The columns a custom resource's tables show (`None`: built-in columns, or Name and Age).
     pub printer_columns: Option<PrinterColumns>,
+    /// A custom resource's scale paths (built-in kinds with `scale` use the defaults).
+    pub scale: Option<ScalePaths>,
 }
 
 impl ResourceType {
@@ -138,6 +164,7 @@ impl ResourceType {
             verbs: STANDARD_VERBS.iter().map(|v| (*v).to_owned()).collect(),
             schema: None,
             printer_columns: None,
+            scale: None,
         }
     }
 
@@ -441,6 +468,7 @@ impl Builtin {
             verbs: strings(self.verbs),
             schema: None,
             printer_columns: None,
+            scale: None,
         }
     }
 }
@@ -675,6 +703,7 @@ mod tests {
                 verbs: strings(&STANDARD_VERBS),
                 schema: None,
                 printer_columns: None,
+                scale: None,
             }
         );
         assert_eq!(rt.api_version(), "apps/v1");

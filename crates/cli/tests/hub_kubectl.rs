@@ -608,6 +608,54 @@ fn get_prints_the_usual_columns() {
         ["web", "3/3", "3", "3"],
         "{out}"
     );
+    // kubectl scale goes through the scale subresource.
+    hub.ok(&["scale", "deploy", "web", "--replicas=5"]);
+    assert_eq!(hub.json(&["get", "deploy", "web"])["spec"]["replicas"], 5);
+    let scale: serde_json::Value = serde_json::from_str(&hub.ok(&[
+        "get",
+        "--raw",
+        "/apis/apps/v1/namespaces/default/deployments/web/scale",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (scale["kind"].as_str(), scale["spec"]["replicas"].as_i64()),
+        (Some("Scale"), Some(5))
+    );
+    assert_eq!(scale["status"]["selector"], "app=web");
+    // A watch prints table rows too.
+    let mut watch = Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(hub.kubeconfig())
+        .args(["get", "deploy", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let header: Vec<String> = lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        header,
+        ["EVENT", "NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    );
+    let added = lines.next().unwrap().unwrap();
+    assert!(
+        added.starts_with("ADDED") && added.contains("3/5"),
+        "{added}"
+    );
+    hub.ok(&["scale", "deploy", "web", "--replicas=4"]);
+    let modified = lines.next().unwrap().unwrap();
+    assert!(
+        modified.starts_with("MODIFIED") && modified.contains("3/4"),
+        "{modified}"
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
     let ns = hub.ok(&["get", "ns", "default"]);
     assert!(
         ns.lines()
