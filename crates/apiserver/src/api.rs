@@ -23,6 +23,7 @@ use tracing::debug;
 
 use crate::crd;
 use crate::discovery;
+use crate::gc;
 use crate::keys;
 use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
 use crate::openapi;
@@ -81,6 +82,32 @@ enum Cleanup {
     Namespace(String),
     /// Delete every object of a deleted CRD's resource, then the CRD.
     CustomResources(String),
+    /// Delete the dependents of a deleted owner (Background propagation).
+    Dependents {
+        uid: String,
+        namespace: Option<String>,
+    },
+    /// Delete an owner's dependents, then drop its `foregroundDeletion` finalizer.
+    Foreground(Owner),
+    /// Remove the references to an owner from its dependents, then drop its `orphan`
+    /// finalizer.
+    Orphan(Owner),
+}
+
+/// An object whose deletion waits for its dependents.
+#[derive(Debug)]
+struct Owner {
+    rt: Arc<ResourceType>,
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl Owner {
+    /// Where its dependents may be: its namespace, or everywhere for a cluster-scoped one.
+    fn scope(&self) -> Option<String> {
+        self.rt.namespaced.then(|| self.namespace.clone())
+    }
 }
 
 /// The objects a path names.
@@ -536,7 +563,7 @@ impl Api {
                 ))
             }
             (Method::DELETE, Some(name)) => {
-                let (code, object) = self.delete(&target, &name, query, &body).await?;
+                let (code, object) = self.delete(&target, &name, query, &body, true).await?;
                 Ok(json_response(code, &object))
             }
             (Method::DELETE, None) => self
@@ -714,6 +741,10 @@ impl Api {
             if let Some((definition, _)) = &definition {
                 crd::unregister(&self.registry, &definition.group, &definition.plural);
             }
+            self.spawn_cleanup(Cleanup::Dependents {
+                uid: meta_str(&current, "uid").to_owned(),
+                namespace: rt.namespaced.then(|| namespace.clone()),
+            });
             return Ok((
                 object::with_resource_version(object, deleted_at.get()),
                 false,
@@ -949,10 +980,11 @@ impl Api {
         name: &str,
         query: &Query,
         body: &Bytes,
+        collect: bool,
     ) -> ApiResult<(StatusCode, Value)> {
         let mut attempts = 0;
         loop {
-            match self.delete_once(target, name, query, body).await {
+            match self.delete_once(target, name, query, body, collect).await {
                 Err(e)
                     if e.reason == "Conflict"
                         && attempts < CONFLICT_RETRIES
@@ -966,12 +998,15 @@ impl Api {
         }
     }
 
+    /// One try of a delete; `collect` runs garbage collection of the object's dependents
+    /// (off when a whole namespace is being emptied anyway).
     async fn delete_once(
         &self,
         target: &Target,
         name: &str,
         query: &Query,
         body: &Bytes,
+        collect: bool,
     ) -> ApiResult<(StatusCode, Value)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
@@ -994,8 +1029,22 @@ impl Api {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
         let dry_run = query.dry_run()?;
+        let propagation = gc::Propagation::from_request(&options, query.get("propagationPolicy"))?;
         let key = keys::key(rt, &self.cluster, &namespace, name);
         let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+        let uid = meta_str(&current, "uid").to_owned();
+        let waits_for = propagation.finalizer().filter(|_| collect && !is_namespace);
+        if let Some(finalizer) = waits_for
+            && current["metadata"]["deletionTimestamp"].is_null()
+        {
+            let meta = object::metadata_mut(&mut current)?;
+            let list = meta.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(list) = list.as_array_mut()
+                && !list.iter().any(|f| f == finalizer)
+            {
+                list.push(json!(finalizer));
+            }
+        }
         let has_finalizers = current["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty())
@@ -1026,6 +1075,19 @@ impl Api {
             } else if is_crd {
                 self.spawn_cleanup(Cleanup::CustomResources(name.to_owned()));
             }
+            if let Some(finalizer) = waits_for {
+                let owner = Owner {
+                    rt: rt.clone(),
+                    namespace: namespace.clone(),
+                    name: name.to_owned(),
+                    uid: uid.clone(),
+                };
+                self.spawn_cleanup(if finalizer == gc::ORPHAN {
+                    Cleanup::Orphan(owner)
+                } else {
+                    Cleanup::Foreground(owner)
+                });
+            }
             return Ok((
                 StatusCode::OK,
                 object::with_resource_version(current, new.get()),
@@ -1039,10 +1101,138 @@ impl Api {
             .delete(&key, Some(revision))
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
+        if collect {
+            self.spawn_cleanup(Cleanup::Dependents {
+                uid,
+                namespace: rt.namespaced.then_some(namespace),
+            });
+        }
         Ok((
             StatusCode::OK,
             object::with_resource_version(current, deleted_at.get()),
         ))
+    }
+
+    /// Every object that names the owner `uid` in its ownerReferences, in `namespace` (or
+    /// anywhere when the owner is cluster-scoped).
+    async fn dependents(
+        &self,
+        uid: &str,
+        namespace: Option<&str>,
+    ) -> ApiResult<Vec<(Arc<ResourceType>, Value)>> {
+        let mut found = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for rt in self.registry.all() {
+            // Every version of a resource shares its objects: look once per resource.
+            if !seen.insert((rt.group.clone(), rt.plural.clone()))
+                || (namespace.is_some() && !rt.namespaced)
+            {
+                continue;
+            }
+            let prefix = keys::prefix(&rt, &self.cluster, namespace);
+            for kv in self.store.list(&prefix, ListOptions::default()).await?.kvs {
+                let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+                if gc::owned_by(&object, uid) {
+                    found.push((rt.clone(), object));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Deletes the dependents of `uid` (each in the background, so theirs go too); returns
+    /// how many are still there (held by finalizers).
+    async fn delete_dependents(&self, uid: &str, namespace: Option<&str>) -> ApiResult<usize> {
+        let mut left = 0;
+        for (rt, object) in self.dependents(uid, namespace).await? {
+            let name = meta_str(&object, "name").to_owned();
+            let ns = meta_str(&object, "namespace");
+            let target = Target {
+                rt,
+                namespace: (!ns.is_empty()).then(|| ns.to_owned()),
+                name: Some(name.clone()),
+                sub: None,
+            };
+            match self
+                .delete(&target, &name, &Query(HashMap::new()), &Bytes::new(), true)
+                .await
+            {
+                Ok((_, object)) if !object["metadata"]["deletionTimestamp"].is_null() => left += 1,
+                Ok(_) | Err(ApiError { code: 404, .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(left)
+    }
+
+    /// Foreground deletion: once the dependents are gone, the owner's finalizer goes.
+    async fn finish_foreground(&self, owner: &Owner) -> ApiResult<bool> {
+        if self
+            .delete_dependents(&owner.uid, owner.scope().as_deref())
+            .await?
+            > 0
+        {
+            return Ok(false);
+        }
+        self.release(owner, gc::FOREGROUND).await
+    }
+
+    /// Orphan deletion: the dependents lose their reference, then the owner's finalizer goes.
+    async fn finish_orphan(&self, owner: &Owner) -> ApiResult<bool> {
+        for (rt, mut object) in self
+            .dependents(&owner.uid, owner.scope().as_deref())
+            .await?
+        {
+            let ns = meta_str(&object, "namespace").to_owned();
+            let name = meta_str(&object, "name").to_owned();
+            let key = keys::key(&rt, &self.cluster, &ns, &name);
+            let Some(kv) = self.store.get(&key, None).await? else {
+                continue;
+            };
+            object = serde_json::from_slice(&kv.value).unwrap_or(object);
+            gc::disown(&mut object, &owner.uid);
+            match self
+                .store
+                .update(&key, Bytes::from(object.to_string()), kv.mod_revision)
+                .await
+            {
+                Ok(_) => {}
+                Err(
+                    flotilla_store::Error::Conflict { .. } | flotilla_store::Error::NotFound { .. },
+                ) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.release(owner, gc::ORPHAN).await
+    }
+
+    /// Drops `finalizer` from a deleting owner; deletes it if it was the last one.
+    async fn release(&self, owner: &Owner, finalizer: &str) -> ApiResult<bool> {
+        let key = keys::key(&owner.rt, &self.cluster, &owner.namespace, &owner.name);
+        let Some(kv) = self.store.get(&key, None).await? else {
+            return Ok(true);
+        };
+        let mut object: Value = serde_json::from_slice(&kv.value)
+            .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
+        if meta_str(&object, "uid") != owner.uid {
+            return Ok(true); // a new object of the same name
+        }
+        let written = if gc::drop_finalizer(&mut object, finalizer) {
+            self.store
+                .delete(&key, Some(kv.mod_revision))
+                .await
+                .map(drop)
+        } else {
+            self.store
+                .update(&key, Bytes::from(object.to_string()), kv.mod_revision)
+                .await
+                .map(drop)
+        };
+        match written {
+            Ok(()) => Ok(true),
+            Err(flotilla_store::Error::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn delete_collection(
@@ -1062,7 +1252,7 @@ impl Api {
                 name: Some(name.clone()),
                 sub: None,
             };
-            match self.delete(&one, &name, query, body).await {
+            match self.delete(&one, &name, query, body, true).await {
                 Ok((_, object)) => deleted.push(object),
                 Err(e) if e.code == 404 => {}
                 Err(e) => return Err(e),
@@ -1082,6 +1272,12 @@ impl Api {
                 let pass = match &cleanup {
                     Cleanup::Namespace(namespace) => api.empty_namespace(namespace).await,
                     Cleanup::CustomResources(name) => api.empty_custom_resource(name).await,
+                    Cleanup::Dependents { uid, namespace } => api
+                        .delete_dependents(uid, namespace.as_deref())
+                        .await
+                        .map(|_| true),
+                    Cleanup::Foreground(owner) => api.finish_foreground(owner).await,
+                    Cleanup::Orphan(owner) => api.finish_orphan(owner).await,
                 };
                 match pass {
                     Ok(true) => break,
@@ -1096,7 +1292,12 @@ impl Api {
 
     /// Deletes every object of `rt` under `prefix` (finalizers are honoured); returns how
     /// many are still there.
-    async fn delete_all(&self, rt: &Arc<ResourceType>, prefix: &[u8]) -> ApiResult<usize> {
+    async fn delete_all(
+        &self,
+        rt: &Arc<ResourceType>,
+        prefix: &[u8],
+        collect: bool,
+    ) -> ApiResult<usize> {
         let mut left = 0;
         let page = self.store.list(prefix, ListOptions::default()).await?;
         for kv in page.kvs {
@@ -1110,7 +1311,13 @@ impl Api {
                 sub: None,
             };
             match self
-                .delete(&target, &name, &Query(HashMap::new()), &Bytes::new())
+                .delete(
+                    &target,
+                    &name,
+                    &Query(HashMap::new()),
+                    &Bytes::new(),
+                    collect,
+                )
                 .await
             {
                 Ok((_, object)) if !object["metadata"]["deletionTimestamp"].is_null() => left += 1,
@@ -1128,7 +1335,7 @@ impl Api {
         for rt in self.registry.all() {
             if rt.namespaced {
                 let prefix = keys::prefix(&rt, &self.cluster, Some(namespace));
-                left += self.delete_all(&rt, &prefix).await?;
+                left += self.delete_all(&rt, &prefix, false).await?;
             }
         }
         if left > 0 {
@@ -1162,7 +1369,7 @@ impl Api {
             .find(|t| t.group == group && t.plural == plural && t.schema.is_some());
         if let Some(rt) = served {
             let prefix = keys::prefix(&rt, &self.cluster, None);
-            if self.delete_all(&rt, &prefix).await? > 0 {
+            if self.delete_all(&rt, &prefix, true).await? > 0 {
                 return Ok(false);
             }
         }

@@ -10,6 +10,7 @@ pub mod api;
 pub mod compaction;
 pub mod crd;
 pub mod discovery;
+pub mod gc;
 pub mod keys;
 pub mod metrics;
 pub mod object;

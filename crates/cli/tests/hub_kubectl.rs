@@ -765,3 +765,78 @@ fn kubectl_typed_commands_send_protobuf_and_it_is_understood() {
         "robot"
     );
 }
+
+/// A ReplicaSet owned by the Deployment with `uid`.
+fn owned_replicaset(name: &str, owner_uid: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{{"name":"{name}","namespace":"default",
+        "ownerReferences":[{{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":"{owner_uid}","controller":true,"blockOwnerDeletion":true}}]}},
+        "spec":{{"replicas":1,"selector":{{"matchLabels":{{"app":"web"}}}},"template":{{"metadata":{{"labels":{{"app":"web"}}}},
+        "spec":{{"containers":[{{"name":"web","image":"nginx"}}]}}}}}}}}"#
+    )
+}
+
+const DEPLOYMENT: &str = r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default"},
+    "spec":{"replicas":1,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},
+    "spec":{"containers":[{"name":"web","image":"nginx"}]}}}}"#;
+
+/// Waits until `kubectl get rs -o name` prints exactly `expected`.
+fn wait_for_replicasets(hub: &Hub, expected: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let names = hub.ok(&["get", "rs", "-o", "name"]);
+        if names.lines().collect::<Vec<_>>() == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replicasets: {names:?}, expected {expected:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn deleting_an_owner_deletes_or_orphans_its_dependents() {
+    let hub = Hub::start();
+    for cascade in ["background", "foreground", "orphan"] {
+        hub.create(DEPLOYMENT);
+        let uid = hub.json(&["get", "deploy", "web"])["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        hub.create(&owned_replicaset("web-1", &uid));
+        hub.create(&owned_replicaset("web-2", &uid));
+        hub.create(&owned_replicaset("other", "someone-else"));
+        hub.ok(&[
+            "delete",
+            "deploy",
+            "web",
+            &format!("--cascade={cascade}"),
+            "--timeout=30s",
+        ]);
+        assert!(
+            hub.fails(&["get", "deploy", "web"]).contains("not found"),
+            "{cascade}"
+        );
+        if cascade == "orphan" {
+            wait_for_replicasets(
+                &hub,
+                &[
+                    "replicaset.apps/other",
+                    "replicaset.apps/web-1",
+                    "replicaset.apps/web-2",
+                ],
+            );
+            let rs = hub.json(&["get", "rs", "web-1"]);
+            assert!(
+                rs["metadata"].get("ownerReferences").is_none(),
+                "orphaned: {rs}"
+            );
+        } else {
+            wait_for_replicasets(&hub, &["replicaset.apps/other"]);
+        }
+        hub.ok(&["delete", "rs", "--all"]);
+        wait_for_replicasets(&hub, &[]);
+    }
+}
