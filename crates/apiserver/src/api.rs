@@ -61,6 +61,16 @@ pub struct Api {
     openapi: Arc<openapi::Cache>,
     /// Every client watch is served from here, over one store watch.
     watch_cache: Arc<WatchCache>,
+    /// Owners whose dependents are to be deleted (Background propagation).
+    collector: Arc<Collector>,
+}
+
+/// The queue of the garbage collector: owner uids by the scope of their dependents.
+#[derive(Default)]
+struct Collector {
+    queue: std::sync::Mutex<HashMap<Option<String>, std::collections::HashSet<String>>>,
+    wake: tokio::sync::Notify,
+    running: std::sync::atomic::AtomicBool,
 }
 
 /// What a path names.
@@ -82,11 +92,6 @@ enum Cleanup {
     Namespace(String),
     /// Delete every object of a deleted CRD's resource, then the CRD.
     CustomResources(String),
-    /// Delete the dependents of a deleted owner (Background propagation).
-    Dependents {
-        uid: String,
-        namespace: Option<String>,
-    },
     /// Delete an owner's dependents, then drop its `foregroundDeletion` finalizer.
     Foreground(Owner),
     /// Remove the references to an owner from its dependents, then drop its `orphan`
@@ -107,6 +112,10 @@ impl Owner {
     /// Where its dependents may be: its namespace, or everywhere for a cluster-scoped one.
     fn scope(&self) -> Option<String> {
         self.rt.namespaced.then(|| self.namespace.clone())
+    }
+
+    fn uids(&self) -> std::collections::HashSet<String> {
+        std::iter::once(self.uid.clone()).collect()
     }
 }
 
@@ -222,6 +231,7 @@ impl Api {
             bookmark_interval: Duration::from_secs(60),
             openapi: Arc::default(),
             watch_cache: Arc::new(WatchCache::new(store, watchcache::Config::default())),
+            collector: Arc::default(),
         }
     }
 
@@ -741,10 +751,10 @@ impl Api {
             if let Some((definition, _)) = &definition {
                 crd::unregister(&self.registry, &definition.group, &definition.plural);
             }
-            self.spawn_cleanup(Cleanup::Dependents {
-                uid: meta_str(&current, "uid").to_owned(),
-                namespace: rt.namespaced.then(|| namespace.clone()),
-            });
+            self.collect_dependents(
+                meta_str(&current, "uid"),
+                rt.namespaced.then_some(namespace.as_str()),
+            );
             return Ok((
                 object::with_resource_version(object, deleted_at.get()),
                 false,
@@ -1102,10 +1112,7 @@ impl Api {
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
         if collect {
-            self.spawn_cleanup(Cleanup::Dependents {
-                uid,
-                namespace: rt.namespaced.then_some(namespace),
-            });
+            self.collect_dependents(&uid, rt.namespaced.then_some(namespace.as_str()));
         }
         Ok((
             StatusCode::OK,
@@ -1113,11 +1120,66 @@ impl Api {
         ))
     }
 
-    /// Every object that names the owner `uid` in its ownerReferences, in `namespace` (or
-    /// anywhere when the owner is cluster-scoped).
+    /// Queues the dependents of a deleted owner for deletion (Background propagation). One
+    /// collector task takes everything queued at once and reads each scope once per pass,
+    /// so deleting many objects does not read the namespace once per object.
+    fn collect_dependents(&self, uid: &str, namespace: Option<&str>) {
+        let first = {
+            let mut queue = self
+                .collector
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue
+                .entry(namespace.map(str::to_owned))
+                .or_default()
+                .insert(uid.to_owned());
+            !self
+                .collector
+                .running
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        };
+        if first {
+            let api = self.clone();
+            tokio::spawn(async move { api.run_collector().await });
+        }
+        self.collector.wake.notify_one();
+    }
+
+    async fn run_collector(self) {
+        loop {
+            self.collector.wake.notified().await;
+            // Let a burst of deletions queue up before reading.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let batch = std::mem::take(
+                &mut *self
+                    .collector
+                    .queue
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            for (namespace, uids) in batch {
+                if let Err(e) = self.delete_dependents(&uids, namespace.as_deref()).await {
+                    tracing::warn!(error = %e, "garbage collection failed; retrying");
+                    self.collector
+                        .queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .entry(namespace)
+                        .or_default()
+                        .extend(uids);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    self.collector.wake.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Every object that names one of the owners `uids` in its ownerReferences, in
+    /// `namespace` (or anywhere when the owners are cluster-scoped).
     async fn dependents(
         &self,
-        uid: &str,
+        uids: &std::collections::HashSet<String>,
         namespace: Option<&str>,
     ) -> ApiResult<Vec<(Arc<ResourceType>, Value)>> {
         let mut found = Vec::new();
@@ -1132,7 +1194,7 @@ impl Api {
             let prefix = keys::prefix(&rt, &self.cluster, namespace);
             for kv in self.store.list(&prefix, ListOptions::default()).await?.kvs {
                 let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
-                if gc::owned_by(&object, uid) {
+                if uids.iter().any(|uid| gc::owned_by(&object, uid)) {
                     found.push((rt.clone(), object));
                 }
             }
@@ -1140,11 +1202,15 @@ impl Api {
         Ok(found)
     }
 
-    /// Deletes the dependents of `uid` (each in the background, so theirs go too); returns
+    /// Deletes the dependents of `uids` (each in the background, so theirs go too); returns
     /// how many are still there (held by finalizers).
-    async fn delete_dependents(&self, uid: &str, namespace: Option<&str>) -> ApiResult<usize> {
+    async fn delete_dependents(
+        &self,
+        uids: &std::collections::HashSet<String>,
+        namespace: Option<&str>,
+    ) -> ApiResult<usize> {
         let mut left = 0;
-        for (rt, object) in self.dependents(uid, namespace).await? {
+        for (rt, object) in self.dependents(uids, namespace).await? {
             let name = meta_str(&object, "name").to_owned();
             let ns = meta_str(&object, "namespace");
             let target = Target {
@@ -1168,7 +1234,7 @@ impl Api {
     /// Foreground deletion: once the dependents are gone, the owner's finalizer goes.
     async fn finish_foreground(&self, owner: &Owner) -> ApiResult<bool> {
         if self
-            .delete_dependents(&owner.uid, owner.scope().as_deref())
+            .delete_dependents(&owner.uids(), owner.scope().as_deref())
             .await?
             > 0
         {
@@ -1180,7 +1246,7 @@ impl Api {
     /// Orphan deletion: the dependents lose their reference, then the owner's finalizer goes.
     async fn finish_orphan(&self, owner: &Owner) -> ApiResult<bool> {
         for (rt, mut object) in self
-            .dependents(&owner.uid, owner.scope().as_deref())
+            .dependents(&owner.uids(), owner.scope().as_deref())
             .await?
         {
             let ns = meta_str(&object, "namespace").to_owned();
@@ -1272,10 +1338,6 @@ impl Api {
                 let pass = match &cleanup {
                     Cleanup::Namespace(namespace) => api.empty_namespace(namespace).await,
                     Cleanup::CustomResources(name) => api.empty_custom_resource(name).await,
-                    Cleanup::Dependents { uid, namespace } => api
-                        .delete_dependents(uid, namespace.as_deref())
-                        .await
-                        .map(|_| true),
                     Cleanup::Foreground(owner) => api.finish_foreground(owner).await,
                     Cleanup::Orphan(owner) => api.finish_orphan(owner).await,
                 };
