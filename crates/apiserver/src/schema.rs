@@ -221,31 +221,8 @@ impl<'a> Structural<'a> {
     /// Every way the object breaks the schema, as causes with field paths.
     pub fn validate(&self, object: &Value) -> Vec<Cause> {
         let mut causes = Vec::new();
-        let Some(map) = object.as_object() else {
-            return causes;
-        };
-        let properties = self.root["properties"].as_object();
-        for required in self.root["required"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            if !map.contains_key(required) {
-                causes.push(cause(
-                    required,
-                    "FieldValueRequired",
-                    "Required value".into(),
-                ));
-            }
-        }
-        for (key, value) in map {
-            if matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
-                continue;
-            }
-            if let Some(field) = properties.and_then(|p| p.get(key)) {
-                check(field, value, key, &mut causes);
-            }
+        if let Some(map) = object.as_object() {
+            check_fields(self.root, map, "", &mut causes);
         }
         causes
     }
@@ -448,29 +425,45 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
                 value,
                 causes,
             );
-            for required in schema["required"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
-                if !map.contains_key(required) {
-                    causes.push(cause(
-                        &format!("{path}.{required}"),
-                        "FieldValueRequired",
-                        "Required value".into(),
-                    ));
-                }
-            }
-            let properties = schema["properties"].as_object();
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            for (key, child) in map {
-                if let Some(field) = properties.and_then(|p| p.get(key)).or(additional) {
-                    check(field, child, &format!("{path}.{key}"), causes);
-                }
-            }
+            check_fields(schema, map, path, causes);
         }
         _ => {}
+    }
+}
+
+/// The required fields of an object and the checks of each field it has. At the root
+/// (`path` empty) identity and metadata are not the schema's to check.
+fn check_fields(schema: &Value, map: &Map<String, Value>, path: &str, causes: &mut Vec<Cause>) {
+    let field_path = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    for required in schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !map.contains_key(required) {
+            causes.push(cause(
+                &field_path(required),
+                "FieldValueRequired",
+                "Required value".into(),
+            ));
+        }
+    }
+    let properties = schema["properties"].as_object();
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    for (key, child) in map {
+        if path.is_empty() && matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
+            continue;
+        }
+        if let Some(field) = properties.and_then(|p| p.get(key)).or(additional) {
+            check(field, child, &field_path(key), causes);
+        }
     }
 }
 
