@@ -34,6 +34,7 @@ use crate::schema::{self, FieldValidation, Schema, Structural};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
 use crate::table;
+use crate::tenancy;
 use crate::watchcache::{self, Change, Next, Subscription, WatchCache};
 
 /// The logical cluster the root API serves.
@@ -63,6 +64,8 @@ pub struct Api {
     watch_cache: Arc<WatchCache>,
     /// Owners whose dependents are to be deleted (Background propagation).
     collector: Arc<Collector>,
+    /// The views of the logical clusters served so far (shared by every view).
+    logical: Arc<tokio::sync::Mutex<HashMap<String, Api>>>,
 }
 
 /// The queue of the garbage collector: owner uids by the scope of their dependents.
@@ -232,7 +235,48 @@ impl Api {
             openapi: Arc::default(),
             watch_cache: Arc::new(WatchCache::new(store, watchcache::Config::default())),
             collector: Arc::default(),
+            logical: Arc::default(),
         }
+    }
+
+    /// The API of logical cluster `name`, if a `LogicalCluster` of that name exists in the
+    /// root cluster: its own registry, OpenAPI documents and garbage collector over the
+    /// shared store and watch cache.
+    async fn logical_cluster(&self, name: &str) -> ApiResult<Api> {
+        let missing = || {
+            ApiError::new(
+                404,
+                "NotFound",
+                format!("logical cluster {name:?} not found"),
+            )
+        };
+        if tenancy::check_name(name).is_some() {
+            return Err(missing());
+        }
+        let rt = self
+            .registry
+            .get(tenancy::GROUP, tenancy::VERSION, tenancy::PLURAL)
+            .ok_or_else(missing)?;
+        match self.get(&rt, "", name).await {
+            Ok((object, _)) if object["metadata"]["deletionTimestamp"].is_null() => {}
+            Ok(_) => return Err(missing()),
+            Err(e) if e.code == 404 => return Err(missing()),
+            Err(e) => return Err(e),
+        }
+        let mut views = self.logical.lock().await;
+        if let Some(view) = views.get(name) {
+            return Ok(view.clone());
+        }
+        let view = Api {
+            registry: Arc::new(Registry::builtin()),
+            cluster: name.to_owned(),
+            openapi: Arc::default(),
+            collector: Arc::default(),
+            ..self.clone()
+        };
+        view.bootstrap().await?;
+        views.insert(name.to_owned(), view.clone());
+        Ok(view)
     }
 
     /// The store's current revision.
@@ -267,7 +311,8 @@ impl Api {
                 Err(e) => return Err(e.into()),
             }
         }
-        // Serve the stored CRDs; finish deletions an earlier run left half done.
+        // Serve the stored CRDs; finish deletions an earlier run left half done. The root
+        // cluster also holds the definition of logical clusters.
         let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
         let page = self
             .store
@@ -306,6 +351,28 @@ impl Api {
                 self.spawn_cleanup(Cleanup::Namespace(meta_str(&object, "name").to_owned()));
             }
         }
+        if self.cluster == ROOT_CLUSTER
+            && self
+                .registry
+                .get(tenancy::GROUP, tenancy::VERSION, tenancy::PLURAL)
+                .is_none()
+        {
+            let body = Bytes::from(tenancy::definition().to_string());
+            let target = Target {
+                rt: crd_type,
+                namespace: None,
+                name: None,
+                sub: None,
+            };
+            match self
+                .create(&target, &Query(HashMap::new()), &HeaderMap::new(), &body)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.reason == "AlreadyExists" => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(())
     }
 
@@ -324,6 +391,18 @@ impl Api {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Response {
+        if let Some(rest) = path.strip_prefix("/clusters/") {
+            if self.cluster != ROOT_CLUSTER {
+                return ApiError::no_route(path).into_response();
+            }
+            let (name, rest) = rest.split_once('/').unwrap_or((rest, ""));
+            return match self.logical_cluster(name).await {
+                Ok(view) => {
+                    Box::pin(view.serve(method, &format!("/{rest}"), query, headers, body)).await
+                }
+                Err(e) => e.into_response(),
+            };
+        }
         match self.route(path) {
             Ok(route) => {
                 let query = Query::parse(query);

@@ -24,6 +24,7 @@ pub mod selector;
 pub mod server;
 pub mod status;
 pub mod table;
+pub mod tenancy;
 pub mod watchcache;
 
 pub use api::Api;

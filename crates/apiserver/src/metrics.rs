@@ -151,6 +151,11 @@ impl Metrics {
 
 /// The verb, group and resource of a request, as the metrics label it.
 pub fn classify(method: &str, path: &str, query: Option<&str>) -> RequestLabels {
+    // A logical cluster's requests count with the same labels as the root's.
+    let path = match path.strip_prefix("/clusters/") {
+        Some(rest) => rest.split_once('/').map_or("/", |(_, rest)| rest),
+        None => path,
+    };
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest: Option<(&str, &[&str])> = match segments.as_slice() {
         ["api", _version, rest @ ..] if !rest.is_empty() => Some(("", rest)),
@@ -239,6 +244,10 @@ mod tests {
             labels("POST", "example.com", "widgets")
         );
         assert_eq!(classify("GET", "/openapi/v3", None), labels("GET", "", ""));
+        assert_eq!(
+            classify("GET", "/clusters/a/api/v1/namespaces", None),
+            labels("LIST", "", "namespaces")
+        );
         assert_eq!(
             classify("GET", "/apis/apps/v1", None),
             labels("GET", "", "")

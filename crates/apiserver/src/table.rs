@@ -267,12 +267,10 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
             Cell::Path(".spec.holderIdentity".into()),
         )),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-            columns.push(column(
-                "Created At",
-                "date",
-                0,
-                Cell::Path(".metadata.creationTimestamp".into()),
-            ));
+            // Shown as the time itself, not an age.
+            columns.push(computed("Created At", "date", 0, |o| {
+                o["metadata"]["creationTimestamp"].clone()
+            }));
             return columns;
         }
         _ => {}

@@ -393,3 +393,41 @@ async fn a_controller_reconciles_a_custom_resource_with_a_finalizer() {
     .await;
     controller.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_works_in_a_logical_cluster() {
+    let hub = Hub::start();
+    hub.create(r#"{"apiVersion":"tenancy.flotilla.io/v1alpha1","kind":"LogicalCluster","metadata":{"name":"team-a"}}"#);
+    let kubeconfig = Kubeconfig::read_from(hub.cluster_kubeconfig("team-a")).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let team: Api<ConfigMap> = Api::namespaced(Client::try_from(config).unwrap(), "default");
+    let root: Api<ConfigMap> = Api::namespaced(client(&hub).await, "default");
+    team.create(&PostParams::default(), &configmap("mine", 1))
+        .await
+        .unwrap();
+    let names: Vec<String> = team
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(names, ["mine"]);
+    assert!(root.get_opt("mine").await.unwrap().is_none());
+    // A watcher in the logical cluster sees its changes only.
+    let mut stream = watcher(team.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut view = View::default();
+    let mut model = BTreeMap::from([("mine".to_owned(), "1".to_owned())]);
+    view.until(&mut stream, &model).await;
+    root.create(&PostParams::default(), &configmap("rooted", 1))
+        .await
+        .unwrap();
+    write(&team, &mut model, "second", 2).await;
+    view.until(&mut stream, &model).await;
+    assert!(!view.objects.contains_key("rooted"));
+}

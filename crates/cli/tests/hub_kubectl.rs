@@ -840,3 +840,111 @@ fn deleting_an_owner_deletes_or_orphans_its_dependents() {
         wait_for_replicasets(&hub, &[]);
     }
 }
+
+#[test]
+fn logical_clusters_are_isolated_from_each_other_and_from_the_root() {
+    let mut hub = Hub::start();
+    let run = |hub: &Hub, cluster: &str, args: &[&str], stdin: Option<&str>| {
+        let out = hub.kubectl_in(cluster, args, stdin);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Not there until created (in the root cluster, with the admin token).
+    let (ok, _, _) = run(&hub, "a", &["get", "ns"], None);
+    assert!(!ok, "no logical cluster a yet");
+    let err = hub.fails(&["get", "--raw", "/clusters/a/api"]);
+    assert!(
+        err.contains("logical cluster") && err.contains("not found"),
+        "{err}"
+    );
+    for name in ["a", "b"] {
+        hub.create(&format!(r#"{{"apiVersion":"tenancy.flotilla.io/v1alpha1","kind":"LogicalCluster","metadata":{{"name":"{name}"}}}}"#));
+    }
+    assert_eq!(
+        hub.ok(&["get", "logicalclusters", "-o", "name"])
+            .lines()
+            .count(),
+        2
+    );
+
+    // Each has its own namespaces, objects and CRDs.
+    let (ok, out, _) = run(&hub, "a", &["get", "ns", "-o", "name"], None);
+    assert!(ok && out.contains("namespace/default"), "{out}");
+    assert!(run(&hub, "a", &["create", "namespace", "shop"], None).0);
+    assert!(
+        run(
+            &hub,
+            "a",
+            &[
+                "create",
+                "configmap",
+                "only-in-a",
+                "-n",
+                "shop",
+                "--from-literal=k=v"
+            ],
+            None
+        )
+        .0
+    );
+    let (ok, _, err) = run(&hub, "a", &["create", "-f", "-"], Some(WIDGET_CRD));
+    assert!(ok, "{err}");
+    assert!(
+        run(
+            &hub,
+            "a",
+            &[
+                "wait",
+                "--for",
+                "condition=established",
+                "crd/widgets.example.com",
+                "--timeout=30s"
+            ],
+            None
+        )
+        .0
+    );
+
+    let (_, out, _) = run(&hub, "b", &["get", "ns", "-o", "name"], None);
+    assert!(!out.contains("shop"), "{out}");
+    let (_, out, _) = run(&hub, "b", &["get", "cm", "-A", "-o", "name"], None);
+    assert!(out.trim().is_empty(), "{out}");
+    let (ok, _, err) = run(
+        &hub,
+        "b",
+        &["delete", "cm", "only-in-a", "-n", "shop"],
+        None,
+    );
+    assert!(!ok && err.contains("not found"), "{err}");
+    let (_, out, _) = run(&hub, "b", &["api-resources", "-o", "name"], None);
+    assert!(
+        !out.contains("widgets") && !out.contains("logicalclusters"),
+        "{out}"
+    );
+    assert!(hub.fails(&["get", "ns", "shop"]).contains("not found"));
+    assert!(hub.ok(&["get", "cm", "-A", "-o", "name"]).trim().is_empty());
+    assert!(!hub.ok(&["api-resources", "-o", "name"]).contains("widgets"));
+
+    // A logical cluster's objects and CRDs survive a restart.
+    hub.restart(false);
+    let (ok, out, err) = run(
+        &hub,
+        "a",
+        &[
+            "get",
+            "cm",
+            "only-in-a",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.data.k}",
+        ],
+        None,
+    );
+    assert!(ok && out == "v", "{out} {err}");
+    let (ok, out, _) = run(&hub, "a", &["api-resources", "-o", "name"], None);
+    assert!(ok && out.contains("widgets.example.com"), "{out}");
+}

@@ -109,6 +109,48 @@ impl Hub {
         self.dir.path().join("admin.kubeconfig")
     }
 
+    /// A kubeconfig for logical cluster `name` (the admin one, its server ending in
+    /// `/clusters/<name>`).
+    pub fn cluster_kubeconfig(&self, name: &str) -> PathBuf {
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.kubeconfig()).unwrap()).unwrap();
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        config["clusters"][0]["cluster"]["server"] = format!("{server}/clusters/{name}").into();
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, config.to_string()).unwrap();
+        path
+    }
+
+    /// Runs kubectl against logical cluster `name`; its output.
+    pub fn kubectl_in(&self, name: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut command = Command::new(kubectl_binary());
+        command
+            .arg("--kubeconfig")
+            .arg(self.cluster_kubeconfig(name))
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("run kubectl");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
     /// Runs kubectl against the hub.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_with(args, None)
