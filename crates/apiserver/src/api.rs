@@ -1958,8 +1958,8 @@ fn selected<'a>(
     fields: &FieldSelector,
 ) -> Option<(&'static str, &'a Value)> {
     let matches = |o: &&Value| labels.matches(o) && fields.matches(o);
-    let before = change.previous.as_ref().filter(matches);
-    let after = change.object.as_ref();
+    let before = change.previous().filter(matches);
+    let after = change.object();
     Some(match (change.kind, before, after) {
         (EventKind::Delete, Some(before), _) => ("DELETED", before),
         (EventKind::Delete, None, _) => return None,
@@ -2010,24 +2010,32 @@ impl TableWatch {
 /// matching is DELETED for this watcher, one that starts matching is ADDED. A deleted
 /// object is sent as it last was, with the deletion's resourceVersion.
 fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -> Option<Bytes> {
-    let selects_all = labels.is_empty() && fields.is_empty();
-    let (kind, object) = selected(change, labels, fields)?;
-    let render = |_: &Change| {
+    let render = |kind: &str, object: &Value| {
         event_line(
             kind,
             &object::with_resource_version(object.clone(), change.revision.get()),
         )
     };
-    if !selects_all {
-        return Some(render(change));
+    if !(labels.is_empty() && fields.is_empty()) {
+        let (kind, object) = selected(change, labels, fields)?;
+        return Some(render(kind, object));
     }
-    // Every watcher without selectors shares one rendering, made from the stored bytes.
+    // Every watcher without selectors shares one rendering, made from the stored bytes
+    // (the objects are not decoded unless those bytes cannot be spliced).
+    let (kind, raw) = match (change.kind, &change.raw_previous) {
+        (EventKind::Delete, Some((raw, _))) => ("DELETED", raw),
+        (EventKind::Delete, None) => return None,
+        (EventKind::Put, previous) => (
+            if previous.is_some() {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            },
+            change.raw_object.as_ref()?,
+        ),
+    };
     Some(change.line(|change| {
-        let raw = match change.kind {
-            EventKind::Delete => change.raw_previous.as_deref(),
-            EventKind::Put => change.raw_object.as_deref(),
-        };
-        match raw.and_then(|raw| object::with_resource_version_raw(raw, change.revision.get())) {
+        match object::with_resource_version_raw(raw, change.revision.get()) {
             Some(object) => {
                 let mut line = Vec::with_capacity(object.len() + 32);
                 line.extend_from_slice(format!("{{\"type\":\"{kind}\",\"object\":").as_bytes());
@@ -2035,7 +2043,13 @@ fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -
                 line.extend_from_slice(b"}\n");
                 Bytes::from(line)
             }
-            None => render(change),
+            None => {
+                let object = match change.kind {
+                    EventKind::Delete => change.previous(),
+                    EventKind::Put => change.object(),
+                };
+                object.map_or_else(Bytes::new, |object| render(kind, object))
+            }
         }
     }))
 }

@@ -47,7 +47,8 @@ impl Default for Config {
     }
 }
 
-/// One change of one object, decoded once and shared by every watcher.
+/// One change of one object, shared by every watcher: its stored bytes, decoded at most
+/// once (only if a watcher with selectors needs the objects).
 #[derive(Debug)]
 pub struct Change {
     /// The change's revision.
@@ -56,42 +57,59 @@ pub struct Change {
     pub key: Bytes,
     /// Put or delete.
     pub kind: EventKind,
-    /// The object after a put (with its resourceVersion).
-    pub object: Option<Value>,
-    /// The object before the change (with its resourceVersion), if it existed.
-    pub previous: Option<Value>,
     /// The stored JSON after a put.
     pub raw_object: Option<Bytes>,
-    /// The stored JSON before the change.
-    pub raw_previous: Option<Bytes>,
+    /// The stored JSON before the change, and the revision it had.
+    pub raw_previous: Option<(Bytes, Revision)>,
+    object: OnceLock<Option<Value>>,
+    previous: OnceLock<Option<Value>>,
     /// The `{"type":…,"object":…}` line for watchers without selectors, built once.
     line: OnceLock<Bytes>,
 }
 
+fn decode(value: &[u8], revision: Revision) -> Option<Value> {
+    serde_json::from_slice::<Value>(value)
+        .ok()
+        .map(|object| crate::object::with_resource_version(object, revision.get()))
+}
+
 impl Change {
     fn from_event(event: &WatchEvent) -> Change {
-        let decode = |value: &[u8], revision: Revision| {
-            serde_json::from_slice::<Value>(value)
-                .ok()
-                .map(|object| crate::object::with_resource_version(object, revision.get()))
-        };
-        let revision = event.revision();
         Change {
-            revision,
+            revision: event.revision(),
             key: event.kv.key.clone(),
             kind: event.kind,
-            object: match event.kind {
-                EventKind::Put => decode(&event.kv.value, revision),
-                EventKind::Delete => None,
-            },
             raw_object: (event.kind == EventKind::Put).then(|| event.kv.value.clone()),
-            raw_previous: event.prev_kv.as_ref().map(|kv| kv.value.clone()),
-            previous: event
+            raw_previous: event
                 .prev_kv
                 .as_ref()
-                .and_then(|kv| decode(&kv.value, kv.mod_revision)),
+                .map(|kv| (kv.value.clone(), kv.mod_revision)),
+            object: OnceLock::new(),
+            previous: OnceLock::new(),
             line: OnceLock::new(),
         }
+    }
+
+    /// The object after a put (with its resourceVersion).
+    pub fn object(&self) -> Option<&Value> {
+        self.object
+            .get_or_init(|| {
+                self.raw_object
+                    .as_ref()
+                    .and_then(|raw| decode(raw, self.revision))
+            })
+            .as_ref()
+    }
+
+    /// The object before the change (with its resourceVersion), if it existed.
+    pub fn previous(&self) -> Option<&Value> {
+        self.previous
+            .get_or_init(|| {
+                self.raw_previous
+                    .as_ref()
+                    .and_then(|(raw, revision)| decode(raw, *revision))
+            })
+            .as_ref()
     }
 
     /// The watch event line for a watcher that selects everything, serialized once.
@@ -613,10 +631,10 @@ mod tests {
             (first.revision.get(), second.revision),
             (head.get() + 1, rev)
         );
-        assert_eq!(second.previous.as_ref().unwrap()["n"], 1);
-        assert_eq!(second.object.as_ref().unwrap()["n"], 2);
+        assert_eq!(second.previous().unwrap()["n"], 1);
+        assert_eq!(second.object().unwrap()["n"], 2);
         assert_eq!(
-            second.object.as_ref().unwrap()["metadata"]["resourceVersion"],
+            second.object().unwrap()["metadata"]["resourceVersion"],
             rev.get().to_string()
         );
         assert_eq!(
