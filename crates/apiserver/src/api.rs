@@ -717,7 +717,7 @@ impl Api {
         }
         let namespace = target.namespace.clone().unwrap_or_default();
         let mut object = parse_body(body, headers)?;
-        let warnings = admit_fields(rt, &mut object, query)?;
+        let warnings = admit_fields(rt, &mut object, None, query)?;
         let name = object::prepare_create(&mut object, rt, &namespace)?;
         if rt.namespaced {
             self.require_namespace(&namespace).await?;
@@ -803,7 +803,7 @@ impl Api {
                 }
             }
         }
-        let warnings = admit_fields(rt, &mut object, query)?;
+        let warnings = admit_fields(rt, &mut object, Some(&current), query)?;
         object::prepare_update(&mut object, &current, rt)?;
         let definition = match crd::is_crd_type(rt) {
             true => Some(self.admit_crd(&mut object, &current["status"])?),
@@ -1906,7 +1906,12 @@ fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
 /// Checks an object's fields against its kind's schema: unknown fields are dropped, and
 /// fail the request or become warnings as `fieldValidation` asks; a custom resource is
 /// then defaulted and validated (422 Invalid naming every broken rule).
-fn admit_fields(rt: &ResourceType, object: &mut Value, query: &Query) -> ApiResult<Vec<String>> {
+fn admit_fields(
+    rt: &ResourceType,
+    object: &mut Value,
+    old: Option<&Value>,
+    query: &Query,
+) -> ApiResult<Vec<String>> {
     let validation = FieldValidation::parse(query.get("fieldValidation"))?;
     let unknown = match Schema::for_type(rt) {
         Some(schema) => schema.prune(object),
@@ -1915,7 +1920,10 @@ fn admit_fields(rt: &ResourceType, object: &mut Value, query: &Query) -> ApiResu
     let warnings = schema::judge(unknown, validation)?;
     if let Some(structural) = Structural::for_type(rt) {
         structural.default(object);
-        let causes = structural.validate(object);
+        let mut causes = structural.validate(object);
+        if causes.is_empty() {
+            causes = structural.rules(object, old);
+        }
         if !causes.is_empty() {
             let name = match meta_str(object, "name") {
                 "" => meta_str(object, "generateName"),

@@ -948,3 +948,52 @@ fn logical_clusters_are_isolated_from_each_other_and_from_the_root() {
     let (ok, out, _) = run(&hub, "a", &["api-resources", "-o", "name"], None);
     assert!(ok && out.contains("widgets.example.com"), "{out}");
 }
+
+#[test]
+fn cel_rules_of_a_crd_are_enforced() {
+    let hub = Hub::start();
+    let crd = WIDGET_CRD.replace(
+        "            required: [size]\n",
+        "            required: [size]\n            x-kubernetes-validations:\n            - {rule: \"self.size <= 10\", messageExpression: \"'size ' + string(self.size) + ' is over 10'\"}\n            - {rule: \"self.mode == oldSelf.mode\", message: mode cannot change}\n",
+    );
+    hub.create(&crd);
+    hub.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&widget(11)));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("size 11 is over 10"), "{err}");
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&widget(4)));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The transition rule: mode may not change once set.
+    let err = hub.fails(&[
+        "patch",
+        "widget",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"mode":"slow"}}"#,
+    ]);
+    assert!(err.contains("mode cannot change"), "{err}");
+    hub.ok(&[
+        "patch",
+        "widget",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":5}}"#,
+    ]);
+    assert_eq!(
+        hub.json(&["get", "widget", "w1"])["spec"],
+        serde_json::json!({"size": 5, "mode": "fast"})
+    );
+}
