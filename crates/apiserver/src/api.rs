@@ -33,6 +33,7 @@ use crate::scale;
 use crate::schema::{self, FieldValidation, Schema, Structural};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, ApiResult};
+use crate::strategic;
 use crate::table;
 use crate::tenancy;
 use crate::watchcache::{self, Change, Next, Subscription, WatchCache};
@@ -86,6 +87,15 @@ enum Route {
     Group(String),
     Resources(String, String),
     Objects(Target),
+}
+
+/// How a PATCH body applies.
+#[derive(Clone, Copy)]
+enum PatchKind {
+    Merge,
+    Json,
+    /// Strategic merge patch, with the kind's schema.
+    Strategic(&'static Value),
 }
 
 /// Work that goes on after a request, until done.
@@ -1016,12 +1026,25 @@ impl Api {
         headers: &HeaderMap,
         body: &Bytes,
     ) -> ApiResult<(Value, Vec<String>)> {
-        let merge = match content_type(headers) {
-            "application/merge-patch+json" => true,
-            "application/json-patch+json" => false,
-            kind @ ("application/strategic-merge-patch+json" | "application/apply-patch+yaml") => {
+        let rt = &target.rt;
+        let builtin_schema = openapi::builtin_definition(&rt.group, &rt.version, &rt.kind)
+            .filter(|_| rt.schema.is_none())
+            .map(|name| &openapi::builtin_schemas()[name]);
+        let kind = match content_type(headers) {
+            "application/merge-patch+json" => PatchKind::Merge,
+            "application/json-patch+json" => PatchKind::Json,
+            "application/strategic-merge-patch+json" => match builtin_schema {
+                Some(schema) => PatchKind::Strategic(schema),
+                None => {
+                    return Err(ApiError::unsupported_media_type(format!(
+                        "strategic merge patch is not supported for {}: use application/merge-patch+json",
+                        rt.plural
+                    )));
+                }
+            },
+            kind @ "application/apply-patch+yaml" => {
                 return Err(ApiError::unsupported_media_type(format!(
-                    "the patch type {kind} is not supported yet; use application/merge-patch+json or application/json-patch+json"
+                    "the patch type {kind} is not supported yet; use application/merge-patch+json, application/json-patch+json or application/strategic-merge-patch+json"
                 )));
             }
             other => {
@@ -1036,10 +1059,10 @@ impl Api {
         // Retry on conflict: a patch applies to whatever the object is now.
         for _ in 0..CONFLICT_RETRIES {
             let (current, revision) = self.get(&target.rt, &namespace, name).await?;
-            let mut patched = if merge {
-                patch::merge(&current, &patch)
-            } else {
-                patch::json_patch(&current, &patch)?
+            let mut patched = match kind {
+                PatchKind::Merge => patch::merge(&current, &patch),
+                PatchKind::Json => patch::json_patch(&current, &patch)?,
+                PatchKind::Strategic(schema) => strategic::apply(&current, &patch, schema)?,
             };
             // The patched object replaces the current one at its revision, or at the one the
             // patch itself names (a precondition, not retried).

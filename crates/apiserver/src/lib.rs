@@ -23,6 +23,7 @@ pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod status;
+pub mod strategic;
 pub mod table;
 pub mod tenancy;
 pub mod watchcache;

@@ -24,8 +24,10 @@ const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
 const PATCH: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
 
-/// The patch content types the server accepts (strategic merge patch is not listed: it
-/// is not supported yet).
+/// The strategic merge patch content type, accepted for built-in kinds only.
+pub const STRATEGIC: &str = "application/strategic-merge-patch+json";
+
+/// The patch content types the server accepts for every kind.
 pub const PATCH_CONTENT_TYPES: [&str; 3] = [
     "application/json-patch+json",
     "application/merge-patch+json",
@@ -462,10 +464,14 @@ fn object_operations(
         definition,
         write_params(true),
     );
-    let content: Map<String, Value> = PATCH_CONTENT_TYPES
+    let mut content: Map<String, Value> = PATCH_CONTENT_TYPES
         .iter()
         .map(|t| ((*t).to_owned(), json!({"schema": reference(PATCH)})))
         .collect();
+    // Strategic merge patch only where the server has the kind's patch strategies.
+    if rt.schema.is_none() {
+        content.insert(STRATEGIC.to_owned(), json!({"schema": reference(PATCH)}));
+    }
     patch["requestBody"] = json!({"content": content, "required": true});
     ops.insert("patch".into(), patch);
     if suffix.is_empty() {
@@ -553,7 +559,7 @@ mod tests {
             .unwrap()
             .keys()
             .collect();
-        assert!(!types.iter().any(|t| t.contains("strategic")), "{types:?}");
+        assert!(types.iter().any(|t| *t == STRATEGIC), "{types:?}");
         assert!(
             doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/status"]["put"]
                 .is_object()
@@ -618,6 +624,13 @@ mod tests {
             json!([{"group": "example.com", "version": "v1", "kind": "Widget"}])
         );
         assert!(doc["components"]["schemas"][OBJECT_META].is_object());
+        let patch_types = doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]["requestBody"]["content"]
+            .as_object()
+            .unwrap();
+        assert!(
+            !patch_types.contains_key(STRATEGIC),
+            "no strategic merge patch for custom resources"
+        );
         assert!(
             doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"]
                 .is_object()

@@ -997,3 +997,127 @@ fn cel_rules_of_a_crd_are_enforced() {
         serde_json::json!({"size": 5, "mode": "fast"})
     );
 }
+
+fn web_deployment(image: &str, env: &str, ports: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      containers:
+      - name: web
+        image: {image}
+        env: [{env}]
+        ports: [{ports}]
+      - name: sidecar
+        image: busybox:1
+      volumes:
+      - name: data
+        emptyDir: {{}}
+"#
+    )
+}
+
+#[test]
+fn client_side_apply_patch_and_edit_of_a_deployment() {
+    let hub = Hub::start();
+    let first = web_deployment(
+        "nginx:1.26",
+        "{name: A, value: '1'}",
+        "{containerPort: 80}, {containerPort: 443}",
+    );
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&first));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A field set by hand on another container (default patch type: strategic).
+    hub.ok(&["patch", "deploy", "web", "-p", r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","imagePullPolicy":"Always"}]}}}}"#]);
+
+    let second = web_deployment(
+        "nginx:1.27",
+        "{name: A, value: '1'}, {name: B, value: '2'}",
+        "{containerPort: 80}",
+    );
+    // kubectl diff shows the change first, and changes nothing.
+    let out = hub.kubectl_with(&["diff", "-f", "-"], Some(&second));
+    let diff = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        diff.contains("-        image: nginx:1.26") && diff.contains("+        image: nginx:1.27"),
+        "{diff}"
+    );
+    assert_eq!(
+        hub.json(&["get", "deploy", "web"])["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.26"
+    );
+
+    let out = hub.kubectl_with(&["apply", "-f", "-"], Some(&second));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spec = &hub.json(&["get", "deploy", "web"])["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["containers"],
+        serde_json::json!([
+            {"name": "web", "image": "nginx:1.27", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+             "ports": [{"containerPort": 80}]},
+            {"name": "sidecar", "image": "busybox:1", "imagePullPolicy": "Always"}
+        ])
+    );
+    assert_eq!(
+        spec["volumes"],
+        serde_json::json!([{"name": "data", "emptyDir": {}}])
+    );
+
+    // kubectl edit, with a scripted editor that changes the replicas.
+    let editor = hub.dir.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/replicas: 2/replicas: 7/' \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(kubectl_binary())
+        .arg("--kubeconfig")
+        .arg(hub.kubeconfig())
+        .args(["edit", "deploy", "web"])
+        .env("KUBE_EDITOR", &editor)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(hub.json(&["get", "deploy", "web"])["spec"]["replicas"], 7);
+    // Custom resources answer strategic merge patch with 415; kubectl uses merge patch there.
+    hub.create(WIDGET_CRD);
+    hub.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    hub.kubectl_with(&["apply", "-f", "-"], Some(&widget(3)));
+    let err = hub.fails(&[
+        "patch",
+        "widget",
+        "w1",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"size":4}}"#,
+    ]);
+    assert!(
+        err.contains("strategic merge patch is not supported"),
+        "{err}"
+    );
+}
