@@ -608,7 +608,7 @@ impl Api {
                     .get(&key, None)
                     .await?
                     .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
-                let object = stored_with_version(&kv.value, kv.mod_revision)?;
+                let object = stored_with_version(&kv.value, kv.mod_revision, rt)?;
                 if table::wants_table(accept) {
                     let object: Value = serde_json::from_slice(&object).map_err(|e| {
                         ApiError::internal(format!("a stored object is not JSON: {e}"))
@@ -1633,13 +1633,16 @@ impl Api {
         let selects_all = labels.is_empty() && fields.is_empty();
         for kv in &page.kvs {
             if selects_all {
-                items.push(stored_with_version(&kv.value, kv.mod_revision)?);
+                items.push(stored_with_version(&kv.value, kv.mod_revision, rt)?);
                 continue;
             }
             let object: Value = serde_json::from_slice(&kv.value)
                 .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
             if labels.matches(&object) && fields.matches(&object) {
-                let object = object::with_resource_version(object, kv.mod_revision.get());
+                let mut object = object::with_resource_version(object, kv.mod_revision.get());
+                if let Some(api_version) = reads_as(rt) {
+                    object["apiVersion"] = json!(api_version);
+                }
                 items.push(serde_json::to_vec(&object).unwrap_or_default());
             }
         }
@@ -1687,7 +1690,11 @@ impl Api {
                 for kv in page.kvs {
                     let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
                     if labels.matches(&object) && fields.matches(&object) {
-                        let object = object::with_resource_version(object, kv.mod_revision.get());
+                        let mut object =
+                            object::with_resource_version(object, kv.mod_revision.get());
+                        if let Some(api_version) = reads_as(&rt) {
+                            object["apiVersion"] = json!(api_version);
+                        }
                         initial.push(match &mut tables {
                             Some(tables) => tables.line("ADDED", &object),
                             None => event_line("ADDED", &object),
@@ -1717,6 +1724,7 @@ impl Api {
         let feed = WatchFeed {
             initial: initial.into(),
             subscription,
+            reads_as: reads_as(&rt),
             tables,
             labels,
             fields,
@@ -1744,6 +1752,8 @@ impl Api {
 struct WatchFeed {
     initial: std::collections::VecDeque<Bytes>,
     subscription: Subscription,
+    /// The apiVersion custom resources are shown with (see `reads_as`).
+    reads_as: Option<String>,
     /// Set when the client asked for Tables.
     tables: Option<TableWatch>,
     labels: LabelSelector,
@@ -1786,10 +1796,13 @@ impl WatchFeed {
                     Some(Next::Change(change)) => {
                         if let Some(tables) = &mut self.tables {
                             if let Some((kind, object)) = selected(&change, &self.labels, &self.fields) {
-                                let object = object::with_resource_version(object.clone(), change.revision.get());
+                                let mut object = object::with_resource_version(object.clone(), change.revision.get());
+                                if let Some(api_version) = &self.reads_as {
+                                    object["apiVersion"] = json!(api_version);
+                                }
                                 return Some(tables.line(kind, &object));
                             }
-                        } else if let Some(line) = watch_line(&change, &self.labels, &self.fields) {
+                        } else if let Some(line) = watch_line(&change, &self.labels, &self.fields, self.reads_as.as_deref()) {
                             return Some(line);
                         }
                     }
@@ -1840,16 +1853,31 @@ impl Listed {
 }
 
 /// A stored object's JSON with its resourceVersion, decoded only if it must be.
-fn stored_with_version(value: &[u8], revision: Revision) -> ApiResult<Vec<u8>> {
-    if let Some(bytes) = object::with_resource_version_raw(value, revision.get()) {
+/// A stored object's JSON with its resourceVersion, read as `rt` (a custom resource stored
+/// through another of its versions is shown with this version's apiVersion: conversion
+/// `None`), decoded only if it must be.
+fn stored_with_version(value: &[u8], revision: Revision, rt: &ResourceType) -> ApiResult<Vec<u8>> {
+    let wanted = reads_as(rt);
+    if object::has_api_version(value, wanted.as_deref())
+        && let Some(bytes) = object::with_resource_version_raw(value, revision.get())
+    {
         return Ok(bytes);
     }
-    let object: Value = serde_json::from_slice(value)
+    let mut object: Value = serde_json::from_slice(value)
         .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
+    if let Some(api_version) = wanted {
+        object["apiVersion"] = json!(api_version);
+    }
     Ok(
         serde_json::to_vec(&object::with_resource_version(object, revision.get()))
             .unwrap_or_default(),
     )
+}
+
+/// The apiVersion objects of `rt` are shown with when it may differ from the stored one
+/// (custom resources, whose versions share their objects).
+fn reads_as(rt: &ResourceType) -> Option<String> {
+    rt.schema.is_some().then(|| rt.api_version())
 }
 
 fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
@@ -2040,19 +2068,23 @@ impl TableWatch {
 /// The watch event for a change, as seen through the selectors: an object that stops
 /// matching is DELETED for this watcher, one that starts matching is ADDED. A deleted
 /// object is sent as it last was, with the deletion's resourceVersion.
-fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -> Option<Bytes> {
+fn watch_line(
+    change: &Change,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+    api_version: Option<&str>,
+) -> Option<Bytes> {
     let render = |kind: &str, object: &Value| {
-        event_line(
-            kind,
-            &object::with_resource_version(object.clone(), change.revision.get()),
-        )
+        let mut object = object::with_resource_version(object.clone(), change.revision.get());
+        if let Some(api_version) = api_version {
+            object["apiVersion"] = json!(api_version);
+        }
+        event_line(kind, &object)
     };
     if !(labels.is_empty() && fields.is_empty()) {
         let (kind, object) = selected(change, labels, fields)?;
         return Some(render(kind, object));
     }
-    // Every watcher without selectors shares one rendering, made from the stored bytes
-    // (the objects are not decoded unless those bytes cannot be spliced).
     let (kind, raw) = match (change.kind, &change.raw_previous) {
         (EventKind::Delete, Some((raw, _))) => ("DELETED", raw),
         (EventKind::Delete, None) => return None,
@@ -2065,6 +2097,16 @@ fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -
             change.raw_object.as_ref()?,
         ),
     };
+    let decoded = || match change.kind {
+        EventKind::Delete => change.previous(),
+        EventKind::Put => change.object(),
+    };
+    // Stored through another version of a custom resource: this watcher's own rendering.
+    if !object::has_api_version(raw, api_version) {
+        return decoded().map(|object| render(kind, object));
+    }
+    // Every watcher without selectors shares one rendering, made from the stored bytes
+    // (the objects are not decoded unless those bytes cannot be spliced).
     Some(change.line(|change| {
         match object::with_resource_version_raw(raw, change.revision.get()) {
             Some(object) => {
@@ -2074,13 +2116,7 @@ fn watch_line(change: &Change, labels: &LabelSelector, fields: &FieldSelector) -
                 line.extend_from_slice(b"}\n");
                 Bytes::from(line)
             }
-            None => {
-                let object = match change.kind {
-                    EventKind::Delete => change.previous(),
-                    EventKind::Put => change.object(),
-                };
-                object.map_or_else(Bytes::new, |object| render(kind, object))
-            }
+            None => decoded().map_or_else(Bytes::new, |object| render(kind, object)),
         }
     }))
 }

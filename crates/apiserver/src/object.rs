@@ -323,6 +323,15 @@ fn top_level_object_start(json: &[u8], key: &[u8]) -> Option<usize> {
     None
 }
 
+/// Whether stored JSON begins with the given apiVersion (serde_json writes keys in order,
+/// so `apiVersion` comes first); `true` when no particular version is wanted.
+pub fn has_api_version(json: &[u8], api_version: Option<&str>) -> bool {
+    match api_version {
+        None => true,
+        Some(v) => json.starts_with(format!("{{\"apiVersion\":\"{v}\"").as_bytes()),
+    }
+}
+
 /// The object as read: its stored JSON with `resourceVersion` filled in.
 pub fn with_resource_version(mut object: Value, revision: u64) -> Value {
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {

@@ -1121,3 +1121,29 @@ fn client_side_apply_patch_and_edit_of_a_deployment() {
         "{err}"
     );
 }
+
+#[test]
+fn a_custom_resource_reads_through_each_served_version() {
+    let hub = Hub::start();
+    let crd = WIDGET_CRD.replace(
+        "  versions:\n",
+        "  versions:\n  - name: v1beta1\n    served: true\n    storage: false\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n",
+    );
+    hub.create(&crd);
+    hub.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    let old = widget(3).replace("example.com/v1", "example.com/v1beta1");
+    hub.create(&old);
+    let as_v1 = hub.json(&["get", "widgets.v1.example.com", "w1"]);
+    let as_beta = hub.json(&["get", "widgets.v1beta1.example.com", "w1"]);
+    assert_eq!(as_v1["apiVersion"], "example.com/v1");
+    assert_eq!(as_beta["apiVersion"], "example.com/v1beta1");
+    assert_eq!(as_v1["spec"], as_beta["spec"]);
+    let list = hub.json(&["get", "widgets.v1.example.com"]);
+    assert_eq!(list["items"][0]["apiVersion"], "example.com/v1");
+}
