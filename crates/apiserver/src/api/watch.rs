@@ -1,0 +1,303 @@
+//! Watches: the initial state, then the watch cache's changes through the client's
+//! selectors, as JSON lines (or Table rows), with bookmarks and a timeout.
+
+use super::*;
+
+impl Api {
+    pub(super) async fn watch(
+        &self,
+        target: &Target,
+        query: &Query,
+        as_table: bool,
+    ) -> ApiResult<Response> {
+        let rt = target.rt.clone();
+        let mut tables = as_table.then(|| TableWatch {
+            rt: rt.clone(),
+            include: query.get("includeObject").unwrap_or("Metadata").to_owned(),
+            columns_sent: false,
+        });
+        let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?;
+        let prefix = keys::prefix(&rt, &self.cluster, target.namespace.as_deref());
+        let send_initial = query.flag("sendInitialEvents");
+        let bookmarks = query.flag("allowWatchBookmarks");
+        let timeout = match query.get("timeoutSeconds") {
+            None => Duration::from_secs(1800),
+            Some(s) => Duration::from_secs(
+                s.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?,
+            ),
+        };
+        let requested = query
+            .get("resourceVersion")
+            .map(parse_resource_version)
+            .transpose()?;
+        let mut initial = Vec::new();
+        let since = match requested {
+            Some(rv) if rv > 0 && !send_initial => Revision::new(rv),
+            _ => {
+                // Current state first, as ADDED, then every change after it.
+                let page = self.store.list(&prefix, ListOptions::default()).await?;
+                for kv in page.kvs {
+                    let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+                    if labels.matches(&object) && fields.matches(&object) {
+                        let mut object =
+                            object::with_resource_version(object, kv.mod_revision.get());
+                        if let Some(api_version) = reads_as(&rt) {
+                            object["apiVersion"] = json!(api_version);
+                        }
+                        initial.push(match &mut tables {
+                            Some(tables) => tables.line("ADDED", &object),
+                            None => event_line("ADDED", &object),
+                        });
+                    }
+                }
+                if send_initial {
+                    let bookmark = json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {
+                        "resourceVersion": page.revision.get().to_string(),
+                        "annotations": {"k8s.io/initial-events-end": "true"}}});
+                    initial.push(event_line("BOOKMARK", &bookmark));
+                }
+                page.revision
+            }
+        };
+        let subscription = match self.watch_cache.watch(&prefix, since).await {
+            Ok(subscription) => subscription,
+            Err(e @ flotilla_store::Error::Compacted { .. }) => {
+                // A 200 with the error in the stream: the client relists.
+                let line = error_line(&ApiError::from(e));
+                return Ok(watch_response(Body::from_stream(
+                    futures_util::stream::iter([Ok::<_, std::io::Error>(line)]),
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let feed = WatchFeed {
+            initial: initial.into(),
+            subscription,
+            reads_as: reads_as(&rt),
+            tables,
+            labels,
+            fields,
+            rt,
+            bookmarks: bookmarks.then(|| {
+                tokio::time::interval_at(
+                    tokio::time::Instant::now() + self.bookmark_interval,
+                    self.bookmark_interval,
+                )
+            }),
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            done: false,
+        };
+        let body = futures_util::stream::unfold(feed, |mut feed| async move {
+            feed.next()
+                .await
+                .map(|line| (Ok::<_, std::io::Error>(line), feed))
+        });
+        Ok(watch_response(Body::from_stream(body)))
+    }
+}
+
+/// One client's watch: the initial events, then the store's changes as seen through the
+/// selectors, BOOKMARKs on an interval, until the timeout.
+pub(super) struct WatchFeed {
+    initial: std::collections::VecDeque<Bytes>,
+    subscription: Subscription,
+    /// The apiVersion custom resources are shown with (see `reads_as`).
+    reads_as: Option<String>,
+    /// Set when the client asked for Tables.
+    tables: Option<TableWatch>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    pub(super) rt: Arc<ResourceType>,
+    bookmarks: Option<tokio::time::Interval>,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    done: bool,
+}
+
+impl WatchFeed {
+    pub(super) async fn next(&mut self) -> Option<Bytes> {
+        if let Some(line) = self.initial.pop_front() {
+            return Some(line);
+        }
+        loop {
+            if self.done {
+                return None;
+            }
+            let tick = async {
+                match &mut self.bookmarks {
+                    Some(interval) => {
+                        interval.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = &mut self.deadline => return None,
+                () = tick => {
+                    // Only when nothing is pending for this watcher: a bookmark promises
+                    // that every change up to its revision has been sent.
+                    if let Some(revision) = self.subscription.progress() {
+                        let bookmark = json!({"kind": self.rt.kind, "apiVersion": self.rt.api_version(),
+                            "metadata": {"resourceVersion": revision.get().to_string()}});
+                        return Some(event_line("BOOKMARK", &bookmark));
+                    }
+                }
+                item = self.subscription.next() => match item {
+                    Some(Next::Change(change)) => {
+                        if let Some(tables) = &mut self.tables {
+                            if let Some((kind, object)) = selected(&change, &self.labels, &self.fields) {
+                                let mut object = object::with_resource_version(object.clone(), change.revision.get());
+                                if let Some(api_version) = &self.reads_as {
+                                    object["apiVersion"] = json!(api_version);
+                                }
+                                return Some(tables.line(kind, &object));
+                            }
+                        } else if let Some(line) = watch_line(&change, &self.labels, &self.fields, self.reads_as.as_deref()) {
+                            return Some(line);
+                        }
+                    }
+                    Some(Next::Expired(reason)) => {
+                        self.done = true;
+                        return Some(error_line(&ApiError::expired(format!("too old resource version: {reason}"))));
+                    }
+                    None => return None,
+                },
+            }
+        }
+    }
+}
+
+pub(super) fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+pub(super) fn error_line(error: &ApiError) -> Bytes {
+    event_line("ERROR", &error.status())
+}
+
+/// The event type and object a watcher with these selectors sees for a change, if any.
+pub(super) fn selected<'a>(
+    change: &'a Change,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+) -> Option<(&'static str, &'a Value)> {
+    let matches = |o: &&Value| labels.matches(o) && fields.matches(o);
+    let before = change.previous().filter(matches);
+    let after = change.object();
+    Some(match (change.kind, before, after) {
+        (EventKind::Delete, Some(before), _) => ("DELETED", before),
+        (EventKind::Delete, None, _) => return None,
+        (EventKind::Put, before, Some(after)) => match (before.is_some(), matches(&after)) {
+            (false, true) => ("ADDED", after),
+            (true, true) => ("MODIFIED", after),
+            (true, false) => ("DELETED", after),
+            (false, false) => return None,
+        },
+        (EventKind::Put, _, None) => return None,
+    })
+}
+
+/// A watch that sends Tables (kubectl get -w): one row per event; only the first event
+/// carries the column definitions.
+pub(super) struct TableWatch {
+    pub(super) rt: Arc<ResourceType>,
+    include: String,
+    columns_sent: bool,
+}
+
+impl TableWatch {
+    pub(super) fn line(&mut self, kind: &str, object: &Value) -> Bytes {
+        let printer = self
+            .rt
+            .printer_columns
+            .as_ref()
+            .map_or(&Value::Null, |c| &*c.0);
+        let rv = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        let mut table = table::table(
+            &self.rt,
+            printer,
+            std::slice::from_ref(object),
+            rv,
+            &self.include,
+        );
+        if self.columns_sent
+            && let Some(map) = table.as_object_mut()
+        {
+            map.remove("columnDefinitions");
+        }
+        self.columns_sent = true;
+        event_line(kind, &table)
+    }
+}
+
+/// The watch event for a change, as seen through the selectors: an object that stops
+/// matching is DELETED for this watcher, one that starts matching is ADDED. A deleted
+/// object is sent as it last was, with the deletion's resourceVersion.
+pub(super) fn watch_line(
+    change: &Change,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+    api_version: Option<&str>,
+) -> Option<Bytes> {
+    let render = |kind: &str, object: &Value| {
+        let mut object = object::with_resource_version(object.clone(), change.revision.get());
+        if let Some(api_version) = api_version {
+            object["apiVersion"] = json!(api_version);
+        }
+        event_line(kind, &object)
+    };
+    if !(labels.is_empty() && fields.is_empty()) {
+        let (kind, object) = selected(change, labels, fields)?;
+        return Some(render(kind, object));
+    }
+    let (kind, raw) = match (change.kind, &change.raw_previous) {
+        (EventKind::Delete, Some((raw, _))) => ("DELETED", raw),
+        (EventKind::Delete, None) => return None,
+        (EventKind::Put, previous) => (
+            if previous.is_some() {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            },
+            change.raw_object.as_ref()?,
+        ),
+    };
+    let decoded = || match change.kind {
+        EventKind::Delete => change.previous(),
+        EventKind::Put => change.object(),
+    };
+    // Stored through another version of a custom resource: this watcher's own rendering.
+    if !object::has_api_version(raw, api_version) {
+        return decoded().map(|object| render(kind, object));
+    }
+    // Every watcher without selectors shares one rendering, made from the stored bytes
+    // (the objects are not decoded unless those bytes cannot be spliced).
+    Some(change.line(|change| {
+        match object::with_resource_version_raw(raw, change.revision.get()) {
+            Some(object) => {
+                let mut line = Vec::with_capacity(object.len() + 32);
+                line.extend_from_slice(format!("{{\"type\":\"{kind}\",\"object\":").as_bytes());
+                line.extend_from_slice(&object);
+                line.extend_from_slice(b"}\n");
+                Bytes::from(line)
+            }
+            None => decoded().map_or_else(Bytes::new, |object| render(kind, object)),
+        }
+    }))
+}
+
+pub(super) fn watch_response(body: Body) -> Response {
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    response
+}
