@@ -1263,7 +1263,7 @@ impl Api {
     async fn list(&self, target: &Target, query: &Query) -> ApiResult<Listed> {
         let rt = &target.rt;
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
-        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), rt)?;
         let (revision, after, limit) = self.list_position(query).await?;
         let prefix = keys::prefix(rt, &self.cluster, target.namespace.as_deref());
         let page = self

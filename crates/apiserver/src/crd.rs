@@ -238,6 +238,13 @@ pub fn admit(crd: &mut Value) -> ApiResult<Definition> {
             });
         }
         rt.schema = Some(Schema(Arc::new(schema.clone())));
+        rt.selectable_fields = version["selectableFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["jsonPath"].as_str())
+            .map(|path| path.trim_start_matches('.').to_owned())
+            .collect();
         if version["additionalPrinterColumns"].is_array() {
             rt.printer_columns = Some(PrinterColumns(Arc::new(
                 version["additionalPrinterColumns"].clone(),

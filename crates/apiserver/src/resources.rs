@@ -145,6 +145,8 @@ pub struct ResourceType {
     pub printer_columns: Option<PrinterColumns>,
     /// A custom resource's scale paths (built-in kinds with `scale` use the defaults).
     pub scale: Option<ScalePaths>,
+    /// A custom resource's `selectableFields` (as `spec.color`), for field selectors.
+    pub selectable_fields: Vec<String>,
 }
 
 impl ResourceType {
@@ -165,6 +167,7 @@ impl ResourceType {
             schema: None,
             printer_columns: None,
             scale: None,
+            selectable_fields: Vec::new(),
         }
     }
 
@@ -469,6 +472,7 @@ impl Builtin {
             schema: None,
             printer_columns: None,
             scale: None,
+            selectable_fields: Vec::new(),
         }
     }
 }
@@ -704,6 +708,7 @@ mod tests {
                 schema: None,
                 printer_columns: None,
                 scale: None,
+                selectable_fields: Vec::new(),
             }
         );
         assert_eq!(rt.api_version(), "apps/v1");

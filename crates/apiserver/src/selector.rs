@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use crate::resources::ResourceType;
 use crate::status::{ApiError, ApiResult};
 
 /// One requirement of a label selector.
@@ -141,13 +142,69 @@ fn parse_term(term: &str) -> Option<Requirement> {
     valid_key(term).then(|| Requirement::Exists(term.to_owned()))
 }
 
-/// A parsed field selector over `metadata.name` and `metadata.namespace`.
+/// The fields a field selector may use on objects of `rt`, besides `metadata.name` and
+/// `metadata.namespace`: those Kubernetes supports for the built-in kinds, and a CRD
+/// version's `selectableFields`.
+pub fn selectable(rt: &ResourceType, field: &str) -> bool {
+    if matches!(field, "metadata.name" | "metadata.namespace") {
+        return true;
+    }
+    if rt.schema.is_some() {
+        return rt.selectable_fields.iter().any(|f| f == field);
+    }
+    let fields: &[&str] = match (rt.group.as_str(), rt.kind.as_str()) {
+        ("", "Event") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("events.k8s.io", "Event") => &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "type",
+        ],
+        ("", "Pod") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "Secret") => &["type"],
+        ("", "Namespace") => &["status.phase"],
+        ("apps", "ReplicaSet") => &["status.replicas"],
+        ("batch", "Job") => &["status.successful"],
+        _ => &[],
+    };
+    fields.contains(&field)
+}
+
+/// A parsed field selector: `field=value` and `field!=value` terms, ANDed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
 impl FieldSelector {
-    /// Parses `metadata.name=x,metadata.namespace!=y`; any other field is refused.
-    pub fn parse(text: &str) -> ApiResult<Self> {
+    /// Parses `metadata.name=x,status.phase!=Running`; a field `rt` does not support is
+    /// refused (400).
+    pub fn parse(text: &str, rt: &ResourceType) -> ApiResult<Self> {
         let mut terms = Vec::new();
         for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
@@ -162,7 +219,7 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" {
+            if !selectable(rt, field) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {field}"
                 )));
@@ -180,12 +237,13 @@ impl FieldSelector {
     /// Whether the object satisfies every term.
     pub fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let actual = match field.as_str() {
-                "metadata.name" => object["metadata"]["name"].as_str(),
-                _ => object["metadata"]["namespace"].as_str(),
-            }
-            .unwrap_or("");
-            (actual == value) == *equal
+            let found = field.split('.').try_fold(object, |v, part| v.get(part));
+            let actual = match found {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            (actual == *value) == *equal
         })
     }
 }
@@ -239,21 +297,56 @@ mod tests {
     }
 
     #[test]
-    fn field_selectors_on_name_and_namespace_only() {
+    fn field_selectors_use_the_fields_each_kind_supports() {
+        let registry = crate::resources::Registry::builtin();
+        let configmaps = registry.get("", "v1", "configmaps").unwrap();
+        let pods = registry.get("", "v1", "pods").unwrap();
+        let events = registry.get("", "v1", "events").unwrap();
         let o = labelled(json!({}));
-        assert!(FieldSelector::parse("metadata.name=x").unwrap().matches(&o));
         assert!(
-            FieldSelector::parse("metadata.namespace!=other,metadata.name==x")
+            FieldSelector::parse("metadata.name=x", &configmaps)
                 .unwrap()
                 .matches(&o)
         );
         assert!(
-            !FieldSelector::parse("metadata.name!=x")
+            FieldSelector::parse("metadata.namespace!=other,metadata.name==x", &configmaps)
                 .unwrap()
                 .matches(&o)
         );
-        let e = FieldSelector::parse("spec.nodeName=n1").unwrap_err();
+        assert!(
+            !FieldSelector::parse("metadata.name!=x", &configmaps)
+                .unwrap()
+                .matches(&o)
+        );
+        let e = FieldSelector::parse("spec.nodeName=n1", &configmaps).unwrap_err();
         assert_eq!(e.code, 400);
         assert!(e.message.contains("spec.nodeName"));
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "hostNetwork": true}, "status": {"phase": "Running"}});
+        let select = |s: &str| FieldSelector::parse(s, &pods).unwrap().matches(&pod);
+        assert!(select("spec.nodeName=n1,status.phase=Running"));
+        assert!(select("spec.hostNetwork=true"));
+        assert!(select("status.podIP="));
+        assert!(!select("status.phase!=Running"));
+        let event =
+            json!({"involvedObject": {"kind": "Deployment", "name": "web"}, "type": "Normal"});
+        assert!(
+            FieldSelector::parse(
+                "involvedObject.name=web,involvedObject.kind=Deployment",
+                &events
+            )
+            .unwrap()
+            .matches(&event)
+        );
+        let mut widgets = ResourceType::new("example.com", "v1", "Widget", "widgets", true);
+        widgets.schema = Some(crate::resources::Schema(std::sync::Arc::new(
+            json!({"type": "object"}),
+        )));
+        widgets.selectable_fields = vec!["spec.color".into()];
+        assert!(
+            FieldSelector::parse("spec.color=red", &widgets)
+                .unwrap()
+                .matches(&json!({"spec": {"color": "red"}}))
+        );
+        assert!(FieldSelector::parse("spec.size=1", &widgets).is_err());
     }
 }

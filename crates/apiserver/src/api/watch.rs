@@ -17,7 +17,7 @@ impl Api {
             columns_sent: false,
         });
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
-        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""))?;
+        let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), &rt)?;
         let prefix = keys::prefix(&rt, &self.cluster, target.namespace.as_deref());
         let send_initial = query.flag("sendInitialEvents");
         let bookmarks = query.flag("allowWatchBookmarks");
