@@ -216,8 +216,12 @@ def main():
             if spec.startswith("btree_map"):
                 value = spec.split('"')[1].split(",")[1].strip()
                 kind = "map"
-                ref = definition(target) if value == "message" else "scalar:" + value
+                ref = lookup(target) if value == "message" else "scalar:" + value
                 if value == "message":
+                    if ref is None:
+                        # A Go named list type (ExtraValue): only in server-written fields.
+                        skipped.append(f"{name}.{field}")
+                        continue
                     todo.append(target)
             else:
                 kind = spec.split(",")[0].split("=")[0].strip()

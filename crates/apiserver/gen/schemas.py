@@ -55,6 +55,9 @@ KINDS = [
     ("autoscaling", "v2", "HorizontalPodAutoscaler"),
     ("discovery.k8s.io", "v1", "EndpointSlice"),
     ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+    ("authentication.k8s.io", "v1", "SelfSubjectReview"),
+    ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"),
+    ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"),
 ]
 
 # Definitions every group-version document needs besides the kinds.

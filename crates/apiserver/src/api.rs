@@ -29,6 +29,7 @@ use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
 use crate::openapi;
 use crate::patch;
 use crate::resources::{Registry, ResourceType};
+use crate::review;
 use crate::scale;
 use crate::schema::{self, FieldValidation, Schema, Structural};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -535,6 +536,22 @@ impl Api {
             )));
         }
         let namespace = target.namespace.clone().unwrap_or_default();
+        if target.sub.is_none() {
+            let verb = match (&method, target.name.is_some()) {
+                (&Method::GET, true) => "get",
+                (&Method::GET, false) if query.flag("watch") => "watch",
+                (&Method::GET, false) => "list",
+                (&Method::POST, _) => "create",
+                (&Method::PUT, _) => "update",
+                (&Method::PATCH, _) => "patch",
+                (&Method::DELETE, true) => "delete",
+                (&Method::DELETE, false) => "deletecollection",
+                _ => "",
+            };
+            if !verb.is_empty() && !target.rt.supports(verb) {
+                return Err(ApiError::method_not_allowed(verb, &target.rt.plural));
+            }
+        }
         if target.sub.as_deref() == Some("scale")
             && let Some(name) = &target.name
         {
@@ -690,6 +707,9 @@ impl Api {
         }
         let namespace = target.namespace.clone().unwrap_or_default();
         let mut object = parse_body(body, headers)?;
+        if let Some(answer) = review::answer(rt, &object) {
+            return Ok((answer, Vec::new()));
+        }
         let warnings = admit_fields(rt, &mut object, None, query)?;
         let name = object::prepare_create(&mut object, rt, &namespace)?;
         if rt.namespaced {

@@ -673,6 +673,8 @@ mod tests {
             [
                 "apiextensions.k8s.io",
                 "apps",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
                 "autoscaling",
                 "batch",
                 "coordination.k8s.io",
@@ -884,7 +886,7 @@ mod tests {
         assert_eq!(doc["kind"], "APIGroupList");
         assert_eq!(doc["apiVersion"], "v1");
         let groups = doc["groups"].as_array().unwrap();
-        assert_eq!(groups.len(), 10);
+        assert_eq!(groups.len(), 12);
         assert!(groups.iter().all(|g| g["name"] != ""));
         assert_eq!(
             groups[1],

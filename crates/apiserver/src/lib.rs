@@ -18,6 +18,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;
+pub mod review;
 pub mod scale;
 pub mod schema;
 pub mod selector;

@@ -485,6 +485,8 @@ const NO_SUB: &[Subresource] = &[];
 const STATUS: &[Subresource] = &[Subresource::Status];
 const STATUS_SCALE: &[Subresource] = &[Subresource::Status, Subresource::Scale];
 const VERBS: &[&str] = &STANDARD_VERBS;
+/// Reviews can only be created.
+const CREATE_ONLY: &[&str] = &["create"];
 /// Namespaces have no `deletecollection` upstream.
 const NAMESPACE_VERBS: &[&str] = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
@@ -530,6 +532,10 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "autoscaling", version: "v2", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short_names: &["hpa"], categories: ALL, namespaced: NS, subresources: STATUS, verbs: VERBS },
     // discovery.k8s.io/v1
     Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", short_names: NONE, categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: VERBS },
+    // authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews, answered, never stored
+    Builtin { group: "authentication.k8s.io", version: "v1", kind: "SelfSubjectReview", plural: "selfsubjectreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     // apiextensions.k8s.io/v1
     Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short_names: &["crd", "crds"], categories: &["api-extensions"], namespaced: CLUSTER, subresources: STATUS, verbs: VERBS },
 ];
@@ -568,6 +574,27 @@ mod tests {
         ("apps", "v1", "deployments", "Deployment", true),
         ("apps", "v1", "replicasets", "ReplicaSet", true),
         ("apps", "v1", "statefulsets", "StatefulSet", true),
+        (
+            "authentication.k8s.io",
+            "v1",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            false,
+        ),
         (
             "autoscaling",
             "v2",
@@ -856,6 +883,9 @@ mod tests {
                 "v1/limitranges",
                 "v1/secrets",
                 "v1/serviceaccounts",
+                "authentication.k8s.io/v1/selfsubjectreviews",
+                "authorization.k8s.io/v1/selfsubjectaccessreviews",
+                "authorization.k8s.io/v1/selfsubjectrulesreviews",
                 "coordination.k8s.io/v1/leases",
                 "discovery.k8s.io/v1/endpointslices",
                 "events.k8s.io/v1/events",
@@ -966,6 +996,8 @@ mod tests {
                 "",
                 "apiextensions.k8s.io",
                 "apps",
+                "authentication.k8s.io",
+                "authorization.k8s.io",
                 "autoscaling",
                 "batch",
                 "coordination.k8s.io",

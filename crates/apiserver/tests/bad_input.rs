@@ -305,6 +305,37 @@ async fn size_and_field_validation() {
 }
 
 #[tokio::test]
+async fn verbs_a_resource_does_not_have() {
+    let s = Server::new().await;
+    s.refused(
+        Method::GET,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        None,
+        None,
+        b"",
+        (
+            405,
+            "MethodNotAllowed",
+            "list is not supported on selfsubjectaccessreviews",
+        ),
+    )
+    .await;
+    s.refused(
+        Method::DELETE,
+        "/api/v1/namespaces",
+        None,
+        None,
+        b"",
+        (
+            405,
+            "MethodNotAllowed",
+            "deletecollection is not supported on namespaces",
+        ),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn bad_queries() {
     let s = Server::new().await;
     let (code, _) = s

@@ -1147,3 +1147,25 @@ fn a_custom_resource_reads_through_each_served_version() {
     let list = hub.json(&["get", "widgets.v1.example.com"]);
     assert_eq!(list["items"][0]["apiVersion"], "example.com/v1");
 }
+
+#[test]
+fn auth_can_i_and_whoami_answer_for_the_admin() {
+    let hub = Hub::start();
+    assert_eq!(
+        hub.ok(&["auth", "can-i", "create", "deployments"]).trim(),
+        "yes"
+    );
+    assert_eq!(
+        hub.ok(&["auth", "can-i", "delete", "secrets", "-n", "kube-system"])
+            .trim(),
+        "yes"
+    );
+    let whoami = hub.ok(&["auth", "whoami"]);
+    assert!(whoami.contains("flotilla:admin"), "{whoami}");
+    // Reviews are answered, never stored: there is nothing to list.
+    let err = hub.fails(&["get", "selfsubjectaccessreviews"]);
+    assert!(
+        err.contains("MethodNotAllowed") || err.contains("not supported"),
+        "{err}"
+    );
+}
