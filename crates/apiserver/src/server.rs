@@ -19,6 +19,9 @@ use crate::metrics::{self, Metrics};
 use crate::object::MAX_OBJECT_BYTES;
 use crate::status::ApiError;
 
+/// How long a client has to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Who may call the API.
 #[derive(Clone)]
 pub struct Auth {
@@ -148,10 +151,15 @@ pub async fn serve_tls(
         let app = app.clone();
         let mut stopped = stopped.clone();
         connections.spawn(async move {
-            let tls = match acceptor.accept(socket).await {
-                Ok(tls) => tls,
-                Err(e) => {
+            // A client that never finishes its handshake does not hold a connection.
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
                     debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
