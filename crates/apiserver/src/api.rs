@@ -642,11 +642,12 @@ impl Api {
                 ))
             }
             (Method::DELETE, Some(name)) => {
+                let body = delete_options(body, headers)?;
                 let (code, object) = self.delete(&target, &name, query, &body, true).await?;
                 Ok(json_response(code, &object))
             }
             (Method::DELETE, None) => self
-                .delete_collection(&target, query, &body)
+                .delete_collection(&target, query, &delete_options(body, headers)?)
                 .await
                 .map(|v| json_response(StatusCode::OK, &v)),
             (method, _) => Err(ApiError::method_not_allowed(
@@ -1397,6 +1398,14 @@ fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The delete options of a request as JSON (typed clients may send them as protobuf).
+fn delete_options(body: Bytes, headers: &HeaderMap) -> ApiResult<Bytes> {
+    if body.is_empty() || content_type(headers) != "application/vnd.kubernetes.protobuf" {
+        return Ok(body);
+    }
+    Ok(Bytes::from(crate::protobuf::decode(&body)?.to_string()))
 }
 
 /// Whether delete options carry preconditions (then a conflict is the client's answer).

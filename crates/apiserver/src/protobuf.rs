@@ -21,6 +21,8 @@ use crate::status::{ApiError, ApiResult};
 
 const MAGIC: &[u8] = b"k8s\0";
 
+const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+
 /// The generated table: kinds to definitions, definitions to fields.
 struct Table {
     kinds: Map<String, Value>,
@@ -77,15 +79,19 @@ pub fn decode(body: &[u8]) -> ApiResult<Value> {
             _ => {}
         }
     }
-    let definition = table()
-        .kinds
-        .get(&format!("{api_version} {kind}"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            ApiError::unsupported_media_type(format!(
-                "protobuf bodies of {api_version} {kind} are not supported: send application/json"
-            ))
-        })?;
+    // DeleteOptions (the body of a typed client's DELETE) is not a kind the server serves.
+    let definition = match kind.as_str() {
+        "DeleteOptions" => Some(DELETE_OPTIONS),
+        _ => table()
+            .kinds
+            .get(&format!("{api_version} {kind}"))
+            .and_then(Value::as_str),
+    };
+    let definition = definition.ok_or_else(|| {
+        ApiError::unsupported_media_type(format!(
+            "protobuf bodies of {api_version} {kind} are not supported: send application/json"
+        ))
+    })?;
     let mut object = message(definition, raw, 0)?;
     if let Some(map) = object.as_object_mut() {
         map.insert("apiVersion".into(), json!(api_version));
@@ -511,6 +517,24 @@ mod tests {
         });
         truncated.truncate(truncated.len() - 3);
         assert_eq!(decode(&truncated).unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn delete_options_from_a_typed_client() {
+        let mut preconditions = Writer::default();
+        preconditions.string(1, "u-1");
+        let mut options = Writer::default();
+        options
+            .int(1, 0)
+            .message(2, &preconditions)
+            .string(4, "Foreground")
+            .string(5, "All");
+        let object = decode(&envelope("meta.k8s.io/v1", "DeleteOptions", &options)).unwrap();
+        assert_eq!(
+            object,
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions",
+            "preconditions": {"uid": "u-1"}, "propagationPolicy": "Foreground", "dryRun": ["All"]})
+        );
     }
 
     #[test]

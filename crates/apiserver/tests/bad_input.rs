@@ -560,3 +560,49 @@ async fn bad_updates_patches_and_deletes() {
     let (code, now) = s.call(Method::GET, &object, None, None, b"").await;
     assert_eq!((code, &now), (200, &created));
 }
+
+/// Kubernetes protobuf for `DeleteOptions{preconditions{uid}}`, as a typed Go client sends it.
+fn protobuf_delete_options(uid: &str) -> Vec<u8> {
+    fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![(tag << 3) | 2, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
+    let preconditions = field(1, uid.as_bytes());
+    let options = field(2, &preconditions);
+    let type_meta = [field(1, b"meta.k8s.io/v1"), field(2, b"DeleteOptions")].concat();
+    let unknown = [field(1, &type_meta), field(2, &options)].concat();
+    [b"k8s\0".as_slice(), &unknown].concat()
+}
+
+#[tokio::test]
+async fn typed_clients_delete_with_protobuf_options() {
+    let s = Server::new().await;
+    let (_, created) = s
+        .call(Method::POST, CONFIGMAPS, None, None, &configmap("a"))
+        .await;
+    let object = format!("{CONFIGMAPS}/a");
+    // The options are read: a wrong uid precondition is a conflict.
+    s.refused(
+        Method::DELETE,
+        &object,
+        None,
+        Some("application/vnd.kubernetes.protobuf"),
+        &protobuf_delete_options("someone-else"),
+        (409, "Conflict", "the object has been modified"),
+    )
+    .await;
+    let uid = created["metadata"]["uid"].as_str().unwrap();
+    let (code, _) = s
+        .call(
+            Method::DELETE,
+            &object,
+            None,
+            Some("application/vnd.kubernetes.protobuf"),
+            &protobuf_delete_options(uid),
+        )
+        .await;
+    assert_eq!(code, 200);
+    let (code, _) = s.call(Method::GET, &object, None, None, b"").await;
+    assert_eq!(code, 404);
+}
