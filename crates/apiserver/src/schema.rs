@@ -109,8 +109,9 @@ impl<'a> Schema<'a> {
     }
 }
 
-/// The schema a node stands for: `$ref` and a single `allOf` reference are followed.
-fn resolve(schema: &Value) -> &Value {
+/// The schema a node stands for: `$ref` and a single `allOf` reference into the built-in
+/// schemas are followed.
+pub(crate) fn resolve(schema: &Value) -> &Value {
     let mut schema = schema;
     for _ in 0..8 {
         let target = schema["$ref"]

@@ -13,27 +13,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::openapi;
+use crate::schema::resolve;
 use crate::status::{ApiError, ApiResult};
 
 const SET_ORDER: &str = "$setElementOrder/";
 const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
-
-/// The schema node behind `$ref` / single `allOf` references.
-fn resolve(schema: &Value) -> &Value {
-    let mut schema = schema;
-    for _ in 0..8 {
-        let target = schema["$ref"]
-            .as_str()
-            .or_else(|| schema["allOf"][0]["$ref"].as_str())
-            .and_then(|r| r.strip_prefix("#/components/schemas/"));
-        match target.and_then(|name| openapi::builtin_schemas().get(name)) {
-            Some(next) => schema = next,
-            None => break,
-        }
-    }
-    schema
-}
 
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError::new(422, "Invalid", message.into())
@@ -260,6 +244,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::openapi;
 
     fn schema(name: &str) -> &'static Value {
         &openapi::builtin_schemas()[name]

@@ -126,29 +126,7 @@ impl Hub {
 
     /// Runs kubectl against logical cluster `name`; its output.
     pub fn kubectl_in(&self, name: &str, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut command = Command::new(kubectl_binary());
-        command
-            .arg("--kubeconfig")
-            .arg(self.cluster_kubeconfig(name))
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("run kubectl");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        child.wait_with_output().unwrap()
+        run_kubectl(&self.cluster_kubeconfig(name), args, stdin)
     }
 
     /// Runs kubectl against the hub.
@@ -158,29 +136,7 @@ impl Hub {
 
     /// Runs kubectl against the hub with `stdin` as its input.
     pub fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut command = Command::new(kubectl_binary());
-        command
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("run kubectl");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        child.wait_with_output().unwrap()
+        run_kubectl(&self.kubeconfig(), args, stdin)
     }
 
     /// Runs kubectl and returns its stdout; panics with its stderr if it fails.
@@ -228,6 +184,33 @@ impl Hub {
         terminate(&mut self.child);
         std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
+}
+
+/// Runs kubectl with a kubeconfig, `stdin` as its input; its output.
+fn run_kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(kubectl_binary());
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("run kubectl");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
 }
 
 fn terminate(child: &mut Child) {
