@@ -3,11 +3,11 @@
 //! kubectl validates with the server (`fieldValidation=Strict`, learnt from `/openapi/v3`).
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 mod support;
 
-use support::{Hub, kubectl_binary};
+use support::{Hub, kubectl_command};
 
 fn configmap(name: &str, namespace: &str) -> String {
     format!(
@@ -30,9 +30,7 @@ fn initial_namespaces_and_a_token_that_is_checked() {
         .expect("a JSON kubeconfig with a token");
     let wrong = hub.dir.path().join("wrong.kubeconfig");
     std::fs::write(&wrong, text.replace(&token, "not-the-token")).unwrap();
-    let out = Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(&wrong)
+    let out = kubectl_command(&wrong)
         .args(["get", "ns"])
         .output()
         .unwrap();
@@ -209,9 +207,7 @@ fn chunked_lists_and_label_selectors() {
 fn get_watch_observes_a_change() {
     let hub = Hub::start();
     hub.create(&configmap("watched", "default"));
-    let mut watch = Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(hub.kubeconfig())
+    let mut watch = kubectl_command(&hub.kubeconfig())
         .args([
             "get",
             "cm",
@@ -536,9 +532,7 @@ fn metrics_count_requests_and_watchers() {
     );
     assert!(text.contains("flotilla_store_revision "), "{text}");
     // A watcher shows up, served by the one store watch of the cache.
-    let mut watch = Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(hub.kubeconfig())
+    let mut watch = kubectl_command(&hub.kubeconfig())
         .args(["get", "cm", "-w", "-o", "name"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -623,9 +617,7 @@ fn get_prints_the_usual_columns() {
     );
     assert_eq!(scale["status"]["selector"], "app=web");
     // A watch prints table rows too.
-    let mut watch = Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(hub.kubeconfig())
+    let mut watch = kubectl_command(&hub.kubeconfig())
         .args(["get", "deploy", "-w", "--output-watch-events"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -1085,9 +1077,7 @@ fn client_side_apply_patch_and_edit_of_a_deployment() {
     )
     .unwrap();
     std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let out = Command::new(kubectl_binary())
-        .arg("--kubeconfig")
-        .arg(hub.kubeconfig())
+    let out = kubectl_command(&hub.kubeconfig())
         .args(["edit", "deploy", "web"])
         .env("KUBE_EDITOR", &editor)
         .output()

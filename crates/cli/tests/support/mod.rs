@@ -186,12 +186,27 @@ impl Hub {
     }
 }
 
-/// Runs kubectl with a kubeconfig, `stdin` as its input; its output.
-fn run_kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+/// The kubectl under test with `kubeconfig`. Discovery is cached beside the kubeconfig: the
+/// shared cache (`~/.kube/cache`, by host:port) would leak one test's resources into
+/// another test's hub on a reused port.
+pub fn kubectl_command(kubeconfig: &Path) -> Command {
+    let cache = kubeconfig
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("kubectl-cache");
     let mut command = Command::new(kubectl_binary());
     command
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache);
+    command
+}
+
+/// Runs kubectl with a kubeconfig, `stdin` as its input; its output.
+fn run_kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = kubectl_command(kubeconfig);
+    command
         .args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()
