@@ -25,6 +25,7 @@ use crate::crd;
 use crate::discovery;
 use crate::gc;
 use crate::keys;
+use crate::managed::{self, Writer};
 use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
 use crate::openapi;
 use crate::patch;
@@ -79,6 +80,7 @@ pub struct Api {
 enum Route {
     Version,
     OpenApiIndex,
+    OpenApiV2,
     OpenApiDocument(String),
     CoreGroups,
     Groups,
@@ -94,6 +96,15 @@ enum PatchKind {
     Json,
     /// Strategic merge patch, with the kind's schema.
     Strategic(&'static Value),
+}
+
+/// Who a write's fields belong to.
+#[derive(Clone, Copy)]
+enum FieldOwner<'a> {
+    /// A write that is not an apply, by this field manager: it owns what it changes.
+    Update(&'a str),
+    /// A server-side apply: the object's managed fields are already worked out.
+    Applied,
 }
 
 /// The objects a path names.
@@ -395,6 +406,7 @@ impl Api {
         let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
             ["version"] => return Ok(Route::Version),
             ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
+            ["openapi", "v2"] => return Ok(Route::OpenApiV2),
             ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiDocument(rest.join("/"))),
             ["api"] => return Ok(Route::CoreGroups),
             ["apis"] => return Ok(Route::Groups),
@@ -473,6 +485,16 @@ impl Api {
             };
         let target = match route {
             Route::Version => return Ok(json_response(StatusCode::OK, &discovery::version())),
+            Route::OpenApiV2 => {
+                let bytes = crate::openapi_v2::document(&self.registry)
+                    .ok_or_else(|| ApiError::no_route("/openapi/v2"))?;
+                let mut response = (StatusCode::OK, bytes).into_response();
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(crate::openapi_v2::PROTOBUF),
+                );
+                return Ok(response);
+            }
             Route::OpenApiIndex => {
                 return Ok(json_response(
                     StatusCode::OK,
@@ -610,12 +632,17 @@ impl Api {
             }
             (Method::PUT, Some(name)) => {
                 let object = parse_body(&body, headers)?;
+                let manager = field_manager(query, headers)?;
                 // Without a resourceVersion the replace is unconditional: a write that
                 // races with it is retried, never reported.
                 let unconditional = meta_str(&object, "resourceVersion").is_empty();
                 let mut attempts = 0;
                 let (object, created, warnings) = loop {
-                    match self.update(&target, &name, query, object.clone()).await {
+                    let owner = FieldOwner::Update(&manager);
+                    match self
+                        .update(&target, &name, query, object.clone(), owner)
+                        .await
+                    {
                         Err(e)
                             if e.reason == "Conflict"
                                 && unconditional
@@ -635,11 +662,13 @@ impl Api {
                 Ok(with_warnings(json_response(code, &object), &warnings))
             }
             (Method::PATCH, Some(name)) => {
-                let (object, warnings) = self.patch(&target, &name, query, headers, &body).await?;
-                Ok(with_warnings(
-                    json_response(StatusCode::OK, &object),
-                    &warnings,
-                ))
+                let (object, created, warnings) =
+                    self.patch(&target, &name, query, headers, &body).await?;
+                let code = match created {
+                    true => StatusCode::CREATED,
+                    false => StatusCode::OK,
+                };
+                Ok(with_warnings(json_response(code, &object), &warnings))
             }
             (Method::DELETE, Some(name)) => {
                 let body = delete_options(body, headers)?;
@@ -706,11 +735,25 @@ impl Api {
                 rt.plural
             )));
         }
-        let namespace = target.namespace.clone().unwrap_or_default();
-        let mut object = parse_body(body, headers)?;
+        let object = parse_body(body, headers)?;
         if let Some(answer) = review::answer(rt, &object) {
             return Ok((answer, Vec::new()));
         }
+        let manager = field_manager(query, headers)?;
+        self.insert(target, query, object, FieldOwner::Update(&manager))
+            .await
+    }
+
+    /// Creates `object` (checked, defaulted and given its server-managed metadata).
+    async fn insert(
+        &self,
+        target: &Target,
+        query: &Query,
+        mut object: Value,
+        owner: FieldOwner<'_>,
+    ) -> ApiResult<(Value, Vec<String>)> {
+        let rt = &target.rt;
+        let namespace = target.namespace.clone().unwrap_or_default();
         let warnings = admit_fields(rt, &mut object, None, query)?;
         let name = object::prepare_create(&mut object, rt, &namespace)?;
         if rt.namespaced {
@@ -732,6 +775,13 @@ impl Api {
         };
         if rt.schema.is_some() {
             self.require_served(rt).await?;
+        }
+        if let FieldOwner::Update(manager) = owner {
+            let writer = Writer {
+                manager,
+                subresource: "",
+            };
+            managed::record_update(None, &mut object, rt, writer)?;
         }
         if query.dry_run()? {
             return Ok((object, warnings));
@@ -765,6 +815,7 @@ impl Api {
         name: &str,
         query: &Query,
         mut object: Value,
+        owner: FieldOwner<'_>,
     ) -> ApiResult<(Value, bool, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
@@ -799,6 +850,13 @@ impl Api {
         }
         let warnings = admit_fields(rt, &mut object, Some(&current), query)?;
         object::prepare_update(&mut object, &current, rt)?;
+        if let FieldOwner::Update(manager) = owner {
+            let writer = Writer {
+                manager,
+                subresource: target.sub.as_deref().unwrap_or(""),
+            };
+            managed::record_update(Some(&current), &mut object, rt, writer)?;
+        }
         let definition = match crd::is_crd_type(rt) {
             true => Some(self.admit_crd(&mut object, &current["status"])?),
             false => None,
@@ -833,6 +891,10 @@ impl Api {
                 false,
                 warnings,
             ));
+        }
+        // A write that changes nothing is not made: the object keeps its resourceVersion.
+        if object::without_resource_version(&current) == object {
+            return Ok((current, false, warnings));
         }
         let new = self
             .store
@@ -928,7 +990,11 @@ impl Api {
             scale::set(&mut updated, &paths.spec_replicas, json!(replicas))?;
             object::metadata_mut(&mut updated)?
                 .insert("resourceVersion".into(), json!(revision.get().to_string()));
-            match self.update(&parent, name, query, updated).await {
+            let manager = field_manager(query, headers)?;
+            match self
+                .update(&parent, name, query, updated, FieldOwner::Update(&manager))
+                .await
+            {
                 Ok((object, _, _)) => {
                     return Ok(json_response(StatusCode::OK, &scale::view(&object, &paths)));
                 }
@@ -1002,6 +1068,8 @@ impl Api {
         }
     }
 
+    /// A PATCH; returns the object, whether it was created (an apply may create), and the
+    /// warnings for the client.
     async fn patch(
         &self,
         target: &Target,
@@ -1009,7 +1077,7 @@ impl Api {
         query: &Query,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> ApiResult<(Value, Vec<String>)> {
+    ) -> ApiResult<(Value, bool, Vec<String>)> {
         let rt = &target.rt;
         let builtin_schema = openapi::builtin_definition(&rt.group, &rt.version, &rt.kind)
             .filter(|_| rt.schema.is_none())
@@ -1026,17 +1094,21 @@ impl Api {
                     )));
                 }
             },
-            kind @ "application/apply-patch+yaml" => {
-                return Err(ApiError::unsupported_media_type(format!(
-                    "the patch type {kind} is not supported yet; use application/merge-patch+json, application/json-patch+json or application/strategic-merge-patch+json"
-                )));
-            }
+            "application/apply-patch+yaml" => return self.apply(target, name, query, body).await,
             other => {
                 return Err(ApiError::unsupported_media_type(format!(
-                    "the patch type {other:?} is not supported; use application/merge-patch+json or application/json-patch+json"
+                    "the patch type {other:?} is not supported; use application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json or application/apply-patch+yaml"
                 )));
             }
         };
+        if query.get("force").is_some() {
+            return Err(invalid_option(
+                "force",
+                "FieldValueForbidden",
+                "Forbidden: may not be specified for non-apply patch",
+            ));
+        }
+        let manager = field_manager(query, headers)?;
         let patch: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
         let namespace = target.namespace.clone().unwrap_or_default();
@@ -1054,11 +1126,12 @@ impl Api {
                 object::metadata_mut(&mut patched)?
                     .insert("resourceVersion".into(), json!(revision.get().to_string()));
             }
-            match self.update(target, name, query, patched).await {
+            let owner = FieldOwner::Update(&manager);
+            match self.update(target, name, query, patched, owner).await {
                 Err(e) if e.reason == "Conflict" && patch_keeps_version(&patch) => {
                     tokio::task::yield_now().await;
                 }
-                other => return other.map(|(object, _, warnings)| (object, warnings)),
+                other => return other.map(|(object, _, warnings)| (object, false, warnings)),
             }
         }
         Err(ApiError::conflict(
@@ -1066,6 +1139,103 @@ impl Api {
             &target.rt.plural,
             name,
         ))
+    }
+
+    /// A server-side apply (`application/apply-patch+yaml`): the configuration merges into
+    /// the object (created if missing) as `fieldManager`, conflicting with other managers'
+    /// fields unless `force=true`.
+    async fn apply(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        body: &Bytes,
+    ) -> ApiResult<(Value, bool, Vec<String>)> {
+        let rt = &target.rt;
+        let manager = query.get("fieldManager").ok_or_else(|| {
+            invalid_option(
+                "fieldManager",
+                "FieldValueRequired",
+                "Required value: is required for apply patch",
+            )
+        })?;
+        check_manager(manager)?;
+        let force = match query.get("force") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "invalid force {other:?}: must be true or false"
+                )));
+            }
+        };
+        let mut config = parse_apply_config(body)?;
+        for (field, wanted) in [("apiVersion", rt.api_version()), ("kind", rt.kind.clone())] {
+            match config[field].as_str() {
+                None | Some("") => {
+                    return Err(ApiError::bad_request(format!(
+                        "the apply configuration has no {field}: it must say {wanted:?}"
+                    )));
+                }
+                Some(given) if given != wanted => {
+                    return Err(ApiError::bad_request(format!(
+                        "the apply configuration's {field} {given:?} does not match the URL's {wanted:?}"
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        match meta_str(&config, "name") {
+            "" => {
+                object::metadata_mut(&mut config)?.insert("name".into(), json!(name));
+            }
+            given if given != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the apply configuration ({given}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {}
+        }
+        let validation = FieldValidation::parse(query.get("fieldValidation"))?;
+        let unknown = match Schema::for_type(rt) {
+            Some(schema) => schema.prune(&mut config),
+            None => Vec::new(),
+        };
+        let mut warnings = schema::judge(unknown, validation)?;
+        let writer = Writer {
+            manager,
+            subresource: target.sub.as_deref().unwrap_or(""),
+        };
+        let namespace = target.namespace.clone().unwrap_or_default();
+        for _ in 0..CONFLICT_RETRIES {
+            let outcome = match self.get(rt, &namespace, name).await {
+                Ok((current, revision)) => {
+                    let mut object = managed::apply(Some(&current), &config, rt, writer, force)?;
+                    object::metadata_mut(&mut object)?
+                        .insert("resourceVersion".into(), json!(revision.get().to_string()));
+                    self.update(target, name, query, object, FieldOwner::Applied)
+                        .await
+                }
+                Err(e) if e.code == 404 && target.sub.is_none() => {
+                    let object = managed::apply(None, &config, rt, writer, force)?;
+                    self.insert(target, query, object, FieldOwner::Applied)
+                        .await
+                        .map(|(object, more)| (object, true, more))
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Err(e) if e.reason == "Conflict" || e.reason == "AlreadyExists" => {
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => return Err(e),
+                Ok((object, created, more)) => {
+                    warnings.extend(more);
+                    return Ok((object, created, warnings));
+                }
+            }
+        }
+        Err(ApiError::conflict(&rt.group, &rt.plural, name))
     }
 
     /// Deletes an object (or marks it for deletion while finalizers remain). A write that
@@ -1517,4 +1687,77 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
         }
     }
     response
+}
+
+/// The field manager of a write that is not an apply: `fieldManager`, else the client's
+/// User-Agent up to its first `/` (as the Kubernetes API server names it).
+fn field_manager(query: &Query, headers: &HeaderMap) -> ApiResult<String> {
+    if let Some(manager) = query.get("fieldManager") {
+        check_manager(manager)?;
+        return Ok(manager.to_owned());
+    }
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let prefix: String = agent
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(128)
+        .collect();
+    Ok(match prefix.trim() {
+        "" => "unknown".to_owned(),
+        name => name.to_owned(),
+    })
+}
+
+/// A field manager's name: at most 128 printable characters.
+fn check_manager(manager: &str) -> ApiResult<()> {
+    if manager.chars().count() > 128 {
+        return Err(invalid_option(
+            "fieldManager",
+            "FieldValueTooLong",
+            "Too long: may not be more than 128 characters",
+        ));
+    }
+    if manager.chars().any(char::is_control) {
+        return Err(invalid_option(
+            "fieldManager",
+            "FieldValueInvalid",
+            "Invalid value: may only contain printable characters",
+        ));
+    }
+    Ok(())
+}
+
+/// 422 for a bad write option (`PatchOptions` as Kubernetes names them).
+fn invalid_option(field: &str, reason: &str, message: &str) -> ApiError {
+    ApiError::invalid(
+        "meta.k8s.io",
+        "PatchOptions",
+        "",
+        vec![crate::status::Cause {
+            reason: reason.into(),
+            message: message.into(),
+            field: field.into(),
+        }],
+    )
+}
+
+/// An apply configuration: YAML (or JSON, which is YAML too), an object.
+fn parse_apply_config(body: &Bytes) -> ApiResult<Value> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the apply configuration is not UTF-8"))?;
+    let config: Value = serde_saphyr::from_str(text).map_err(|e| {
+        ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}"))
+    })?;
+    if !config.is_object() {
+        return Err(ApiError::bad_request(
+            "the apply configuration must be an object",
+        ));
+    }
+    Ok(config)
 }

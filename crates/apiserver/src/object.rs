@@ -333,6 +333,16 @@ pub fn has_api_version(json: &[u8], api_version: Option<&str>) -> bool {
 }
 
 /// The object as read: its stored JSON with `resourceVersion` filled in.
+/// A copy of `object` without `metadata.resourceVersion` (as the store holds it).
+pub fn without_resource_version(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    object
+}
+
+/// `object` with `metadata.resourceVersion` set to `revision`.
 pub fn with_resource_version(mut object: Value, revision: u64) -> Value {
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("resourceVersion".into(), json!(revision.to_string()));

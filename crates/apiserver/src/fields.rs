@@ -1,0 +1,538 @@
+//! Field sets: which fields of an object a manager owns, as server-side apply tracks them.
+//!
+//! ```text
+//!  object ─► fields(object, schema) ─► Fields { members: paths, leaves: path → value }
+//!                 │  structs: f:<field>          maps: f:<key> (each key a member)
+//!                 │  list-type map: k:{"name":"web"}   set: v:"value"   atomic: one leaf
+//!                 ▼
+//!  FieldSet (a set of paths) ◄──► FieldsV1 JSON ({"f:spec":{"f:replicas":{}},…}, "." = the
+//!                                 node itself is a member while it also has children)
+//! ```
+//!
+//! A path is a list of FieldsV1 path elements (`f:spec`, `k:{"name":"web"}`, `v:"a"`,
+//! `i:3`). The shape of each value (struct, granular or atomic map, list type and keys) comes
+//! from the kind's schema: the generated built-in schemas (where a list without
+//! `x-kubernetes-list-type` follows its patch strategy) or a CRD's structural schema (where
+//! lists are atomic unless typed). Values the schema does not describe are granular maps and
+//! atomic lists.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+use crate::openapi;
+use crate::schema::resolve;
+use crate::status::{ApiError, ApiResult};
+
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+/// A path to a field: FieldsV1 path elements, outermost first.
+pub type Path = Vec<String>;
+
+/// A set of field paths.
+pub type FieldSet = BTreeSet<Path>;
+
+/// How a list's items are told apart.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ListType {
+    /// The list is one value, replaced whole.
+    Atomic,
+    /// A set of scalars, each item its own member.
+    Set,
+    /// Items keyed by these fields.
+    Map(Vec<String>),
+}
+
+/// The schema of one value of an object: its node, and whether it comes from the built-in
+/// (generated) schemas, whose conventions differ from a CRD's.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape<'a> {
+    node: &'a Value,
+    builtin: bool,
+}
+
+static NULL: Value = Value::Null;
+
+impl<'a> Shape<'a> {
+    /// The root of an object of a kind with schema `root` (`builtin` for generated ones).
+    pub fn root(root: &'a Value, builtin: bool) -> Self {
+        Shape {
+            node: root,
+            builtin,
+        }
+    }
+
+    /// A value nothing describes: granular maps, atomic lists.
+    pub fn unknown() -> Self {
+        Shape {
+            node: &NULL,
+            builtin: false,
+        }
+    }
+
+    fn resolved(&self) -> &'a Value {
+        resolve(self.node)
+    }
+
+    /// The schema of field `key` of this object (`metadata` of a root is ObjectMeta).
+    pub fn field(&self, key: &str, root: bool) -> Shape<'a> {
+        if root && key == "metadata" {
+            return Shape {
+                node: &openapi::builtin_schemas()[OBJECT_META],
+                builtin: true,
+            };
+        }
+        let node = self.resolved();
+        let child = node["properties"]
+            .get(key)
+            .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))
+            .unwrap_or(&NULL);
+        Shape {
+            node: child,
+            builtin: self.builtin,
+        }
+    }
+
+    /// Whether `key` is a declared field of this struct (not a key of a map).
+    pub fn is_named(&self, key: &str, root: bool) -> bool {
+        (root && matches!(key, "metadata" | "apiVersion" | "kind"))
+            || self.resolved()["properties"].get(key).is_some()
+    }
+
+    /// The schema of this list's items.
+    pub fn items(&self) -> Shape<'a> {
+        Shape {
+            node: self.resolved().get("items").unwrap_or(&NULL),
+            builtin: self.builtin,
+        }
+    }
+
+    /// Whether this object is replaced whole (`x-kubernetes-map-type: atomic`).
+    pub fn atomic_map(&self) -> bool {
+        self.node["x-kubernetes-map-type"] == "atomic"
+            || self.resolved()["x-kubernetes-map-type"] == "atomic"
+    }
+
+    /// How this list merges.
+    pub fn list_type(&self) -> ListType {
+        let annotation = |name: &str| {
+            self.node
+                .get(name)
+                .or_else(|| self.resolved().get(name))
+                .filter(|v| !v.is_null())
+        };
+        match annotation("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("map") => {
+                let keys = annotation("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|keys| {
+                        keys.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                ListType::Map(keys)
+            }
+            Some("set") => ListType::Set,
+            Some(_) => ListType::Atomic,
+            // The built-in schemas without a list type follow the patch strategy, as the
+            // Kubernetes API server derives it.
+            None if self.builtin => {
+                let strategy = annotation("x-kubernetes-patch-strategy")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if !strategy.split(',').any(|s| s == "merge") {
+                    return ListType::Atomic;
+                }
+                match annotation("x-kubernetes-patch-merge-key").and_then(Value::as_str) {
+                    Some(key) => ListType::Map(vec![key.to_owned()]),
+                    None => ListType::Set,
+                }
+            }
+            None => ListType::Atomic,
+        }
+    }
+}
+
+/// `f:<name>`.
+pub fn field(name: &str) -> String {
+    format!("f:{name}")
+}
+
+/// The path element of item `index` of a list: `k:{…}` with the item's key fields for a
+/// list-type map (`i:<index>` if it has none of them), `v:<json>` for a set.
+pub fn item_element(item: &Value, index: usize, list: &ListType) -> String {
+    match list {
+        ListType::Map(keys) => {
+            let key: Map<String, Value> = keys
+                .iter()
+                .filter_map(|k| item.get(k).map(|v| (k.clone(), v.clone())))
+                .collect();
+            if key.is_empty() {
+                format!("i:{index}")
+            } else {
+                format!("k:{}", Value::Object(key))
+            }
+        }
+        ListType::Set => format!("v:{item}"),
+        ListType::Atomic => format!("i:{index}"),
+    }
+}
+
+/// An object's fields: every member path, and the value of each path that is a leaf (a
+/// scalar, an atomic value, or an empty or null one).
+#[derive(Debug, Default)]
+pub struct Fields<'v> {
+    /// Every member path.
+    pub members: FieldSet,
+    /// The leaves among them, with their values.
+    pub leaves: BTreeMap<Path, &'v Value>,
+}
+
+/// The fields of `object` (a whole object) under `shape`.
+pub fn fields<'v>(object: &'v Value, shape: Shape<'_>) -> Fields<'v> {
+    let mut out = Fields::default();
+    let mut path = Vec::new();
+    walk(object, shape, true, &mut path, &mut out);
+    out
+}
+
+fn insert<'v>(out: &mut Fields<'v>, path: &Path, value: &'v Value, leaf: bool) {
+    if path.is_empty() {
+        return;
+    }
+    out.members.insert(path.clone());
+    if leaf {
+        out.leaves.insert(path.clone(), value);
+    }
+}
+
+/// Walks `value`; returns whether it was a leaf.
+fn walk<'v>(
+    value: &'v Value,
+    shape: Shape<'_>,
+    root: bool,
+    path: &mut Path,
+    out: &mut Fields<'v>,
+) -> bool {
+    match value {
+        Value::Object(map) if !shape.atomic_map() && !map.is_empty() => {
+            for (key, child) in map {
+                path.push(field(key));
+                let leaf = walk(child, shape.field(key, root), false, path, out);
+                if leaf || !shape.is_named(key, root) {
+                    insert(out, path, child, leaf);
+                }
+                path.pop();
+            }
+            false
+        }
+        Value::Array(items) => {
+            let list = shape.list_type();
+            // An empty list is owned as a whole, like an empty map: applying `[]` keeps it.
+            if list == ListType::Atomic || items.is_empty() {
+                insert(out, path, value, true);
+                return true;
+            }
+            let item_shape = shape.items();
+            for (index, item) in items.iter().enumerate() {
+                path.push(item_element(item, index, &list));
+                let leaf = walk(item, item_shape, false, path, out);
+                insert(out, path, item, leaf);
+                path.pop();
+            }
+            false
+        }
+        _ => {
+            insert(out, path, value, true);
+            true
+        }
+    }
+}
+
+/// Every path of `set` and every prefix of one (the nodes of its tree).
+pub fn closure(set: &FieldSet) -> FieldSet {
+    let mut out = FieldSet::new();
+    for path in set {
+        for end in 1..=path.len() {
+            if !out.contains(&path[..end]) {
+                out.insert(path[..end].to_vec());
+            }
+        }
+    }
+    out
+}
+
+/// A field set as FieldsV1 JSON.
+pub fn encode(set: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut node = &mut root;
+        for element in path {
+            node = node
+                .entry(element.clone())
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+                .expect("FieldsV1 nodes are objects");
+        }
+        // A member that also has children carries "." (added below when children come).
+        node.insert(".".into(), Value::Object(Map::new()));
+    }
+    // A member without children is written `{}`, not `{".":{}}`.
+    fn tidy(node: &mut Map<String, Value>) {
+        for child in node.values_mut() {
+            if let Some(map) = child.as_object_mut() {
+                if map.len() == 1 && map.contains_key(".") {
+                    map.clear();
+                } else {
+                    tidy(map);
+                }
+            }
+        }
+    }
+    tidy(&mut root);
+    Value::Object(root)
+}
+
+/// A field set from FieldsV1 JSON.
+pub fn decode(value: &Value) -> ApiResult<FieldSet> {
+    let mut set = FieldSet::new();
+    let mut path = Vec::new();
+    decode_node(value, &mut path, &mut set)?;
+    Ok(set)
+}
+
+fn decode_node(value: &Value, path: &mut Path, set: &mut FieldSet) -> ApiResult<()> {
+    let map = value.as_object().ok_or_else(|| {
+        ApiError::bad_request("metadata.managedFields: fieldsV1 is not an object")
+    })?;
+    if (map.is_empty() || map.contains_key(".")) && !path.is_empty() {
+        set.insert(path.clone());
+    }
+    for (element, child) in map {
+        if element == "." {
+            continue;
+        }
+        if !["f:", "k:", "v:", "i:"]
+            .iter()
+            .any(|p| element.starts_with(p))
+        {
+            return Err(ApiError::bad_request(format!(
+                "metadata.managedFields: fieldsV1 has an unknown path element {element:?}"
+            )));
+        }
+        path.push(element.clone());
+        decode_node(child, path, set)?;
+        path.pop();
+    }
+    Ok(())
+}
+
+/// A path as the Kubernetes API server shows it: `.spec.containers[name="web"].image`.
+pub fn display(path: &[String]) -> String {
+    let mut out = String::new();
+    for element in path {
+        let (kind, rest) = element.split_at(2.min(element.len()));
+        match kind {
+            "f:" => {
+                out.push('.');
+                out.push_str(rest);
+            }
+            "k:" => {
+                let fields = serde_json::from_str::<Map<String, Value>>(rest).unwrap_or_default();
+                let parts: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                out.push_str(&format!("[{}]", parts.join(",")));
+            }
+            "v:" => out.push_str(&format!("[={rest}]")),
+            "i:" => out.push_str(&format!("[{rest}]")),
+            _ => out.push_str(element),
+        }
+    }
+    out
+}
+
+/// The value at `path` in `value`, if there is one.
+pub fn get<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
+    let mut node = value;
+    for element in path {
+        node = child(node, element)?;
+    }
+    Some(node)
+}
+
+fn child<'v>(node: &'v Value, element: &str) -> Option<&'v Value> {
+    let (kind, rest) = element.split_at(2.min(element.len()));
+    match (kind, node) {
+        ("f:", Value::Object(map)) => map.get(rest),
+        (_, Value::Array(items)) => items
+            .iter()
+            .position(|item| item_is(item, element))
+            .map(|i| &items[i]),
+        _ => None,
+    }
+}
+
+/// Whether `item` (at any index) is the list item `element` names.
+pub fn item_is(item: &Value, element: &str) -> bool {
+    let (kind, rest) = element.split_at(2.min(element.len()));
+    match kind {
+        "k:" => serde_json::from_str::<Map<String, Value>>(rest)
+            .is_ok_and(|key| key.iter().all(|(k, v)| item.get(k) == Some(v))),
+        "v:" => serde_json::from_str::<Value>(rest).is_ok_and(|v| &v == item),
+        _ => false,
+    }
+}
+
+/// Removes the value at `path` from `value` (nothing if it is not there).
+pub fn remove(value: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut node = value;
+    for element in parents {
+        let next = match node {
+            Value::Object(map) => element.strip_prefix("f:").and_then(|k| map.get_mut(k)),
+            Value::Array(items) => match element.strip_prefix("i:") {
+                Some(index) => index.parse::<usize>().ok().and_then(|i| items.get_mut(i)),
+                None => items.iter_mut().find(|item| item_is(item, element)),
+            },
+            _ => None,
+        };
+        match next {
+            Some(next) => node = next,
+            None => return,
+        }
+    }
+    match node {
+        Value::Object(map) => {
+            if let Some(key) = last.strip_prefix("f:") {
+                map.remove(key);
+            }
+        }
+        Value::Array(items) => match last.strip_prefix("i:") {
+            Some(index) => {
+                if let Some(i) = index.parse::<usize>().ok().filter(|i| *i < items.len()) {
+                    items.remove(i);
+                }
+            }
+            None => items.retain(|item| !item_is(item, last)),
+        },
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment_shape() -> Shape<'static> {
+        let name = openapi::builtin_definition("apps", "v1", "Deployment").unwrap();
+        Shape::root(&openapi::builtin_schemas()[name], true)
+    }
+
+    fn paths(set: &FieldSet) -> Vec<String> {
+        set.iter().map(|p| display(p)).collect()
+    }
+
+    #[test]
+    fn a_deployment_s_fields_follow_its_schema() {
+        let object = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": [
+                    {"name": "web", "image": "nginx", "args": ["-v"],
+                     "ports": [{"containerPort": 80, "protocol": "TCP"}]}
+                ]}}
+            }
+        });
+        let found = fields(&object, deployment_shape());
+        assert_eq!(
+            paths(&found.members),
+            [
+                ".apiVersion",
+                ".kind",
+                ".metadata.labels.app",
+                ".metadata.name",
+                ".spec.replicas",
+                // LabelSelector is an atomic map: one leaf.
+                ".spec.selector",
+                // Containers are a list-type map keyed by name; args an atomic list.
+                ".spec.template.spec.containers[name=\"web\"]",
+                ".spec.template.spec.containers[name=\"web\"].args",
+                ".spec.template.spec.containers[name=\"web\"].image",
+                ".spec.template.spec.containers[name=\"web\"].name",
+                ".spec.template.spec.containers[name=\"web\"].ports[containerPort=80,protocol=\"TCP\"]",
+                ".spec.template.spec.containers[name=\"web\"].ports[containerPort=80,protocol=\"TCP\"].containerPort",
+                ".spec.template.spec.containers[name=\"web\"].ports[containerPort=80,protocol=\"TCP\"].protocol",
+            ]
+        );
+        assert!(
+            found
+                .leaves
+                .contains_key(&vec!["f:spec".to_owned(), "f:selector".to_owned()])
+        );
+        assert!(!found.leaves.contains_key(&vec!["f:spec".to_owned()]));
+    }
+
+    #[test]
+    fn fieldsv1_round_trips_and_marks_members_with_children() {
+        let set: FieldSet = [
+            vec!["f:metadata", "f:labels", "f:app"],
+            vec!["f:spec", "f:containers", "k:{\"name\":\"a\"}"],
+            vec!["f:spec", "f:containers", "k:{\"name\":\"a\"}", "f:image"],
+        ]
+        .into_iter()
+        .map(|p| p.into_iter().map(str::to_owned).collect())
+        .collect();
+        let encoded = encode(&set);
+        assert_eq!(
+            encoded,
+            json!({
+                "f:metadata": {"f:labels": {"f:app": {}}},
+                "f:spec": {"f:containers": {"k:{\"name\":\"a\"}": {".": {}, "f:image": {}}}}
+            })
+        );
+        assert_eq!(decode(&encoded).unwrap(), set);
+        assert!(decode(&json!({"x:bad": {}})).is_err());
+        assert!(decode(&json!([])).is_err());
+    }
+
+    #[test]
+    fn paths_find_and_remove_keyed_and_set_items() {
+        let mut object = json!({"spec": {
+            "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}],
+            "finalizers": ["one", "two"]
+        }});
+        let image_b: Path = vec![
+            "f:spec".into(),
+            "f:containers".into(),
+            "k:{\"name\":\"b\"}".into(),
+            "f:image".into(),
+        ];
+        assert_eq!(get(&object, &image_b), Some(&json!("y")));
+        remove(&mut object, &image_b[..3]);
+        remove(
+            &mut object,
+            &[
+                "f:spec".to_owned(),
+                "f:finalizers".to_owned(),
+                "v:\"one\"".to_owned(),
+            ],
+        );
+        assert_eq!(
+            object,
+            json!({"spec": {"containers": [{"name": "a", "image": "x"}], "finalizers": ["two"]}})
+        );
+    }
+
+    #[test]
+    fn closure_holds_every_prefix() {
+        let set: FieldSet = [vec!["f:a".to_owned(), "f:b".to_owned(), "f:c".to_owned()]].into();
+        assert_eq!(closure(&set).len(), 3);
+    }
+}
