@@ -556,6 +556,99 @@ async fn bad_updates_patches_and_deletes() {
         (404, "NotFound", "\"missing\" not found"),
     )
     .await;
+    // Server-side apply: a field manager is required, force only goes with apply, the
+    // configuration must be YAML naming the URL's kind and name, and a conflict names the
+    // other manager and the field.
+    const APPLY: Option<&str> = Some("application/apply-patch+yaml");
+    let config = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: mine}\n";
+    s.refused(
+        Method::PATCH,
+        &object,
+        None,
+        APPLY,
+        config,
+        (422, "Invalid", "fieldManager: Required value"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        Some("fieldManager=me&force=true"),
+        Some("application/merge-patch+json"),
+        br#"{"data": {"k": "x"}}"#,
+        (422, "Invalid", "force: Forbidden: may not be specified for non-apply patch"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        Some("fieldManager=me"),
+        APPLY,
+        b"data: [unclosed\n",
+        (400, "BadRequest", "not valid YAML"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        Some("fieldManager=me"),
+        APPLY,
+        b"apiVersion: v1\nkind: Secret\nmetadata: {name: a}\n",
+        (400, "BadRequest", "kind \"Secret\" does not match"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        Some("fieldManager=me"),
+        APPLY,
+        b"kind: ConfigMap\nmetadata: {name: a}\n",
+        (400, "BadRequest", "has no apiVersion"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        Some("fieldManager=me"),
+        APPLY,
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
+        (400, "BadRequest", "does not match the name on the URL"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        Some(&format!("fieldManager={}", "m".repeat(129))),
+        APPLY,
+        config,
+        (422, "Invalid", "fieldManager: Too long"),
+    )
+    .await;
+    s.refused(
+        Method::PATCH,
+        &object,
+        Some("fieldManager=me&force=maybe"),
+        APPLY,
+        config,
+        (400, "BadRequest", "invalid force"),
+    )
+    .await;
+    // The creator (an Update manager) owns data.k: a different value conflicts.
+    let conflict = s
+        .refused(
+            Method::PATCH,
+            &object,
+            Some("fieldManager=me"),
+            APPLY,
+            config,
+            (409, "Conflict", "Apply failed with 1 conflict"),
+        )
+        .await;
+    assert_eq!(
+        conflict["details"]["causes"][0],
+        json!({"reason": "FieldManagerConflict", "message": "conflict with \"unknown\" using v1", "field": ".data.k"}),
+        "{conflict}"
+    );
     // After all that, the object is as it was created.
     let (code, now) = s.call(Method::GET, &object, None, None, b"").await;
     assert_eq!((code, &now), (200, &created));

@@ -524,7 +524,8 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         // Each client updates its own objects (no conflicts): unconditional PUTs.
         let ns = namespace.clone();
         let (api_lat, api_rate) = api_phase(&target, clients, total, move |i| {
-            let body = configmap(&ns, &name(i), value_size, 1).to_string();
+            // Every update changes the object (one that changes nothing is not written).
+            let body = configmap(&ns, &name(i), value_size, i + 1).to_string();
             (
                 Method::PUT,
                 format!("/api/v1/namespaces/{ns}/configmaps/{}", name(i)),
@@ -540,7 +541,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
             total,
             Arc::new(move |store, i| {
                 let key = store_key(&ns, &name(i));
-                let value = Bytes::from(configmap(&ns, &name(i), value_size, 1).to_string());
+                let value = Bytes::from(configmap(&ns, &name(i), value_size, i + 1).to_string());
                 Box::pin(async move {
                     let current = store
                         .get(&key, None)

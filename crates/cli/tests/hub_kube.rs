@@ -431,3 +431,63 @@ async fn kube_rs_works_in_a_logical_cluster() {
     view.until(&mut stream, &model).await;
     assert!(!view.objects.contains_key("rooted"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_through_kube_rs() {
+    let hub = Hub::start();
+    let api: Api<ConfigMap> = Api::namespaced(client(&hub).await, "default");
+    let config = |data: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings"},
+            "data": data,
+        })
+    };
+    let mine = PatchParams::apply("flotilla");
+    // Apply creates, then a re-apply of the same configuration is a no-op.
+    let created = api
+        .patch("settings", &mine, &Patch::Apply(config(serde_json::json!({"a": "1", "b": "2"}))))
+        .await
+        .unwrap();
+    let again = api
+        .patch("settings", &mine, &Patch::Apply(config(serde_json::json!({"a": "1", "b": "2"}))))
+        .await
+        .unwrap();
+    assert_eq!(again.resource_version(), created.resource_version());
+    let managed = again.managed_fields();
+    assert_eq!(managed.len(), 1);
+    assert_eq!(managed[0].manager.as_deref(), Some("flotilla"));
+    assert_eq!(managed[0].operation.as_deref(), Some("Apply"));
+
+    // Another manager changing a field it does not own conflicts (409), then forces.
+    let theirs = PatchParams::apply("someone-else");
+    let conflict = api
+        .patch("settings", &theirs, &Patch::Apply(config(serde_json::json!({"a": "9"}))))
+        .await
+        .unwrap_err();
+    match conflict {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 409);
+            assert!(status.message.contains("conflict with \"flotilla\""), "{}", status.message);
+            assert!(status.message.contains(".data.a"), "{}", status.message);
+        }
+        other => panic!("expected a 409, got {other:?}"),
+    }
+    let forced = api
+        .patch(
+            "settings",
+            &theirs.clone().force(),
+            &Patch::Apply(config(serde_json::json!({"a": "9"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.as_ref().unwrap()["a"], "9");
+
+    // The first manager drops "b": nobody else owns it, so it goes; "a" is someone else's.
+    let trimmed = api
+        .patch("settings", &mine, &Patch::Apply(config(serde_json::json!({}))))
+        .await
+        .unwrap();
+    let data = trimmed.data.unwrap_or_default();
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["a"]);
+}

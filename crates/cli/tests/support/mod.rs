@@ -18,9 +18,19 @@ pub fn kubectl_binary() -> PathBuf {
     PathBuf::from("kubectl")
 }
 
+/// kubectl `version` (`1.27`) from the Google Cloud SDK's bin folder; panics if it is not
+/// there (every machine of this kind has 1.27 to 1.33).
+pub fn kubectl_version(version: &str) -> PathBuf {
+    let path = PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}"));
+    assert!(path.exists(), "{} is missing", path.display());
+    path
+}
+
 /// A hub process on a free port with its own data directory; SIGTERMed on drop.
 pub struct Hub {
     child: Child,
+    /// The kubectl the `kubectl*` methods run.
+    kubectl: PathBuf,
     /// The data directory.
     pub dir: tempfile::TempDir,
     /// The port it serves on (kept across [`Hub::restart`]).
@@ -65,6 +75,7 @@ impl Hub {
         let child = spawn(dir.path(), port, &args);
         let hub = Hub {
             child,
+            kubectl: kubectl_binary(),
             dir,
             port,
             args,
@@ -84,6 +95,12 @@ impl Hub {
             assert!(Instant::now() < deadline, "the hub did not become ready");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// The same hub, driven by another kubectl binary.
+    pub fn using(mut self, kubectl: PathBuf) -> Hub {
+        self.kubectl = kubectl;
+        self
     }
 
     /// Stops the process (SIGTERM, or SIGKILL if `kill`) and starts it again on the same
@@ -126,7 +143,12 @@ impl Hub {
 
     /// Runs kubectl against logical cluster `name`; its output.
     pub fn kubectl_in(&self, name: &str, args: &[&str], stdin: Option<&str>) -> Output {
-        run_kubectl(&self.cluster_kubeconfig(name), args, stdin)
+        run_kubectl(&self.kubectl, &self.cluster_kubeconfig(name), args, stdin)
+    }
+
+    /// This hub's kubectl with its kubeconfig, to run with more settings.
+    pub fn kubectl_command(&self) -> Command {
+        kubectl_command_of(&self.kubectl, &self.kubeconfig())
     }
 
     /// Runs kubectl against the hub.
@@ -136,7 +158,7 @@ impl Hub {
 
     /// Runs kubectl against the hub with `stdin` as its input.
     pub fn kubectl_with(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        run_kubectl(&self.kubeconfig(), args, stdin)
+        run_kubectl(&self.kubectl, &self.kubeconfig(), args, stdin)
     }
 
     /// Runs kubectl and returns its stdout; panics with its stderr if it fails.
@@ -190,11 +212,16 @@ impl Hub {
 /// shared cache (`~/.kube/cache`, by host:port) would leak one test's resources into
 /// another test's hub on a reused port.
 pub fn kubectl_command(kubeconfig: &Path) -> Command {
+    kubectl_command_of(&kubectl_binary(), kubeconfig)
+}
+
+/// [`kubectl_command`] with another kubectl binary.
+fn kubectl_command_of(kubectl: &Path, kubeconfig: &Path) -> Command {
     let cache = kubeconfig
         .parent()
         .unwrap_or(Path::new("."))
         .join("kubectl-cache");
-    let mut command = Command::new(kubectl_binary());
+    let mut command = Command::new(kubectl);
     command
         .arg("--kubeconfig")
         .arg(kubeconfig)
@@ -204,8 +231,8 @@ pub fn kubectl_command(kubeconfig: &Path) -> Command {
 }
 
 /// Runs kubectl with a kubeconfig, `stdin` as its input; its output.
-fn run_kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut command = kubectl_command(kubeconfig);
+fn run_kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = kubectl_command_of(kubectl, kubeconfig);
     command
         .args(args)
         .stdin(if stdin.is_some() {
