@@ -576,7 +576,11 @@ async fn bad_updates_patches_and_deletes() {
         Some("fieldManager=me&force=true"),
         Some("application/merge-patch+json"),
         br#"{"data": {"k": "x"}}"#,
-        (422, "Invalid", "force: Forbidden: may not be specified for non-apply patch"),
+        (
+            422,
+            "Invalid",
+            "force: Forbidden: may not be specified for non-apply patch",
+        ),
     )
     .await;
     s.refused(

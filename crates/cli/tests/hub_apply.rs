@@ -152,7 +152,11 @@ fn server_side_apply(hub: &Hub) {
     };
     let before = rv(hub);
     apply(hub, &["--server-side"], API);
-    assert_eq!(rv(hub), before, "re-applying the same configuration is a no-op");
+    assert_eq!(
+        rv(hub),
+        before,
+        "re-applying the same configuration is a no-op"
+    );
 
     // A second manager that cares only for the replicas.
     let scaled = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: default}\nspec: {replicas: 5}\n";
@@ -200,7 +204,8 @@ fn columns(hub: &Hub) {
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]);
     assert!(
-        out.lines().any(|l| l.starts_with("web ") && l.contains("0/7")),
+        out.lines()
+            .any(|l| l.starts_with("web ") && l.contains("0/7")),
         "{out}"
     );
 }

@@ -446,11 +446,19 @@ async fn server_side_apply_through_kube_rs() {
     let mine = PatchParams::apply("flotilla");
     // Apply creates, then a re-apply of the same configuration is a no-op.
     let created = api
-        .patch("settings", &mine, &Patch::Apply(config(serde_json::json!({"a": "1", "b": "2"}))))
+        .patch(
+            "settings",
+            &mine,
+            &Patch::Apply(config(serde_json::json!({"a": "1", "b": "2"}))),
+        )
         .await
         .unwrap();
     let again = api
-        .patch("settings", &mine, &Patch::Apply(config(serde_json::json!({"a": "1", "b": "2"}))))
+        .patch(
+            "settings",
+            &mine,
+            &Patch::Apply(config(serde_json::json!({"a": "1", "b": "2"}))),
+        )
         .await
         .unwrap();
     assert_eq!(again.resource_version(), created.resource_version());
@@ -462,13 +470,21 @@ async fn server_side_apply_through_kube_rs() {
     // Another manager changing a field it does not own conflicts (409), then forces.
     let theirs = PatchParams::apply("someone-else");
     let conflict = api
-        .patch("settings", &theirs, &Patch::Apply(config(serde_json::json!({"a": "9"}))))
+        .patch(
+            "settings",
+            &theirs,
+            &Patch::Apply(config(serde_json::json!({"a": "9"}))),
+        )
         .await
         .unwrap_err();
     match conflict {
         kube::Error::Api(status) => {
             assert_eq!(status.code, 409);
-            assert!(status.message.contains("conflict with \"flotilla\""), "{}", status.message);
+            assert!(
+                status.message.contains("conflict with \"flotilla\""),
+                "{}",
+                status.message
+            );
             assert!(status.message.contains(".data.a"), "{}", status.message);
         }
         other => panic!("expected a 409, got {other:?}"),
@@ -485,7 +501,11 @@ async fn server_side_apply_through_kube_rs() {
 
     // The first manager drops "b": nobody else owns it, so it goes; "a" is someone else's.
     let trimmed = api
-        .patch("settings", &mine, &Patch::Apply(config(serde_json::json!({}))))
+        .patch(
+            "settings",
+            &mine,
+            &Patch::Apply(config(serde_json::json!({}))),
+        )
         .await
         .unwrap();
     let data = trimmed.data.unwrap_or_default();
