@@ -31,6 +31,17 @@ pub struct ClusterView {
     pub available_replicas: Option<i64>,
 }
 
+impl ClusterView {
+    /// A ready cluster called `name`, with nothing else known about it.
+    pub fn ready(name: impl Into<String>) -> Self {
+        ClusterView {
+            name: name.into(),
+            ready: true,
+            ..ClusterView::default()
+        }
+    }
+}
+
 /// A taint on a cluster: placements that do not tolerate it are kept off (see
 /// [`TaintEffect`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -387,11 +387,7 @@ mod tests {
     use crate::LabelSelector;
 
     fn cluster(name: &str) -> ClusterView {
-        ClusterView {
-            name: name.into(),
-            ready: true,
-            ..ClusterView::default()
-        }
+        ClusterView::ready(name)
     }
 
     fn divided() -> ReplicaPolicy {

@@ -428,11 +428,7 @@ mod tests {
     use crate::{LabelSelectorOperator, LabelSelectorRequirement, TolerationOperator};
 
     fn cluster(name: &str) -> ClusterView {
-        ClusterView {
-            name: name.into(),
-            ready: true,
-            ..ClusterView::default()
-        }
+        ClusterView::ready(name)
     }
 
     fn labelled(name: &str, labels: &[(&str, &str)]) -> ClusterView {
