@@ -63,6 +63,51 @@ fn required(field: &str) -> Cause {
     cause(field, "FieldValueRequired", "Required value")
 }
 
+/// Checks that a version's schema is structural (every field and item has a type, unless
+/// it is int-or-string or keeps unknown fields) and that its CEL rules compile.
+fn check_schema(node: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let Some(map) = node.as_object() else {
+        return;
+    };
+    let free = map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !map.contains_key("type") && !free {
+        causes.push(cause(
+            &format!("{path}.type"),
+            "FieldValueRequired",
+            "Required value: must not be empty for specified object fields (a structural schema types every field)",
+        ));
+    }
+    if let Some(rules) = map
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
+        let compiled = kube_cel::compile_schema(node);
+        for (j, result) in compiled.validations.iter().enumerate() {
+            if let Err(error) = result {
+                let rule = rules
+                    .get(j)
+                    .map_or("", |r| r["rule"].as_str().unwrap_or(""));
+                causes.push(cause(
+                    &format!("{path}.x-kubernetes-validations[{j}].rule"),
+                    "FieldValueInvalid",
+                    format!("Invalid value: {rule:?}: compilation failed: {error}"),
+                ));
+            }
+        }
+    }
+    if let Some(properties) = map.get("properties").and_then(Value::as_object) {
+        for (name, child) in properties {
+            check_schema(child, &format!("{path}.properties[{name}]"), causes);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child) = map.get(key).filter(|c| c.is_object()) {
+            check_schema(child, &format!("{path}.{key}"), causes);
+        }
+    }
+}
+
 /// Checks a CRD about to be stored and fills in the defaulted names (`singular`,
 /// `listKind`). A 422 Invalid names every problem found.
 pub fn admit(crd: &mut Value) -> ApiResult<Definition> {
@@ -216,6 +261,7 @@ pub fn admit(crd: &mut Value) -> ApiResult<Definition> {
                 "Invalid value: must be object at the root",
             ));
         }
+        check_schema(schema, &at("schema.openAPIV3Schema"), &mut causes);
         if version["served"] != Value::Bool(true) {
             continue;
         }

@@ -703,3 +703,70 @@ async fn typed_clients_delete_with_protobuf_options() {
     let (code, _) = s.call(Method::GET, &object, None, None, b"").await;
     assert_eq!(code, 404);
 }
+
+#[tokio::test]
+async fn crds_must_be_structural_and_their_rules_must_compile() {
+    let s = Server::new().await;
+    let crd = |spec_schema: Value| {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gadgets.example.com"},
+            "spec": {
+                "group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "kind": "Gadget"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                    "openAPIV3Schema": {"type": "object", "properties": {"spec": spec_schema}}
+                }}]
+            }
+        })
+        .to_string()
+    };
+    const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    s.refused(
+        Method::POST,
+        CRDS,
+        None,
+        None,
+        crd(json!({"type": "object", "properties": {"size": {"minimum": 1}}})).as_bytes(),
+        (
+            422,
+            "Invalid",
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[size].type: Required value",
+        ),
+    )
+    .await;
+    s.refused(
+        Method::POST,
+        CRDS,
+        None,
+        None,
+        crd(json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.size >"}],
+            "properties": {"size": {"type": "integer"}}}))
+        .as_bytes(),
+        (
+            422,
+            "Invalid",
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: \"self.size >\": compilation failed",
+        ),
+    )
+    .await;
+    // Int-or-string and preserved fields need no type; a rule that compiles is accepted.
+    let (code, status) = s
+        .call(
+            Method::POST,
+            CRDS,
+            None,
+            None,
+            crd(json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.size > 0"}],
+            "properties": {
+                "size": {"type": "integer"},
+                "port": {"x-kubernetes-int-or-string": true},
+                "extra": {"x-kubernetes-preserve-unknown-fields": true}
+            }}))
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(code, 201, "{status}");
+}
