@@ -7,13 +7,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::http::{HeaderMap, Method};
+use bytes::Bytes;
 use clap::Parser;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::resources::Registry;
 use flotilla_apiserver::server::{self, Auth};
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
-use tracing::info;
+use tracing::{debug, info};
 
 /// Where the hub keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,6 +157,7 @@ impl HubArgs {
         api.bootstrap()
             .await
             .map_err(|e| anyhow::anyhow!("cannot set up the initial namespaces: {e}"))?;
+        install_fleet_api(&api).await?;
         let listener = tokio::net::TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("cannot listen on {}", self.listen))?;
@@ -185,6 +188,94 @@ impl HubArgs {
         info!("hub stopped");
         Ok(())
     }
+}
+
+/// Installs the fleet API's CustomResourceDefinitions (`flotilla_api::crds`) through the
+/// API, as any client would: created when missing, replaced when their spec differs (a new
+/// binary), left alone otherwise. Each must come out established; any failure is one line.
+async fn install_fleet_api(api: &Api) -> anyhow::Result<()> {
+    const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let mut changed = 0;
+    for crd in flotilla_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let fail = |why: &str| anyhow::anyhow!("cannot install the fleet API: CRD {name}: {why}");
+        let mut desired = serde_json::to_value(&crd)?;
+        // The server defaults listKind; set it here so an unchanged spec compares equal.
+        let names = &mut desired["spec"]["names"];
+        if names["listKind"].is_null() {
+            names["listKind"] = format!("{}List", names["kind"].as_str().unwrap_or("")).into();
+        }
+        let path = format!("{CRDS}/{name}");
+        let (code, current) = call(api, Method::GET, &path, None).await;
+        let message = |reply: &serde_json::Value| {
+            reply["message"]
+                .as_str()
+                .unwrap_or("no reason given")
+                .to_owned()
+        };
+        let (code, reply, action) = match code {
+            404 => {
+                let (code, reply) = call(api, Method::POST, CRDS, Some(&desired)).await;
+                (code, reply, "installed")
+            }
+            200 if !current["metadata"]["deletionTimestamp"].is_null() => {
+                return Err(fail(
+                    "it is being deleted; start the hub again once it is gone",
+                ));
+            }
+            200 if current["spec"] == desired["spec"] => (code, current, "unchanged"),
+            200 => {
+                desired["metadata"]["resourceVersion"] =
+                    current["metadata"]["resourceVersion"].clone();
+                let (code, reply) = call(api, Method::PUT, &path, Some(&desired)).await;
+                (code, reply, "updated")
+            }
+            _ => return Err(fail(&format!("cannot read it: {}", message(&current)))),
+        };
+        if !(200..300).contains(&code) {
+            return Err(fail(&format!("not {action}: {}", message(&reply))));
+        }
+        let conditions = reply["status"]["conditions"].as_array();
+        let established = conditions
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Established" && c["status"] == "True");
+        if !established {
+            let why = conditions
+                .into_iter()
+                .flatten()
+                .find(|c| c["status"] == "False")
+                .and_then(|c| c["message"].as_str())
+                .unwrap_or("not established");
+            return Err(fail(&format!("not served: {why}")));
+        }
+        if action == "unchanged" {
+            debug!(crd = %name, "CRD unchanged");
+        } else {
+            info!(crd = %name, "CRD {action}");
+            changed += 1;
+        }
+    }
+    info!(changed, "fleet API ready");
+    Ok(())
+}
+
+/// One request to the in-process API: the status code and the JSON reply.
+async fn call(
+    api: &Api,
+    method: Method,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    // The hub's own writes are owned by field manager `flotilla`.
+    let query = Some("fieldManager=flotilla");
+    let response = api.serve(method, path, query, &HeaderMap::new(), body).await;
+    let code = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    (code, serde_json::from_slice(&bytes).unwrap_or_default())
 }
 
 async fn shutdown_signal() {

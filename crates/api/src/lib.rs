@@ -1,0 +1,105 @@
+//! Flotilla's fleet API: the typed objects users and controllers write, and the
+//! CustomResourceDefinitions the hub serves them with. No I/O: the hub installs
+//! [`crds`] at start; controllers read and write these types through any client.
+//!
+//! ```text
+//!  flotilla.io/v1alpha1
+//!   Cluster ◄── member agent / push credentials     ClusterSet (groups clusters)
+//!      │ labels, taints, properties
+//!      ▼
+//!   Placement / ClusterPlacement ── fleet scheduler ──► Work (one per cluster, in
+//!      │ resourceSelectors, clusters, replicas            flotilla-cluster-<name>)
+//!      │                                                  ▲
+//!   Override / ClusterOverride ── patches per cluster ────┘
+//!
+//!  multicluster.x-k8s.io/v1alpha1 (SIG-Multicluster, verbatim)
+//!   ClusterProfile (KEP-4322)   PlacementDecision (KEP-5313)   published for consumers
+//! ```
+//!
+//! Field names follow `flotilla-fleet`'s domain model where they overlap (`clusters`,
+//! `replicas`), so the controllers map one onto the other field by field. Invariants
+//! that a schema alone cannot state are CEL rules (`x-kubernetes-validations`), checked
+//! by the API server on every write.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub mod cluster;
+pub mod multicluster;
+pub mod overrides;
+pub mod placement;
+mod schema;
+pub mod work;
+
+pub use cluster::{
+    Cluster, ClusterAccess, ClusterSet, ClusterSetSpec, ClusterSetStatus, ClusterSpec,
+    ClusterStatus, PullAccess, PushAccess, SecretReference, Taint, TaintEffect,
+};
+pub use multicluster::{
+    AccessProvider, ClusterDecision, ClusterManager, ClusterProfile, ClusterProfileRef,
+    ClusterProfileSpec, ClusterProfileStatus, ClusterVersion, KubeconfigCluster, NamedExtension,
+    PlacementDecision, PlacementDecisionFields, Property,
+};
+pub use overrides::{
+    ClusterOverride, ClusterOverrideSpec, ImageOverride, JsonPatch, JsonPatchOp, Override,
+    OverrideRule, OverrideSpec,
+};
+pub use placement::{
+    ApplyPolicy, Bounds, ClusterAffinity, ClusterPlacement, ClusterPlacementSpec,
+    ClusterPlacementStatus, ClusterTerm, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy,
+    Dynamic, ExcludedCluster, PlacedCluster, Placement, PlacementSpec, PlacementStatus,
+    PropertyOperator, PropertyRequirement, ReplicaMode, ReplicaPolicy, ResourceSelector,
+    RolloutStrategy, SpreadConstraint, StrategyType, Toleration, TolerationOperator, WeightTerm,
+};
+pub use work::{ManifestStatus, PlacementReference, Work, WorkSpec, WorkStatus};
+
+/// The API group of Flotilla's own kinds.
+pub const GROUP: &str = "flotilla.io";
+
+/// The version of Flotilla's own kinds.
+pub const VERSION: &str = "v1alpha1";
+
+/// The category every Flotilla kind is in: `kubectl get flotilla` lists them all.
+pub const CATEGORY: &str = "flotilla";
+
+/// The API group of the SIG-Multicluster kinds ([`ClusterProfile`], [`PlacementDecision`]).
+pub const MULTICLUSTER_GROUP: &str = "multicluster.x-k8s.io";
+
+/// The version of the SIG-Multicluster kinds served.
+pub const MULTICLUSTER_VERSION: &str = "v1alpha1";
+
+/// The condition types this API uses in `status.conditions`.
+pub mod condition {
+    /// A cluster has registered with the hub (Cluster).
+    pub const JOINED: &str = "Joined";
+    /// A cluster's API answers and its agent reports in time (Cluster).
+    pub const READY: &str = "Ready";
+    /// Clusters have been chosen (Placement, ClusterPlacement).
+    pub const SCHEDULED: &str = "Scheduled";
+    /// The manifests are applied on the member (Placement, Work, per manifest).
+    pub const APPLIED: &str = "Applied";
+    /// The applied objects are available, as their kind defines it (Placement, Work, per
+    /// manifest).
+    pub const AVAILABLE: &str = "Available";
+    /// The cluster's control plane is healthy (ClusterProfile, KEP-4322).
+    pub const CONTROL_PLANE_HEALTHY: &str = "ControlPlaneHealthy";
+}
+
+/// Every CustomResourceDefinition of this API: Flotilla's seven kinds, then the two
+/// SIG-Multicluster kinds.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        Cluster::crd(),
+        ClusterSet::crd(),
+        Placement::crd(),
+        ClusterPlacement::crd(),
+        Override::crd(),
+        ClusterOverride::crd(),
+        Work::crd(),
+        ClusterProfile::crd(),
+        PlacementDecision::crd(),
+    ]
+}
+
+#[cfg(test)]
+mod tests;

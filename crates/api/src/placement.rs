@@ -1,0 +1,459 @@
+//! Which resources go to which clusters: [`Placement`] (namespaced, for resources of its
+//! namespace) and [`ClusterPlacement`] (cluster-scoped, for resources anywhere), both
+//! with a [`PlacementSpec`].
+//!
+//! `spec.clusters` is `flotilla-fleet`'s `ClusterAffinity` and `spec.replicas` its
+//! `ReplicaPolicy`, field for field.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which resources go to which clusters, how replicas divide among them, how a change
+/// rolls out and how the copies on the members are kept.
+///
+/// The spec of both [`Placement`] and [`ClusterPlacement`]; a Placement's resource
+/// selectors name no namespace (its own is implied).
+// kube's `printcolumn(...)` repeats `type_ = "string"`, which clippy reads as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "flotilla.io",
+    version = "v1alpha1",
+    kind = "Placement",
+    namespaced,
+    status = "PlacementStatus",
+    category = "flotilla",
+    shortname = "pl",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "Places resources of its namespace on member clusters.",
+    validation = Rule::new("!self.spec.resourceSelectors.exists(s, has(s.__namespace__))")
+        .message("spec.resourceSelectors[].namespace is only allowed in a ClusterPlacement: a Placement selects resources of its own namespace")
+        .field_path(".spec.resourceSelectors"),
+    printcolumn(
+        name = "Scheduled",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Scheduled")].status"#,
+        description = "Whether clusters have been chosen"
+    ),
+    printcolumn(
+        name = "Applied",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Applied")].status"#,
+        description = "Whether the resources are applied on every chosen cluster",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Available")].status"#,
+        description = "Whether the resources are available on every chosen cluster"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSpec {
+    /// The resources placed: every resource any selector matches.
+    pub resource_selectors: Vec<ResourceSelector>,
+    /// Which clusters; every term given must hold. Empty: every cluster.
+    #[serde(default)]
+    pub clusters: ClusterAffinity,
+    /// How the replicas of kinds that have them go to the chosen clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicaPolicy>,
+    /// How a change reaches the clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<RolloutStrategy>,
+    /// How the copies on the members are applied and kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply: Option<ApplyPolicy>,
+}
+
+/// The spec of a [`ClusterPlacement`]: a [`PlacementSpec`] whose resource selectors may
+/// name namespaces (and select cluster-scoped resources).
+// kube's `printcolumn(...)` repeats `type_ = "string"`, which clippy reads as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "flotilla.io",
+    version = "v1alpha1",
+    kind = "ClusterPlacement",
+    status = "ClusterPlacementStatus",
+    category = "flotilla",
+    shortname = "cpl",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "Places resources of any namespace, and cluster-scoped resources, on member clusters.",
+    printcolumn(
+        name = "Scheduled",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Scheduled")].status"#,
+        description = "Whether clusters have been chosen"
+    ),
+    printcolumn(
+        name = "Applied",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Applied")].status"#,
+        description = "Whether the resources are applied on every chosen cluster",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Available")].status"#,
+        description = "Whether the resources are available on every chosen cluster"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+pub struct ClusterPlacementSpec {
+    /// The placement itself.
+    #[serde(flatten)]
+    pub placement: PlacementSpec,
+}
+
+/// The status of a [`ClusterPlacement`]: that of a [`Placement`].
+pub type ClusterPlacementStatus = PlacementStatus;
+
+/// Resources of one kind: by name, by labels, or all of them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.name) && has(self.labelSelector))")
+    .message("name and labelSelector are exclusive: a selector picks one object by name or several by labels"))]
+pub struct ResourceSelector {
+    /// The resources' API version (`apps/v1`, `v1`).
+    pub api_version: String,
+    /// The resources' kind (`Deployment`).
+    pub kind: String,
+    /// The one resource of this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The resources whose labels match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Only resources of this namespace (ClusterPlacement only; a Placement selects in
+    /// its own namespace). Not set: every namespace, and cluster-scoped resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Which clusters a placement wants: every term given must hold (they are ANDed); an
+/// empty affinity selects every cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAffinity {
+    /// Cluster names; empty means any name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// Cluster sets; empty means any set (or none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_sets: Vec<String>,
+    /// A selector on the clusters' labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// Requirements on the clusters' properties (`status.properties` and
+    /// `status.allocatable`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub property_selector: Vec<PropertyRequirement>,
+    /// The cluster taints tolerated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Pick this many of the matching clusters; not set: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("clusters.count must be at least 1"))]
+    pub count: Option<i32>,
+    /// How the clusters `count` picks spread over topologies (cluster labels).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<SpreadConstraint>,
+}
+
+/// A requirement on one cluster property: `properties[name] <operator> value`. Numbers
+/// and quantities compare by value; `Gt`, `Ge`, `Lt` and `Le` hold for numbers only.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PropertyRequirement {
+    /// The property's name (such as `allocatable-cpu`).
+    pub name: String,
+    /// The comparison.
+    pub operator: PropertyOperator,
+    /// The value compared with.
+    pub value: String,
+}
+
+/// The comparison of a [`PropertyRequirement`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PropertyOperator {
+    /// Equal.
+    Eq,
+    /// Not equal.
+    Ne,
+    /// Greater than.
+    Gt,
+    /// Greater than or equal.
+    Ge,
+    /// Less than.
+    Lt,
+    /// Less than or equal.
+    Le,
+}
+
+/// A toleration of cluster taints, with Kubernetes' matching rules: an empty key with
+/// `Exists` tolerates every taint, and no effect tolerates every effect.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.operator != 'Exists' || !has(self.value) || self.value == ''")
+    .message("a toleration with operator Exists has no value"))]
+pub struct Toleration {
+    /// The taint key tolerated; empty means every key.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    /// How the value is compared.
+    #[serde(default)]
+    pub operator: TolerationOperator,
+    /// The value tolerated, for `Equal`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// The effect tolerated; not set means every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<crate::TaintEffect>,
+}
+
+/// How a [`Toleration`] compares a taint's value.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum TolerationOperator {
+    /// The taint's value equals the toleration's value.
+    #[default]
+    Equal,
+    /// Any value.
+    Exists,
+}
+
+/// Spread the clusters `count` picks over the values of one cluster label: the most- and
+/// the least-picked values differ by at most `maxSkew` clusters where possible.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpreadConstraint {
+    /// The cluster label whose values are the topologies (such as
+    /// `topology.kubernetes.io/region`).
+    pub topology_key: String,
+    /// The largest allowed difference.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spread.maxSkew must be at least 1"))]
+    pub max_skew: i32,
+}
+
+fn one() -> i32 {
+    1
+}
+
+/// How a template's replicas go to the chosen clusters.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.dynamic) || !has(self.weights) || size(self.weights) == 0")
+    .message("replicas.weights and replicas.dynamic are exclusive"))]
+pub struct ReplicaPolicy {
+    /// Whether every cluster runs all replicas (`Duplicated`) or a share (`Divided`).
+    #[serde(default)]
+    pub mode: ReplicaMode,
+    /// Static weights in `Divided` mode: a cluster's weight is that of the first term it
+    /// matches, 0 if none. No terms: equal weights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weights: Vec<WeightTerm>,
+    /// Weights read from the clusters instead of `weights`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<Dynamic>,
+    /// Bounds on each weighted cluster's replicas in `Divided` mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_cluster: Option<Bounds>,
+}
+
+/// Whether clusters share the replicas.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ReplicaMode {
+    /// Every chosen cluster runs the template's replica count.
+    #[default]
+    Duplicated,
+    /// The replicas are divided among the chosen clusters by weight.
+    Divided,
+}
+
+/// A static weight for the clusters a [`ClusterTerm`] holds.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WeightTerm {
+    /// The clusters this weight is for.
+    #[serde(default)]
+    pub clusters: ClusterTerm,
+    /// Their weight.
+    #[x_kube(validation = Rule::new("self >= 0").message("replicas.weights[].weight must not be negative"))]
+    pub weight: i32,
+}
+
+/// Weights read from the clusters' status.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Dynamic {
+    /// A cluster's weight is how many more replicas it reports room for.
+    AvailableCapacity,
+}
+
+/// Bounds on the replicas of each weighted cluster.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.min) || !has(self.max) || self.min <= self.max")
+    .message("replicas.perCluster.min must not be greater than replicas.perCluster.max"))]
+pub struct Bounds {
+    /// The fewest replicas a weighted cluster gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("replicas.perCluster.min must not be negative"))]
+    pub min: Option<i32>,
+    /// The most replicas a cluster gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("replicas.perCluster.max must not be negative"))]
+    pub max: Option<i32>,
+}
+
+/// A set of clusters named or selected by labels: a cluster belongs to it when it is one
+/// of `names` (if any are given) and matches `labelSelector` (if given). An empty term
+/// holds every cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTerm {
+    /// Cluster names; empty means any name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// A selector on the clusters' labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+}
+
+/// How a change reaches the chosen clusters.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStrategy {
+    /// `All` at once, or `Rolling` a few clusters at a time.
+    #[serde(default, rename = "type")]
+    pub type_: StrategyType,
+    /// With `Rolling`: how many clusters may be unavailable at once (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("strategy.maxUnavailable must be at least 1"))]
+    pub max_unavailable: Option<i32>,
+}
+
+/// The kinds of [`RolloutStrategy`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum StrategyType {
+    /// Every cluster at once.
+    #[default]
+    All,
+    /// A few clusters at a time, the next ones once these are available.
+    Rolling,
+}
+
+/// How the copies on the members are applied and kept.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyPolicy {
+    /// What to do when the object on the member is owned by someone else.
+    #[serde(default)]
+    pub conflict: ConflictPolicy,
+    /// What to do when the object on the member drifts from the hub's.
+    #[serde(default)]
+    pub drift: DriftPolicy,
+    /// What happens on the member when the object leaves the placement.
+    #[serde(default)]
+    pub deletion: DeletionPolicy,
+}
+
+/// [`ApplyPolicy::conflict`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ConflictPolicy {
+    /// Leave the object alone and report the conflict.
+    #[default]
+    Abort,
+    /// Take the object over.
+    Overwrite,
+}
+
+/// [`ApplyPolicy::drift`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DriftPolicy {
+    /// Put the hub's values back.
+    #[default]
+    Correct,
+    /// Report the drift and leave it.
+    Report,
+}
+
+/// [`ApplyPolicy::deletion`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Delete the object from the member.
+    #[default]
+    Delete,
+    /// Leave the object on the member, no longer managed.
+    Orphan,
+}
+
+/// Where a placement stands, fleet-wide and per cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementStatus {
+    /// The `metadata.generation` this status is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Scheduled`, `Applied` and `Available`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Every chosen cluster and its state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<PlacedCluster>,
+    /// Every cluster not chosen, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<ExcludedCluster>,
+}
+
+/// One chosen cluster in [`PlacementStatus::clusters`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacedCluster {
+    /// The cluster's name.
+    pub name: String,
+    /// The replicas it runs, for kinds that have replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// `Applied` and `Available` on this cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Fields whose value on the member differs from the hub's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<Drift>,
+}
+
+/// A field whose value on a member differs from the hub's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Drift {
+    /// The field, as a JSON pointer into the object (`/spec/replicas`).
+    pub path: String,
+    /// The hub's value, as JSON; not set: the hub does not set the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<String>,
+    /// The member's value, as JSON; not set: the field is absent on the member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+}
+
+/// A cluster not chosen, in [`PlacementStatus::excluded`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExcludedCluster {
+    /// The cluster's name.
+    pub name: String,
+    /// Why it was not chosen (such as `label selector does not match`).
+    pub reason: String,
+}
