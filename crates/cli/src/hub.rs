@@ -270,7 +270,9 @@ async fn call(
     let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
     // The hub's own writes are owned by field manager `flotilla`.
     let query = Some("fieldManager=flotilla");
-    let response = api.serve(method, path, query, &HeaderMap::new(), body).await;
+    let response = api
+        .serve(method, path, query, &HeaderMap::new(), body)
+        .await;
     let code = response.status().as_u16();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
