@@ -37,8 +37,8 @@ OUTPUT = os.path.join(os.path.dirname(__file__), "..", "src", "generated", "buil
 KINDS = [
     ("", "v1", kind)
     for kind in [
-        "ConfigMap", "Endpoints", "Event", "LimitRange", "Namespace", "PersistentVolumeClaim",
-        "Pod", "ResourceQuota", "Secret", "ServiceAccount", "Service",
+        "ConfigMap", "Endpoints", "Event", "LimitRange", "Namespace", "Node",
+        "PersistentVolumeClaim", "Pod", "ResourceQuota", "Secret", "ServiceAccount", "Service",
     ]
 ] + [
     ("apps", "v1", "DaemonSet"), ("apps", "v1", "Deployment"), ("apps", "v1", "ReplicaSet"),

@@ -620,6 +620,7 @@ mod tests {
                 "events",
                 "limitranges",
                 "namespaces",
+                "nodes",
                 "persistentvolumeclaims",
                 "pods",
                 "resourcequotas",
@@ -645,7 +646,7 @@ mod tests {
                 }],
             })
         );
-        let secrets = &versions[0]["resources"][8];
+        let secrets = &versions[0]["resources"][9];
         assert_eq!(
             *secrets,
             json!({
@@ -656,7 +657,7 @@ mod tests {
                 "verbs": STANDARD_VERBS,
             })
         );
-        assert_eq!(versions[0]["resources"][6]["categories"], json!(["all"]));
+        assert_eq!(versions[0]["resources"][7]["categories"], json!(["all"]));
     }
 
     #[test]
@@ -951,6 +952,8 @@ mod tests {
                 "limitranges",
                 "namespaces",
                 "namespaces/status",
+                "nodes",
+                "nodes/status",
                 "persistentvolumeclaims",
                 "persistentvolumeclaims/status",
                 "pods",
@@ -964,7 +967,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            doc["resources"][8],
+            doc["resources"][10],
             json!({
                 "name": "pods",
                 "singularName": "pod",
@@ -986,7 +989,7 @@ mod tests {
             })
         );
         assert_eq!(
-            doc["resources"][12],
+            doc["resources"][14],
             json!({"name": "secrets", "singularName": "secret", "namespaced": true, "kind": "Secret", "verbs": STANDARD_VERBS})
         );
         assert_eq!(resource_list(&registry, "", "v2"), None);

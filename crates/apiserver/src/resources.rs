@@ -500,6 +500,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "", version: "v1", kind: "Event", plural: "events", short_names: &["ev"], categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "LimitRange", plural: "limitranges", short_names: &["limits"], categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "Namespace", plural: "namespaces", short_names: &["ns"], categories: NONE, namespaced: CLUSTER, subresources: STATUS, verbs: NAMESPACE_VERBS },
+    Builtin { group: "", version: "v1", kind: "Node", plural: "nodes", short_names: &["no"], categories: NONE, namespaced: CLUSTER, subresources: STATUS, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims", short_names: &["pvc"], categories: NONE, namespaced: NS, subresources: STATUS, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", short_names: &["po"], categories: ALL, namespaced: NS, subresources: STATUS, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "ResourceQuota", plural: "resourcequotas", short_names: &["quota"], categories: NONE, namespaced: NS, subresources: STATUS, verbs: VERBS },
@@ -551,6 +552,7 @@ mod tests {
         ("", "v1", "events", "Event", true),
         ("", "v1", "limitranges", "LimitRange", true),
         ("", "v1", "namespaces", "Namespace", false),
+        ("", "v1", "nodes", "Node", false),
         (
             "",
             "v1",
@@ -707,7 +709,7 @@ mod tests {
                 .unwrap_or_else(|| panic!("{group}/{version}/{kind}"));
             assert_eq!(by_kind, by_plural);
         }
-        assert!(registry.get("", "v1", "nodes").is_none());
+        assert!(registry.get("", "v1", "persistentvolumes").is_none());
         assert!(registry.get("apps", "v1beta1", "deployments").is_none());
         assert!(registry.get("", "v1", "deployments").is_none());
         assert!(registry.by_kind("apps", "v1", "deployments").is_none());
@@ -828,6 +830,7 @@ mod tests {
         assert_eq!(short("", "resourcequotas"), ["quota"]);
         assert_eq!(short("", "persistentvolumeclaims"), ["pvc"]);
         assert_eq!(short("", "pods"), ["po"]);
+        assert_eq!(short("", "nodes"), ["no"]);
         assert!(short("", "secrets").is_empty());
         assert_eq!(short("apps", "statefulsets"), ["sts"]);
         assert_eq!(short("apps", "daemonsets"), ["ds"]);
@@ -1041,7 +1044,7 @@ mod tests {
             .collect();
         assert_eq!(versions, example.versions);
         assert_eq!(registry.group_version("example.com", "v2").len(), 1);
-        assert_eq!(registry.group_version("", "v1").len(), 11);
+        assert_eq!(registry.group_version("", "v1").len(), 12);
     }
 
     #[test]

@@ -186,3 +186,53 @@ pub async fn serve_tls(
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
 }
+
+/// The API as an in-process HTTP service, for the hub's own controllers: requests go
+/// straight to [`Api::serve`] (same routing, admission and watch path as over HTTPS) with
+/// no socket, no TLS and no token. `kube::Client::new(local_service(api), "default")`
+/// makes a kube-rs client of it.
+pub fn local_service<B>(
+    api: Api,
+) -> impl tower::Service<
+    axum::http::Request<B>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone
++ Send
++ 'static
+where
+    B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    tower::service_fn(move |request: axum::http::Request<B>| {
+        let api = api.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let span =
+                info_span!("local request", method = %parts.method, path = %parts.uri.path());
+            async move {
+                let body = match to_bytes(Body::new(body), MAX_OBJECT_BYTES + 1).await {
+                    Ok(body) => body,
+                    Err(_) => {
+                        return Ok(ApiError::too_large(format!(
+                            "the request body is over the limit of {MAX_OBJECT_BYTES} bytes"
+                        ))
+                        .into_response());
+                    }
+                };
+                Ok(api
+                    .serve(
+                        parts.method,
+                        parts.uri.path(),
+                        parts.uri.query(),
+                        &parts.headers,
+                        body,
+                    )
+                    .await)
+            }
+            .instrument(span)
+            .await
+        }
+    })
+}

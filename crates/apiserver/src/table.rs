@@ -112,6 +112,58 @@ fn selector(o: &Value) -> Value {
     })
 }
 
+/// A node's STATUS as kubectl shows it: its Ready condition, and whether it is cordoned.
+fn node_status(o: &Value) -> Value {
+    let ready = o["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready");
+    let mut status = match ready.and_then(|c| c["status"].as_str()) {
+        Some("True") => "Ready",
+        Some("False") => "NotReady",
+        _ => "Unknown",
+    }
+    .to_owned();
+    if o["spec"]["unschedulable"] == true {
+        status.push_str(",SchedulingDisabled");
+    }
+    json!(status)
+}
+
+/// A node's ROLES: from `node-role.kubernetes.io/<role>` labels and `kubernetes.io/role`.
+fn node_roles(o: &Value) -> Value {
+    let labels = o["metadata"]["labels"].as_object().into_iter().flatten();
+    let mut roles: Vec<&str> = labels
+        .filter_map(
+            |(key, value)| match key.strip_prefix("node-role.kubernetes.io/") {
+                Some(role) => Some(role),
+                None if key == "kubernetes.io/role" => value.as_str(),
+                None => None,
+            },
+        )
+        .filter(|role| !role.is_empty())
+        .collect();
+    roles.sort_unstable();
+    roles.dedup();
+    json!(if roles.is_empty() {
+        "<none>".to_owned()
+    } else {
+        roles.join(",")
+    })
+}
+
+/// A node's first address of type `kind`, or `<none>`.
+fn node_address(o: &Value, kind: &str) -> Value {
+    let address = o["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["type"] == kind)
+        .and_then(|a| a["address"].as_str());
+    json!(address.unwrap_or("<none>"))
+}
+
 /// The columns of a built-in kind, as a Kubernetes server prints them.
 fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
     let mut columns = vec![name()];
@@ -260,6 +312,10 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
                 json!(o["status"]["active"].as_array().map_or(0, Vec::len))
             }));
         }
+        ("", "Node") => {
+            columns.push(computed("Status", "string", 0, node_status));
+            columns.push(computed("Roles", "string", 0, node_roles));
+        }
         ("coordination.k8s.io", "Lease") => columns.push(column(
             "Holder",
             "string",
@@ -285,6 +341,32 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
                 joined(containers(o), "image")
             }));
             columns.push(computed("Selector", "string", 1, selector));
+        }
+        ("", "Node") => {
+            columns.push(column(
+                "Version",
+                "string",
+                0,
+                Cell::Path(".status.nodeInfo.kubeletVersion".into()),
+            ));
+            columns.push(computed("Internal-IP", "string", 1, |o| {
+                node_address(o, "InternalIP")
+            }));
+            columns.push(computed("External-IP", "string", 1, |o| {
+                node_address(o, "ExternalIP")
+            }));
+            for (title, field) in [
+                ("OS-Image", "osImage"),
+                ("Kernel-Version", "kernelVersion"),
+                ("Container-Runtime", "containerRuntimeVersion"),
+            ] {
+                columns.push(column(
+                    title,
+                    "string",
+                    1,
+                    Cell::Path(format!(".status.nodeInfo.{field}")),
+                ));
+            }
         }
         ("", "Pod") => {
             columns.push(column(
@@ -517,6 +599,69 @@ mod tests {
         assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
         assert_eq!(t["rows"][0]["object"]["metadata"]["namespace"], "shop");
         assert_eq!(t["metadata"]["resourceVersion"], "42");
+    }
+
+    #[test]
+    fn a_node_row_shows_readiness_roles_and_version() {
+        let rt = Registry::builtin().get("", "v1", "nodes").unwrap();
+        let node = |labels: Value, ready: &str, unschedulable: bool| {
+            json!({"metadata": {"name": "n1", "labels": labels},
+                "spec": {"unschedulable": unschedulable},
+                "status": {"conditions": [{"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": ready}],
+                    "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                    "nodeInfo": {"kubeletVersion": "v1.32.0", "osImage": "Linux"}}})
+        };
+        let nodes = [
+            node(json!({"kubernetes.io/hostname": "n1"}), "True", false),
+            node(
+                json!({"node-role.kubernetes.io/control-plane": "", "node-role.kubernetes.io/etcd": "", "kubernetes.io/role": "etcd"}),
+                "False",
+                true,
+            ),
+            node(json!({}), "Unknown", false),
+        ];
+        let t = table(&rt, &Value::Null, &nodes, "1", "None");
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Name",
+                "Status",
+                "Roles",
+                "Age",
+                "Version",
+                "Internal-IP",
+                "External-IP",
+                "OS-Image",
+                "Kernel-Version",
+                "Container-Runtime"
+            ]
+        );
+        let cells = |i: usize| t["rows"][i]["cells"].as_array().unwrap().clone();
+        assert_eq!(cells(0)[1..3], [json!("Ready"), json!("<none>")]);
+        assert_eq!(
+            cells(0)[4..8],
+            [
+                json!("v1.32.0"),
+                json!("10.0.0.1"),
+                json!("<none>"),
+                json!("Linux")
+            ]
+        );
+        assert_eq!(
+            cells(1)[1..3],
+            [
+                json!("NotReady,SchedulingDisabled"),
+                json!("control-plane,etcd")
+            ]
+        );
+        assert_eq!(cells(2)[1], "Unknown");
     }
 
     #[test]
