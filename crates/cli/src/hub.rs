@@ -2,20 +2,15 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context;
 use axum::http::{HeaderMap, Method};
 use bytes::Bytes;
 use clap::Parser;
 use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
-use flotilla_apiserver::server::{self, Auth};
-use flotilla_store::Store;
-use flotilla_store_sqlite::SqliteStore;
 use tracing::{debug, info};
+
+use crate::serve::{self, ApiServer, LogFormat, parse_duration};
 
 /// Where the hub keeps its objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,15 +36,6 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 
-/// How log lines are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// One human-readable line per event.
-    Plain,
-    /// One JSON object per line.
-    Json,
-}
-
 /// `flotilla hub [--data-dir DIR] [--listen ADDR] [--store URL]`
 #[derive(Debug, Parser)]
 pub struct HubArgs {
@@ -69,124 +55,57 @@ pub struct HubArgs {
     /// (`300ms`, `30s`, `5m`, `1h`; `0` never compacts).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub compaction_interval: Duration,
+    /// The hub's name, written on the objects it places on members.
+    #[arg(long, value_name = "NAME", default_value = "flotilla-hub")]
+    pub name: String,
+    /// How often each member cluster is probed; one that does not answer within it is
+    /// not Ready.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub health_period: Duration,
+    /// How often every Work is applied again even when nothing changed.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = positive_duration)]
+    pub resync_period: Duration,
 }
 
-/// A duration written as a number and a unit (`ms`, `s`, `m`, `h`), or `0`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    if text == "0" {
-        return Ok(Duration::ZERO);
+/// A duration that is not zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(format!("invalid duration {text:?}: it must be above zero")),
+        d => Ok(d),
     }
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| {
-        format!("invalid duration {text:?}: expected a number and a unit, e.g. 30s or 5m")
-    })?;
-    let millis = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => {
-            return Err(format!(
-                "invalid duration {text:?}: the unit must be ms, s, m or h"
-            ));
-        }
-    };
-    number
-        .checked_mul(millis)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("invalid duration {text:?}: too long"))
-}
-
-/// Sets up `tracing` output (RUST_LOG filters; info by default).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colours only for a terminal: a log file or a journal gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    let _ = match format {
-        LogFormat::Plain => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }
 
 impl HubArgs {
     /// Serves until SIGTERM or SIGINT.
     pub fn run(self) -> anyhow::Result<()> {
-        init_logging(self.log_format);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
-        runtime.block_on(self.serve())
+        serve::init_logging(self.log_format);
+        serve::block_on(self.serve())
     }
 
     async fn serve(self) -> anyhow::Result<()> {
-        std::fs::create_dir_all(&self.data_dir).with_context(|| {
-            format!(
-                "cannot create the data directory {}",
-                self.data_dir.display()
-            )
-        })?;
-        let host = if self.listen.ip().is_unspecified() {
-            "127.0.0.1".to_owned()
-        } else {
-            self.listen.ip().to_string()
-        };
-        let identity = flotilla_pki::load_or_create(&self.data_dir, std::slice::from_ref(&host))
-            .context("cannot set up the hub's certificates")?;
         let StoreUrl::Sqlite(path) = self
             .store
             .clone()
             .unwrap_or_else(|| StoreUrl::Sqlite(self.data_dir.join("hub.db")));
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).await?);
-        let server_url = match self.listen.ip() {
-            std::net::IpAddr::V6(_) => format!("https://[{host}]:{}", self.listen.port()),
-            std::net::IpAddr::V4(_) => format!("https://{host}:{}", self.listen.port()),
-        };
-        let api = Api::new(
-            store.clone(),
-            Arc::new(Registry::builtin()),
-            format!("{host}:{}", self.listen.port()),
+        let server = ApiServer::open("hub", &self.data_dir, self.listen, &path).await?;
+        install_fleet_api(&server.api).await?;
+        // The fleet controllers use the API in-process, through the same routing,
+        // admission and watch paths as any client.
+        let client = kube::Client::new(
+            flotilla_apiserver::server::local_service(server.api.clone()),
+            "default",
         );
-        api.bootstrap()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot set up the initial namespaces: {e}"))?;
-        install_fleet_api(&api).await?;
-        let listener = tokio::net::TcpListener::bind(self.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", self.listen))?;
-        let kubeconfig = self.data_dir.join("admin.kubeconfig");
-        flotilla_pki::Kubeconfig {
-            name: "flotilla",
-            server: &server_url,
-            ca_pem: &identity.ca_cert_pem,
-            token: &identity.admin_token,
-        }
-        .write(&kubeconfig)?;
-        let tls = Arc::new(identity.server_config()?);
-        let identity = Arc::new(identity);
-        let auth = Auth {
-            check: Arc::new(move |token| identity.is_admin_token(token)),
-        };
-        if !self.compaction_interval.is_zero() {
-            tokio::spawn(flotilla_apiserver::compaction::run(
-                store.clone(),
-                self.compaction_interval,
-            ));
-        }
-        let ready = Arc::new(AtomicBool::new(false));
-        let app = server::router(api, auth, ready.clone());
-        ready.store(true, Ordering::Release);
-        info!(url = %server_url, kubeconfig = %kubeconfig.display(), store = %path.display(), "hub serving");
-        server::serve_tls(listener, tls, app, shutdown_signal()).await;
-        info!("hub stopped");
-        Ok(())
+        tokio::spawn(flotilla_fleet::runtime::run(
+            client,
+            flotilla_fleet::runtime::Config {
+                hub: self.name.clone(),
+                health_period: self.health_period,
+                resync_period: self.resync_period,
+                ..flotilla_fleet::runtime::Config::default()
+            },
+        ));
+        server.compact_every(self.compaction_interval);
+        server.serve().await
     }
 }
 
@@ -278,16 +197,6 @@ async fn call(
         .await
         .unwrap_or_default();
     (code, serde_json::from_slice(&bytes).unwrap_or_default())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM"),
-        _ = int.recv() => info!("SIGINT"),
-    }
 }
 
 #[cfg(test)]

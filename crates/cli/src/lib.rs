@@ -6,7 +6,11 @@
 //! ```
 
 mod bench;
+mod demo;
 mod hub;
+mod join;
+mod serve;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -28,6 +32,14 @@ pub enum Command {
     Hub(hub::HubArgs),
     /// Measure Flotilla against the limits underneath it, side by side in one run.
     Bench(bench::BenchArgs),
+    /// Serve simulated member clusters whose workloads progress to ready.
+    Sim(sim::SimArgs),
+    /// Register a member cluster with the hub (push mode).
+    Join(join::JoinArgs),
+    /// Remove a member cluster from the hub, with what the hub placed on it.
+    Unjoin(join::UnjoinArgs),
+    /// A hub and three simulated clusters with an example placement, for a first look.
+    Demo(demo::DemoArgs),
 }
 
 impl Args {
@@ -49,6 +61,10 @@ impl Args {
         match self.command {
             Command::Hub(args) => args.run(),
             Command::Bench(args) => args.run(),
+            Command::Sim(args) => args.run(),
+            Command::Join(args) => args.run(),
+            Command::Unjoin(args) => args.run(),
+            Command::Demo(args) => args.run(),
         }
     }
 }

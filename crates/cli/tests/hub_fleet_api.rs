@@ -169,7 +169,8 @@ fn the_fleet_kinds_are_served_and_their_rules_enforced() {
         "a refused placement was stored"
     );
 
-    // A Work and a Cluster show their columns too.
+    // A Work and a Cluster show their columns too (a Work of no placement, written by
+    // hand: no controller claims it).
     hub.create(
         r#"{"apiVersion":"flotilla.io/v1alpha1","kind":"Cluster","metadata":{"name":"eu-1","labels":{"region":"eu"}},
             "spec":{"clusterSet":"prod","access":{"push":{"secretRef":{"namespace":"flotilla-system","name":"eu-1"}}}}}"#,
@@ -177,12 +178,22 @@ fn the_fleet_kinds_are_served_and_their_rules_enforced() {
     let table = hub.ok(&["get", "clusters"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["NAME", "READY", "VERSION", "AGE"], "{table}");
+    // The hub makes each Cluster's Works namespace.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !hub
+        .kubectl(&["get", "namespace", "flotilla-cluster-eu-1"])
+        .status
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Works namespace for eu-1"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     hub.create(
-        r#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"flotilla-cluster-eu-1"}}"#,
-    );
-    hub.create(
-        r#"{"apiVersion":"flotilla.io/v1alpha1","kind":"Work","metadata":{"name":"default.web","namespace":"flotilla-cluster-eu-1"},
-            "spec":{"placement":{"namespace":"default","name":"web"},"cluster":"eu-1",
+        r#"{"apiVersion":"flotilla.io/v1alpha1","kind":"Work","metadata":{"name":"default.by-hand","namespace":"flotilla-cluster-eu-1"},
+            "spec":{"placement":{"namespace":"default","name":"by-hand"},"cluster":"eu-1",
             "manifests":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"web","namespace":"default"},"data":{"k":"v"}}]}}"#,
     );
     let table = hub.ok(&["get", "works", "-A"]);
@@ -200,7 +211,7 @@ fn the_fleet_kinds_are_served_and_their_rules_enforced() {
         "{table}"
     );
     assert!(table.contains(" eu-1 "), "{table}");
-    let work = hub.json(&["get", "work", "default.web", "-n", "flotilla-cluster-eu-1"]);
+    let work = hub.json(&["get", "work", "default.by-hand", "-n", "flotilla-cluster-eu-1"]);
     assert_eq!(work["spec"]["manifests"][0]["data"]["k"], "v");
 
     // A PlacementDecision holds at most 100 decisions.

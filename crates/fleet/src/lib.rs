@@ -1,7 +1,8 @@
-//! Flotilla's fleet scheduling logic, pure: no I/O, no Kubernetes client, no async. The
-//! domain model here has no Kubernetes types; the fleet controllers map `Cluster` and
-//! `Placement` objects onto it, call these functions, and write the results back as
-//! `Work` objects and status.
+//! Flotilla's fleet controllers. Everything but [`runtime`] is pure (no I/O, no client,
+//! no async) and tested without a server: the scheduler ([`select`], [`divide`]) over a
+//! domain model with no Kubernetes types, [`model`] mapping the API objects onto it,
+//! [`render`] (overrides), [`plan`] (one placement's Works) and [`status`] (status back).
+//! [`runtime`] runs them as controllers against the hub's API.
 //!
 //! ```text
 //!  Cluster objects ──► ClusterView[] ─┐       Placement.spec.clusters ──► ClusterAffinity
@@ -22,9 +23,14 @@
 //! order, and a decision fed back as `previous` is reproduced unchanged.
 
 mod cluster;
+pub mod model;
+pub mod plan;
 mod quantity;
+pub mod render;
+pub mod runtime;
 pub mod scheduler;
 mod selector;
+pub mod status;
 
 pub use cluster::{ClusterTerm, ClusterView, Taint, TaintEffect, Toleration, TolerationOperator};
 pub use quantity::Quantity;

@@ -276,3 +276,155 @@ impl Drop for Hub {
         terminate(&mut self.child);
     }
 }
+
+/// A `flotilla sim` process on a free port with its own data directory; SIGTERMed on drop.
+pub struct Sim {
+    child: Child,
+    /// The data directory.
+    pub dir: tempfile::TempDir,
+    /// The port it serves on (kept across [`Sim::restart`]).
+    pub port: u16,
+    args: Vec<String>,
+}
+
+fn spawn_sim(dir: &Path, port: u16, args: &[String]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["sim", "--data-dir"])
+        .arg(dir)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("start flotilla sim")
+}
+
+impl Sim {
+    /// A simulator on a fresh data directory with `args` (`--clusters N` among them).
+    pub fn start(args: &[&str]) -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let child = spawn_sim(dir.path(), port, &args);
+        let sim = Sim {
+            child,
+            dir,
+            port,
+            args,
+        };
+        sim.wait_ready();
+        sim
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let admin = self.dir.path().join("admin.kubeconfig");
+        loop {
+            if admin.exists()
+                && run_kubectl(
+                    &kubectl_binary(),
+                    &admin,
+                    &["get", "--raw", "/readyz"],
+                    None,
+                )
+                .status
+                .success()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the simulator did not become ready"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the process (SIGTERM) and starts it again on the same data directory and port.
+    pub fn restart(&mut self) {
+        terminate(&mut self.child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpListener::bind(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "port {} stayed busy", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = spawn_sim(self.dir.path(), self.port, &self.args);
+        self.wait_ready();
+    }
+
+    /// The kubeconfig the simulator wrote for member `cluster`.
+    pub fn kubeconfig(&self, cluster: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("kubeconfigs")
+            .join(format!("{cluster}.kubeconfig"))
+    }
+
+    /// Runs kubectl against member `cluster`, `stdin` as its input; its output.
+    pub fn kubectl(&self, cluster: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        run_kubectl(&kubectl_binary(), &self.kubeconfig(cluster), args, stdin)
+    }
+
+    /// Runs kubectl against member `cluster`; its stdout, or a panic with its stderr.
+    pub fn ok(&self, cluster: &str, args: &[&str]) -> String {
+        let out = self.kubectl(cluster, args, None);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} on {cluster} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `kubectl create -f -` of a manifest in member `cluster`; panics if it fails.
+    pub fn create(&self, cluster: &str, manifest: &str) -> String {
+        let out = self.kubectl(cluster, &["create", "-f", "-"], Some(manifest));
+        assert!(
+            out.status.success(),
+            "create on {cluster} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `kubectl … -o json` against member `cluster`, parsed.
+    pub fn json(&self, cluster: &str, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(cluster, &all)).unwrap()
+    }
+
+    /// Polls `kubectl get … -o json` in member `cluster` until `done` holds for the
+    /// object; returns it. Panics with the last object after a minute.
+    pub fn wait_for(
+        &self,
+        cluster: &str,
+        args: &[&str],
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let object = self.json(cluster, args);
+            if done(&object) {
+                return object;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{args:?} on {cluster} never got there: {object}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
+
+impl Sim {
+    /// The simulator's process id (to freeze it with SIGSTOP and thaw it with SIGCONT).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}

@@ -1,0 +1,212 @@
+//! What `flotilla hub` and `flotilla sim` share: logging, durations on the command line,
+//! and an API server over SQLite, served over HTTPS until SIGTERM or SIGINT.
+//!
+//! ```text
+//!  ApiServer::open(role, DIR, ADDR, store file)  data dir, TLS identity (flotilla-pki),
+//!        │                                      store, Api + its initial namespaces
+//!        ├─ the role's own set-up through `api` (the hub's CRDs, the sim's clusters)
+//!        ├─ compact_every(interval)
+//!        └─ serve(): bind ADDR, DIR/admin.kubeconfig, HTTPS until a signal
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use flotilla_apiserver::Api;
+use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::server::{self, Auth};
+use flotilla_pki::HubIdentity;
+use flotilla_store::Store;
+use flotilla_store_sqlite::SqliteStore;
+use tracing::info;
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    Plain,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A duration written as a number and a unit (`ms`, `s`, `m`, `h`), or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| {
+        format!("invalid duration {text:?}: expected a number and a unit, e.g. 30s or 5m")
+    })?;
+    let millis = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "invalid duration {text:?}: the unit must be ms, s, m or h"
+            ));
+        }
+    };
+    number
+        .checked_mul(millis)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("invalid duration {text:?}: too long"))
+}
+
+/// Sets up `tracing` output (RUST_LOG filters; info by default).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: a log file or a journal gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let _ = match format {
+        LogFormat::Plain => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Runs `serve` on a multi-threaded runtime.
+pub fn block_on<F: Future<Output = anyhow::Result<()>>>(serve: F) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve)
+}
+
+/// A Kubernetes-compatible API server over an SQLite store, set up but not yet serving.
+pub struct ApiServer {
+    /// The API of the root logical cluster.
+    pub api: Api,
+    /// The store under it.
+    pub store: Arc<dyn Store>,
+    /// Where clients reach it: `https://HOST:PORT`.
+    pub url: String,
+    role: &'static str,
+    identity: HubIdentity,
+    listen: SocketAddr,
+    data_dir: PathBuf,
+    store_path: PathBuf,
+}
+
+impl ApiServer {
+    /// Creates `data_dir`, loads (or creates) the TLS identity there, opens the store file
+    /// and creates the initial namespaces. `role` (`hub`, `sim`) names the server in
+    /// messages.
+    pub async fn open(
+        role: &'static str,
+        data_dir: &Path,
+        listen: SocketAddr,
+        store_path: &Path,
+    ) -> anyhow::Result<ApiServer> {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+        let host = if listen.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            listen.ip().to_string()
+        };
+        let identity = flotilla_pki::load_or_create(data_dir, std::slice::from_ref(&host))
+            .with_context(|| format!("cannot set up the {role}'s certificates"))?;
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(store_path).await?);
+        let url = match listen.ip() {
+            std::net::IpAddr::V6(_) => format!("https://[{host}]:{}", listen.port()),
+            std::net::IpAddr::V4(_) => format!("https://{host}:{}", listen.port()),
+        };
+        let api = Api::new(
+            store.clone(),
+            Arc::new(Registry::builtin()),
+            format!("{host}:{}", listen.port()),
+        );
+        api.bootstrap()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot set up the initial namespaces: {e}"))?;
+        Ok(ApiServer {
+            api,
+            store,
+            url,
+            role,
+            identity,
+            listen,
+            data_dir: data_dir.to_owned(),
+            store_path: store_path.to_owned(),
+        })
+    }
+
+    /// Writes a kubeconfig for `server` (this server's URL, or a logical cluster's under
+    /// it) with the admin token, unless `path` already holds exactly that.
+    pub fn write_kubeconfig(&self, name: &str, server: &str, path: &Path) -> anyhow::Result<()> {
+        let kubeconfig = flotilla_pki::Kubeconfig {
+            name,
+            server,
+            ca_pem: &self.identity.ca_cert_pem,
+            token: &self.identity.admin_token,
+        };
+        if std::fs::read(path).is_ok_and(|current| current == kubeconfig.render().as_bytes()) {
+            return Ok(());
+        }
+        kubeconfig.write(path)?;
+        Ok(())
+    }
+
+    /// Compacts the store every `interval` to the revision of one interval earlier
+    /// (never if it is zero).
+    pub fn compact_every(&self, interval: Duration) {
+        if !interval.is_zero() {
+            tokio::spawn(flotilla_apiserver::compaction::run(
+                self.store.clone(),
+                interval,
+            ));
+        }
+    }
+
+    /// Listens, writes `DIR/admin.kubeconfig` and serves HTTPS until SIGTERM or SIGINT.
+    pub async fn serve(self) -> anyhow::Result<()> {
+        let listener = tokio::net::TcpListener::bind(self.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", self.listen))?;
+        let kubeconfig = self.data_dir.join("admin.kubeconfig");
+        flotilla_pki::Kubeconfig {
+            name: "flotilla",
+            server: &self.url,
+            ca_pem: &self.identity.ca_cert_pem,
+            token: &self.identity.admin_token,
+        }
+        .write(&kubeconfig)?;
+        let tls = Arc::new(self.identity.server_config()?);
+        let identity = Arc::new(self.identity);
+        let auth = Auth {
+            check: Arc::new(move |token| identity.is_admin_token(token)),
+        };
+        let ready = Arc::new(AtomicBool::new(false));
+        let app = server::router(self.api, auth, ready.clone());
+        ready.store(true, Ordering::Release);
+        let role = self.role;
+        info!(url = %self.url, kubeconfig = %kubeconfig.display(), store = %self.store_path.display(), "{role} serving");
+        server::serve_tls(listener, tls, app, shutdown_signal()).await;
+        info!("{role} stopped");
+        Ok(())
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM"),
+        _ = int.recv() => info!("SIGINT"),
+    }
+}

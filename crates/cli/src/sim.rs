@@ -1,0 +1,241 @@
+//! `flotilla sim`: N simulated member clusters, the logical clusters of one API server,
+//! each with nodes, the About API and workloads that progress to ready.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use flotilla_apiserver::object::{NameRule, check_name};
+use flotilla_sim::{NodeShape, Simulator};
+use regex::Regex;
+use tracing::{Instrument, info, info_span};
+
+use crate::serve::{self, ApiServer, LogFormat, parse_duration};
+
+/// How often the simulator's store is compacted.
+const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
+
+/// `flotilla sim --clusters N [--data-dir DIR] [--listen ADDR] [--prefix P] [--nodes K] …`
+#[derive(Debug, Parser)]
+pub struct SimArgs {
+    /// How many member clusters to serve, named PREFIX1 … PREFIXN.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub clusters: u32,
+    /// Where the certificates, token, store (sim.db) and kubeconfigs (kubeconfigs/) live.
+    #[arg(long, value_name = "DIR", default_value = "flotilla-sim-data")]
+    pub data_dir: PathBuf,
+    /// The address to serve HTTPS on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7443")]
+    pub listen: SocketAddr,
+    /// The start of every cluster's name (lowercase letters, digits and '-').
+    #[arg(long, value_name = "PREFIX", default_value = "member-", value_parser = parse_prefix)]
+    pub prefix: String,
+    /// Nodes per cluster.
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    pub nodes: u32,
+    /// Each node's CPU (a Kubernetes quantity: 8, 7500m).
+    #[arg(long, value_name = "QUANTITY", default_value = "8", value_parser = parse_quantity)]
+    pub node_cpu: String,
+    /// Each node's memory (a Kubernetes quantity: 32Gi, 64G).
+    #[arg(long, value_name = "QUANTITY", default_value = "32Gi", value_parser = parse_quantity)]
+    pub node_memory: String,
+    /// How many pods each node takes.
+    #[arg(long, value_name = "N", default_value_t = 110)]
+    pub node_pods: u32,
+    /// How long a workload's status takes to follow a change (`200ms`, `1s`, `0`).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub ready_delay: Duration,
+    /// Images matching this regular expression never pull: their pods never get ready.
+    #[arg(long, value_name = "REGEX", value_parser = parse_regex)]
+    pub fail_images: Option<Regex>,
+    /// The log format.
+    #[arg(long, value_enum, default_value = "plain")]
+    pub log_format: LogFormat,
+}
+
+/// A cluster-name prefix: `<prefix><number>` must be a DNS label.
+fn parse_prefix(text: &str) -> Result<String, String> {
+    match check_name(&format!("{text}1"), NameRule::Label) {
+        None => Ok(text.to_owned()),
+        Some(why) => Err(format!(
+            "invalid prefix {text:?}: the cluster names {text}1, {text}2… must be DNS labels: {why}"
+        )),
+    }
+}
+
+/// A non-negative Kubernetes quantity, kept as written.
+fn parse_quantity(text: &str) -> Result<String, String> {
+    match flotilla_sim::resources::milli(text) {
+        Some(_) => Ok(text.to_owned()),
+        None => Err(format!(
+            "invalid quantity {text:?}: expected a non-negative Kubernetes quantity, e.g. 8, 500m or 32Gi"
+        )),
+    }
+}
+
+fn parse_regex(text: &str) -> Result<Regex, String> {
+    Regex::new(text).map_err(|e| format!("invalid regular expression {text:?}: {e}"))
+}
+
+impl SimArgs {
+    /// The member clusters' names, checked.
+    fn members(&self) -> anyhow::Result<Vec<String>> {
+        let last = format!("{}{}", self.prefix, self.clusters);
+        if let Some(why) = check_name(&last, NameRule::Label) {
+            anyhow::bail!(
+                "--prefix {:?} is too long for {} clusters: {last}: {why}",
+                self.prefix,
+                self.clusters
+            );
+        }
+        Ok((1..=self.clusters)
+            .map(|i| format!("{}{i}", self.prefix))
+            .collect())
+    }
+
+    /// Serves until SIGTERM or SIGINT.
+    pub fn run(self) -> anyhow::Result<()> {
+        let members = self.members()?;
+        serve::init_logging(self.log_format);
+        let span = info_span!("sim", clusters = members.len());
+        serve::block_on(self.serve(members).instrument(span))
+    }
+
+    async fn serve(self, members: Vec<String>) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let store = self.data_dir.join("sim.db");
+        let server = ApiServer::open("sim", &self.data_dir, self.listen, &store).await?;
+        info!(clusters = members.len(), "setting up the member clusters");
+        let nodes = NodeShape {
+            count: self.nodes,
+            cpu: self.node_cpu.clone(),
+            memory: self.node_memory.clone(),
+            pods: self.node_pods,
+        };
+        flotilla_sim::provision(&server.api, &members, &nodes).await?;
+        let kubeconfigs = self.data_dir.join("kubeconfigs");
+        for name in &members {
+            let path = kubeconfigs.join(format!("{name}.kubeconfig"));
+            let url = format!("{}/clusters/{name}", server.url);
+            server
+                .write_kubeconfig(name, &url, &path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        server.compact_every(COMPACTION_INTERVAL);
+        let config = flotilla_sim::Config {
+            ready_delay: self.ready_delay,
+            fail_images: self.fail_images.clone(),
+        };
+        tokio::spawn(Simulator::new(server.api.clone(), server.store.clone(), config).run());
+        info!(
+            clusters = members.len(),
+            kubeconfigs = %kubeconfigs.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            "member clusters ready"
+        );
+        server.serve().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Args, Command};
+
+    fn parse(args: &[&str]) -> Result<SimArgs, clap::Error> {
+        let mut argv = vec!["flotilla", "sim"];
+        argv.extend_from_slice(args);
+        Args::try_parse_from(argv).map(|a| match a.command {
+            Command::Sim(s) => s,
+            other => panic!("parsed as {other:?}"),
+        })
+    }
+
+    fn error(args: &[&str]) -> String {
+        parse(args).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults() {
+        let args = parse(&["--clusters", "3"]).unwrap();
+        assert_eq!(args.clusters, 3);
+        assert_eq!(args.data_dir, PathBuf::from("flotilla-sim-data"));
+        assert_eq!(args.listen, "127.0.0.1:7443".parse().unwrap());
+        assert_eq!(args.prefix, "member-");
+        assert_eq!(
+            (
+                args.nodes,
+                args.node_cpu.as_str(),
+                args.node_memory.as_str()
+            ),
+            (3, "8", "32Gi")
+        );
+        assert_eq!(args.node_pods, 110);
+        assert_eq!(args.ready_delay, Duration::from_secs(1));
+        assert!(args.fail_images.is_none());
+        assert_eq!(args.log_format, LogFormat::Plain);
+        assert_eq!(
+            args.members().unwrap(),
+            ["member-1", "member-2", "member-3"]
+        );
+    }
+
+    #[test]
+    fn every_flag() {
+        let args = parse(&[
+            "--clusters=2",
+            "--prefix=edge",
+            "--nodes=5",
+            "--node-cpu=7500m",
+            "--node-memory=1.5Ti",
+            "--node-pods=30",
+            "--ready-delay=200ms",
+            "--fail-images=^registry\\.invalid/",
+            "--log-format=json",
+        ])
+        .unwrap();
+        assert_eq!(args.members().unwrap(), ["edge1", "edge2"]);
+        assert_eq!(args.nodes, 5);
+        assert_eq!(args.node_cpu, "7500m");
+        assert_eq!(args.node_memory, "1.5Ti");
+        assert_eq!(args.node_pods, 30);
+        assert_eq!(args.ready_delay, Duration::from_millis(200));
+        let fail = args.fail_images.unwrap();
+        assert!(fail.is_match("registry.invalid/app:1") && !fail.is_match("nginx"));
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_a_reason() {
+        assert!(error(&[]).contains("--clusters"));
+        assert!(error(&["--clusters", "0"]).contains("invalid value '0'"));
+        assert!(error(&["--clusters", "-1"]).contains("--clusters"));
+        for prefix in ["Member-", "-m", "a.b-", "m_"] {
+            let e = error(&["--clusters", "1", &format!("--prefix={prefix}")]);
+            assert!(e.contains("invalid prefix"), "{prefix}: {e}");
+        }
+        assert!(parse(&["--clusters", "1", "--prefix", ""]).is_ok());
+        for quantity in ["8x", "-1", "", "lots"] {
+            let e = error(&["--clusters", "1", &format!("--node-cpu={quantity}")]);
+            assert!(e.contains("invalid quantity"), "{quantity}: {e}");
+        }
+        assert!(error(&["--clusters", "1", "--node-memory", "32GB"]).contains("invalid quantity"));
+        let e = error(&["--clusters", "1", "--fail-images", "(unclosed"]);
+        assert!(e.contains("invalid regular expression"), "{e}");
+        assert!(error(&["--clusters", "1", "--ready-delay", "1d"]).contains("invalid duration"));
+        assert!(error(&["--clusters", "1", "--listen", "nowhere"]).contains("invalid value"));
+    }
+
+    #[test]
+    fn a_prefix_too_long_for_the_count_is_refused() {
+        let prefix = "p".repeat(62);
+        let args = parse(&["--clusters", "9", "--prefix", &prefix]).unwrap();
+        assert_eq!(args.members().unwrap().len(), 9);
+        let args = parse(&["--clusters", "10", "--prefix", &prefix]).unwrap();
+        let e = args.members().unwrap_err().to_string();
+        assert!(e.contains("too long for 10 clusters"), "{e}");
+    }
+}

@@ -1,0 +1,512 @@
+//! The fleet end to end: a real `flotilla hub`, real `flotilla sim` members joined with
+//! `flotilla join`, and the real kubectl. A plain Deployment and a Placement go in; the
+//! members run it divided and specialised; status comes back to the hub; drift is
+//! corrected or reported; a member that stops answering gives its share away and gets it
+//! back; deleting the Placement removes (or orphans) what it placed.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Hub, Sim};
+
+/// Polls `probe` until it gives `Some`; panics with `what` and the last state after two
+/// minutes.
+fn eventually<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match probe() {
+            Ok(done) => return done,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what}: never happened; last: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(150)),
+        }
+    }
+}
+
+fn flotilla(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run flotilla")
+}
+
+/// `flotilla join` of `sim`'s member `cluster` with `labels`; panics unless it succeeds.
+fn join(hub: &Hub, sim: &Sim, cluster: &str, labels: &str) {
+    let out = flotilla(&[
+        "join",
+        cluster,
+        "--kubeconfig",
+        sim.kubeconfig(cluster).to_str().unwrap(),
+        "--labels",
+        labels,
+        "--hub-kubeconfig",
+        hub.kubeconfig().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "join {cluster}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("cluster {cluster} joined")),
+        "{stdout}"
+    );
+}
+
+/// The member's Deployment `shop/web`, if it has one.
+fn member_web(sim: &Sim, cluster: &str) -> Option<Value> {
+    let out = sim.kubectl(
+        cluster,
+        &["get", "deploy", "web", "-n", "shop", "-o", "json"],
+        None,
+    );
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+fn replicas_and_image(sim: &Sim, cluster: &str) -> Result<(i64, String), String> {
+    let web = member_web(sim, cluster).ok_or("no Deployment yet")?;
+    Ok((
+        web["spec"]["replicas"].as_i64().unwrap_or(-1),
+        web["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    ))
+}
+
+fn wait_member(sim: &Sim, cluster: &str, replicas: i64, image: &str) {
+    eventually(&format!("{cluster} runs {replicas} × {image}"), || {
+        let got = replicas_and_image(sim, cluster)?;
+        if got == (replicas, image.to_owned()) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+}
+
+fn placement(hub: &Hub) -> Value {
+    hub.json(&["get", "placement", "web", "-n", "shop"])
+}
+
+fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+const APP: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 9
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1.27"}]
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: web, namespace: shop}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  clusters: {labelSelector: {matchLabels: {region: eu}}}
+  replicas:
+    mode: Divided
+    weights:
+    - {clusters: {labelSelector: {matchLabels: {size: small}}}, weight: 1}
+    - {clusters: {labelSelector: {matchLabels: {size: large}}}, weight: 2}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Override
+metadata: {name: web-image, namespace: shop}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  rules:
+  - jsonPatch:
+    - {op: replace, path: /spec/template/spec/containers/0/image, value: "nginx:${cluster.name}"}
+"#;
+
+#[test]
+fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    // One simulator process per member, so that one can stop answering on its own.
+    let small = Sim::start(&[
+        "--clusters",
+        "1",
+        "--prefix",
+        "small-",
+        "--ready-delay",
+        "200ms",
+    ]);
+    let large = Sim::start(&[
+        "--clusters",
+        "1",
+        "--prefix",
+        "large-",
+        "--ready-delay",
+        "200ms",
+    ]);
+    let us = Sim::start(&[
+        "--clusters",
+        "1",
+        "--prefix",
+        "us-",
+        "--ready-delay",
+        "200ms",
+    ]);
+    join(&hub, &small, "small-1", "region=eu,size=small");
+    join(&hub, &large, "large-1", "region=eu,size=large");
+    join(&hub, &us, "us-1", "region=us,size=large");
+    let clusters = hub.ok(&["get", "clusters"]);
+    assert!(
+        clusters.contains("small-1") && clusters.contains("us-1"),
+        "{clusters}"
+    );
+    let profiles = hub.ok(&["get", "clusterprofiles", "-A"]);
+    assert!(profiles.contains("large-1"), "{profiles}");
+
+    hub.create(APP);
+    // 9 replicas divided 1:2, the image specialised per cluster; nothing on us-1.
+    wait_member(&small, "small-1", 3, "nginx:small-1");
+    wait_member(&large, "large-1", 6, "nginx:large-1");
+    assert!(member_web(&us, "us-1").is_none());
+    let web = member_web(&small, "small-1").unwrap();
+    assert_eq!(
+        web["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "flotilla"
+    );
+    assert_eq!(
+        web["metadata"]["annotations"]["flotilla.io/placement"],
+        "shop/web"
+    );
+
+    // Status comes back: 9/9 ready on the hub's template; the placement lists both.
+    eventually("the hub's Deployment reports 9 ready", || {
+        let web = hub.json(&["get", "deploy", "web", "-n", "shop"]);
+        (web["status"]["readyReplicas"] == 9 && web["status"]["availableReplicas"] == 9)
+            .then_some(())
+            .ok_or_else(|| web["status"].to_string())
+    });
+    let table = hub.ok(&["get", "deploy", "web", "-n", "shop"]);
+    assert!(table.contains("9/9"), "{table}");
+    let status = eventually("the placement is available", || {
+        let p = placement(&hub);
+        (condition(&p, "Available").is_some_and(|c| c["status"] == "True"))
+            .then(|| p["status"].clone())
+            .ok_or_else(|| p["status"].to_string())
+    });
+    let listed: Vec<(&str, i64)> = status["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["replicas"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(listed, [("large-1", 6), ("small-1", 3)]);
+    assert_eq!(status["excluded"][0]["name"], "us-1");
+    let decision = hub.json(&["get", "placementdecisions", "web-decision-1", "-n", "shop"]);
+    assert_eq!(
+        decision["decisions"].as_array().unwrap().len(),
+        2,
+        "{decision}"
+    );
+
+    // Scaling the template re-divides; a new image propagates (specialised again).
+    hub.ok(&["scale", "deploy", "web", "-n", "shop", "--replicas", "12"]);
+    wait_member(&small, "small-1", 4, "nginx:small-1");
+    wait_member(&large, "large-1", 8, "nginx:large-1");
+    hub.ok(&["delete", "override", "web-image", "-n", "shop"]);
+    hub.ok(&["set", "image", "deploy/web", "-n", "shop", "web=nginx:1.28"]);
+    wait_member(&small, "small-1", 4, "nginx:1.28");
+    wait_member(&large, "large-1", 8, "nginx:1.28");
+
+    // A hand edit on a member is put back (drift: Correct, the default).
+    large.ok(
+        "large-1",
+        &["scale", "deploy", "web", "-n", "shop", "--replicas", "1"],
+    );
+    wait_member(&large, "large-1", 8, "nginx:1.28");
+
+    // Under drift: Report it stays, and the placement says where and what.
+    hub.ok(&[
+        "patch",
+        "placement",
+        "web",
+        "-n",
+        "shop",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec": {"apply": {"drift": "Report"}}}"#,
+    ]);
+    large.ok(
+        "large-1",
+        &["scale", "deploy", "web", "-n", "shop", "--replicas", "2"],
+    );
+    let drift = eventually("the drift is reported", || {
+        let p = placement(&hub);
+        p["status"]["clusters"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "large-1"))
+            .and_then(|c| c["drift"].as_array().filter(|d| !d.is_empty()).cloned())
+            .ok_or_else(|| p["status"].to_string())
+    });
+    assert_eq!(
+        drift[0]["path"], "Deployment/web/spec/replicas",
+        "{drift:?}"
+    );
+    assert_eq!(drift[0]["hub"], "8");
+    assert_eq!(drift[0]["member"], "2");
+    assert_eq!(
+        replicas_and_image(&large, "large-1").unwrap().0,
+        2,
+        "not overwritten"
+    );
+    hub.ok(&[
+        "patch",
+        "placement",
+        "web",
+        "-n",
+        "shop",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec": {"apply": {"drift": "Correct"}}}"#,
+    ]);
+    wait_member(&large, "large-1", 8, "nginx:1.28");
+
+    // A member that stops answering is not Ready; its share moves; it comes back.
+    let frozen = large.pid();
+    signal(frozen, "STOP");
+    eventually("large-1 is not Ready", || {
+        let c = hub.json(&["get", "cluster", "large-1"]);
+        condition(&c, "Ready")
+            .filter(|r| r["status"] == "False")
+            .map(|_| ())
+            .ok_or_else(|| c["status"].to_string())
+    });
+    wait_member(&small, "small-1", 12, "nginx:1.28");
+    signal(frozen, "CONT");
+    eventually("large-1 is Ready again", || {
+        let c = hub.json(&["get", "cluster", "large-1"]);
+        condition(&c, "Ready")
+            .filter(|r| r["status"] == "True")
+            .map(|_| ())
+            .ok_or_else(|| c["status"].to_string())
+    });
+    wait_member(&small, "small-1", 4, "nginx:1.28");
+    wait_member(&large, "large-1", 8, "nginx:1.28");
+
+    // Deleting the Placement removes what it placed (deletion: Delete, the default).
+    hub.ok(&["delete", "placement", "web", "-n", "shop", "--wait=true"]);
+    eventually("the members' copies are gone", || {
+        match (member_web(&small, "small-1"), member_web(&large, "large-1")) {
+            (None, None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let works = hub.ok(&["get", "works", "-A"]);
+    assert!(!works.contains("shop.web"), "{works}");
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn orphaned_objects_stay_bad_input_is_named_and_unjoin_cleans_up() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "2", "--ready-delay", "100ms"]);
+    join(&hub, &sim, "member-1", "env=dev");
+    join(&hub, &sim, "member-2", "env=dev");
+
+    // A kubeconfig that does not work is refused at join, in one line.
+    let bad = hub.dir.path().join("bad.kubeconfig");
+    std::fs::write(&bad, "apiVersion: v1\nkind: Config\nclusters: []\n").unwrap();
+    let out = flotilla(&[
+        "join",
+        "broken",
+        "--kubeconfig",
+        bad.to_str().unwrap(),
+        "--hub-kubeconfig",
+        hub.kubeconfig().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the kubeconfig of broken does not work"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(!hub.ok(&["get", "clusters"]).contains("broken"));
+
+    // Admission refuses what CEL can catch.
+    let out = hub.kubectl_with(
+        &["create", "-f", "-"],
+        Some(r#"{"apiVersion": "flotilla.io/v1alpha1", "kind": "Placement",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"resourceSelectors": [], "replicas": {"mode": "Divided", "perCluster": {"min": 5, "max": 1}}}}"#),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("min must not be greater"),
+        "{stderr}"
+    );
+
+    hub.create(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: default}
+data: {mode: fast}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: default}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers: [{name: api, image: "api:1"}]
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: zero, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: api}]
+  replicas:
+    mode: Divided
+    weights: [{clusters: {names: [member-1]}, weight: 0}]
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: nowhere, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: v1, kind: ConfigMap, name: settings}]
+  clusters: {labelSelector: {matchLabels: {env: prod}}}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: settings, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: v1, kind: ConfigMap, name: settings}]
+  apply: {deletion: Orphan}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Override
+metadata: {name: broken-on-2, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: v1, kind: ConfigMap, name: settings}]
+  clusters: {names: [member-2]}
+  rules:
+  - jsonPatch: [{op: replace, path: /data/missing/deeper, value: "x"}]
+"#,
+    );
+    let scheduled = |name: &str| {
+        eventually(&format!("placement {name} is judged"), || {
+            let p = hub.json(&["get", "placement", name]);
+            condition(&p, "Scheduled")
+                .cloned()
+                .ok_or_else(|| p["status"].to_string())
+        })
+    };
+    let zero = scheduled("zero");
+    assert_eq!(zero["status"], "False");
+    assert!(
+        zero["message"].as_str().unwrap().contains("weight 0"),
+        "{zero}"
+    );
+    let nowhere = scheduled("nowhere");
+    assert_eq!(nowhere["status"], "False");
+    assert!(
+        nowhere["message"]
+            .as_str()
+            .unwrap()
+            .contains("no cluster matches"),
+        "{nowhere}"
+    );
+
+    // The override fails on member-2 only: member-1 gets the ConfigMap; member-2's
+    // condition names the override.
+    sim.wait_for(
+        "member-1",
+        &["get", "configmap", "settings", "-n", "default"],
+        |c| c["data"]["mode"] == "fast",
+    );
+    let failed = eventually("member-2 says why", || {
+        let p = hub.json(&["get", "placement", "settings"]);
+        p["status"]["clusters"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "member-2"))
+            .and_then(|c| condition(&serde_json::json!({"status": c}), "Rendered").cloned())
+            .ok_or_else(|| p["status"].to_string())
+    });
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .contains("default/broken-on-2"),
+        "{failed}"
+    );
+
+    // deletion: Orphan keeps the member's copy, without the hub's marks.
+    hub.ok(&["delete", "placement", "settings", "--wait=true"]);
+    eventually("the copy is orphaned", || {
+        let c = sim.json("member-1", &["get", "configmap", "settings"]);
+        c["metadata"]["labels"]["flotilla.io/hub"]
+            .is_null()
+            .then_some(())
+            .ok_or_else(|| c["metadata"].to_string())
+    });
+
+    // Unjoining removes the cluster, its Works namespace and its profile.
+    let out = flotilla(&[
+        "unjoin",
+        "member-2",
+        "--hub-kubeconfig",
+        hub.kubeconfig().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!hub.ok(&["get", "clusters"]).contains("member-2"));
+    assert!(
+        !hub.ok(&["get", "ns"])
+            .contains("flotilla-cluster-member-2 ")
+    );
+    let out = flotilla(&[
+        "unjoin",
+        "member-9",
+        "--hub-kubeconfig",
+        hub.kubeconfig().to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("has not joined"),
+        "{stderr}"
+    );
+}

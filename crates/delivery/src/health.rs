@@ -1,0 +1,114 @@
+//! A member's health facts: its Kubernetes version, the capacity its Nodes offer and
+//! its `about.k8s.io` ClusterProperties.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::Resource;
+use kube::api::{Api, DynamicObject, ListParams, ObjectList};
+use kube::discovery::ApiResource;
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, info_span, warn};
+
+use crate::quantity::Amount;
+use crate::{Error, Member};
+
+/// What [`Member::probe`] found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Health {
+    /// The member's Kubernetes version (`GET /version`'s `gitVersion`, like `v1.33.1`).
+    pub kubernetes_version: String,
+    /// The sum of its Nodes' `status.allocatable`, per resource (`cpu`, `memory`,
+    /// `pods`, ...), exact.
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// Its ClusterProperties (`about.k8s.io/v1alpha1`): name → `spec.value`; empty when
+    /// that API is not served.
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The page size of the lists a probe makes.
+const PAGE: u32 = 500;
+
+impl Member {
+    pub(crate) async fn probe_health(&self) -> Result<Health, Error> {
+        async {
+            let version = self
+                .client
+                .apiserver_version()
+                .await
+                .map_err(|e| Error::request("GET /version", e))?;
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let mut sums: BTreeMap<String, Amount> = BTreeMap::new();
+            for node in list_all(&nodes).await? {
+                let name = node.metadata.name.unwrap_or_default();
+                let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+                for (resource, Quantity(text)) in allocatable {
+                    let Some(amount) = Amount::parse(&text) else {
+                        warn!(node = %name, %resource, quantity = %text, "not a quantity: left out");
+                        continue;
+                    };
+                    let sum = sums
+                        .entry(resource.clone())
+                        .or_insert_with(|| Amount::zero(amount.is_binary()));
+                    match sum.checked_add(amount) {
+                        Some(total) => *sum = total,
+                        None => warn!(node = %name, %resource, "sum too large: left out"),
+                    }
+                }
+            }
+            let properties: Api<DynamicObject> =
+                Api::all_with(self.client.clone(), &cluster_property());
+            let properties = list_all(&properties)
+                .await?
+                .into_iter()
+                .filter_map(|p| {
+                    let value = p.data["spec"]["value"].as_str()?.to_owned();
+                    Some((p.metadata.name?, value))
+                })
+                .collect();
+            Ok(Health {
+                kubernetes_version: version.git_version,
+                allocatable: sums
+                    .into_iter()
+                    .map(|(resource, sum)| (resource, Quantity(sum.to_string())))
+                    .collect(),
+                properties,
+            })
+        }
+        .instrument(info_span!("probe"))
+        .await
+    }
+}
+
+/// `about.k8s.io/v1alpha1` ClusterProperty (KEP-2149), cluster-scoped.
+fn cluster_property() -> ApiResource {
+    ApiResource {
+        group: "about.k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "about.k8s.io/v1alpha1".into(),
+        kind: "ClusterProperty".into(),
+        plural: "clusterproperties".into(),
+    }
+}
+
+/// Every object, page by page; none when the member does not serve the resource.
+async fn list_all<K>(api: &Api<K>) -> Result<Vec<K>, Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default().limit(PAGE);
+    let mut all = Vec::new();
+    loop {
+        let page: ObjectList<K> = match api.list(&params).await {
+            Ok(page) => page,
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(all),
+            Err(e) => return Err(Error::request(format!("list {}", api.resource_url()), e)),
+        };
+        all.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(all),
+        }
+    }
+}

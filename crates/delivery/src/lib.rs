@@ -1,0 +1,217 @@
+//! Delivery: brings a member cluster in line with a [`Work`](flotilla_api::Work) and
+//! reads back what became of it. The hub's push controller and the pull agent share it,
+//! so it knows nothing of the hub: it gets a [`kube::Client`] for the member and the
+//! Work's content.
+//!
+//! ```text
+//!   push controller (hub) / pull agent (member)
+//!        │ WorkSpec, generation, Provenance, last status
+//!        ▼
+//!   Member::sync ── each manifest, in order ─────────────────────────────────┐
+//!        │  kind → resource and scope (discovery cache; one refresh on a miss)│
+//!        │  GET live ─► someone else's? ── conflict: Abort ─► Applied=False   │
+//!        │  drift: Report and manifest hash unchanged? ─► compare, no write   │
+//!        │  otherwise server-side apply (manager `flotilla`, force, +labels)  │
+//!        │  Available and status feedback from the live object, per kind      │
+//!        ◄────────────────────────────────────────────────────────────────────┘
+//!        │ objects of the last status no longer listed: deleted | provenance off
+//!        ▼
+//!   WorkStatus { observedGeneration, conditions: [Applied, Available], manifests }
+//!
+//!   Member::changes ─► one label-selected watch per kind (backoff) ─► () per change
+//!   Member::probe   ─► /version + Σ Nodes' allocatable + ClusterProperties ─► Health
+//!   Member::remove  ─► every applied object deleted | provenance off
+//! ```
+//!
+//! Every object delivered carries its [`provenance`]: labels
+//! `app.kubernetes.io/managed-by: flotilla` and `flotilla.io/hub`, annotations
+//! `flotilla.io/placement`, `flotilla.io/work` and `flotilla.io/manifest-hash`. An object
+//! without this placement's provenance is someone else's: delivery neither overwrites
+//! (unless `conflict: Overwrite`) nor deletes it.
+//!
+//! ```no_run
+//! # async fn run(client: kube::Client, work: flotilla_api::WorkSpec) -> Result<(), flotilla_delivery::Error> {
+//! use flotilla_delivery::{Member, Provenance};
+//!
+//! let member = Member::new(client);
+//! let provenance = Provenance {
+//!     hub: "hub".into(),
+//!     placement: "shop/web".into(),
+//!     work: "web".into(),
+//! };
+//! let status = member.sync(&work, Some(1), &provenance, &[]).await;
+//! // Next time, pass the last status: unchanged objects keep their condition times,
+//! // and objects no longer listed are removed.
+//! let again = member.sync(&work, Some(1), &provenance, &status.manifests).await;
+//! let health = member.probe().await?;
+//! # Ok(()) }
+//! ```
+
+use flotilla_api::{DeletionPolicy, ManifestStatus, WorkSpec, WorkStatus};
+use futures_util::Stream;
+use tracing::{Instrument, info_span, warn};
+
+mod availability;
+mod changes;
+mod conditions;
+mod drift;
+mod health;
+mod kinds;
+pub mod provenance;
+mod quantity;
+mod sync;
+
+pub use health::Health;
+pub use provenance::Provenance;
+
+use crate::conditions::{describe, summary};
+use crate::sync::{Context, same_object};
+
+/// Errors of delivery. A manifest that cannot be applied is not one: it is that
+/// manifest's status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The member refused a request or did not answer it.
+    #[error("cannot {what} on the member: {source}")]
+    Request {
+        /// What was asked (`GET /version`, `release ConfigMap shop/web`).
+        what: String,
+        /// The client's error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+impl Error {
+    pub(crate) fn request(what: impl Into<String>, source: kube::Error) -> Self {
+        Error::Request {
+            what: what.into(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// A member cluster as delivery sees it: a client, and what kinds it serves (learnt
+/// from discovery, and looked up again when a kind is missing, such as after a CRD is
+/// applied). Clones share the cache.
+#[derive(Clone)]
+pub struct Member {
+    client: kube::Client,
+    kinds: kinds::Kinds,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member").finish_non_exhaustive()
+    }
+}
+
+impl Member {
+    /// A member reached through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Member {
+            client,
+            kinds: kinds::Kinds::default(),
+        }
+    }
+
+    /// The member's health facts: its Kubernetes version, the exact sum of its Nodes'
+    /// allocatable resources, and its ClusterProperties (none when that API is not
+    /// served). Fails when the member does not answer.
+    pub async fn probe(&self) -> Result<Health, Error> {
+        self.probe_health().await
+    }
+
+    /// Brings the member in line with `work` and returns the Work's status.
+    ///
+    /// Each manifest is applied in order (so Namespaces and CRDs go first), its failure
+    /// being its own status: per manifest `Applied` (reasons `Conflict`, `KindNotServed`,
+    /// `NamespaceMissing`, `ApplyFailed`, `InvalidManifest`; `Drifted` when drift is
+    /// reported), `Available` as its kind defines it, status feedback and drift. Over all
+    /// of them, `Applied` and `Available` with counts; `observedGeneration` is
+    /// `generation`. Objects of `previous` (the last status) no longer in the manifests
+    /// are deleted, or keep living without provenance under `deletion: Orphan`.
+    ///
+    /// Transition times are kept from `previous` while a condition's status holds, so a
+    /// sync that finds nothing new returns a status equal to `previous`'s Work status.
+    pub async fn sync(
+        &self,
+        work: &WorkSpec,
+        generation: Option<i64>,
+        provenance: &Provenance,
+        previous: &[ManifestStatus],
+    ) -> WorkStatus {
+        let policy = work.apply.clone().unwrap_or_default();
+        let span = info_span!("sync", cluster = %work.cluster, work = %provenance.work);
+        async {
+            let now = conditions::now();
+            let cx = Context {
+                policy: &policy,
+                provenance,
+                generation,
+                previous,
+                now: &now,
+            };
+            let mut manifests = Vec::with_capacity(work.manifests.len());
+            for manifest in &work.manifests {
+                manifests.push(self.sync_manifest(manifest, &cx).await);
+            }
+            // Dependents before what they live in: the reverse of the applying order.
+            for gone in previous.iter().rev() {
+                if manifests.iter().any(|m| same_object(m, gone)) {
+                    continue;
+                }
+                if let Err(e) = self.release(gone, policy.deletion, provenance).await {
+                    warn!(object = %describe(gone), error = %e, "cannot release an object the Work no longer lists");
+                }
+            }
+            WorkStatus {
+                observed_generation: generation,
+                conditions: summary(&manifests, generation),
+                manifests,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Removes what a Work put on the member (the Work is being deleted): every object
+    /// of `applied` deleted (`Delete`) or left without provenance (`Orphan`), in reverse
+    /// order. Objects already gone, or not this placement's, are fine. Every object is
+    /// tried; the first failure is returned.
+    pub async fn remove(
+        &self,
+        applied: &[ManifestStatus],
+        policy: DeletionPolicy,
+        provenance: &Provenance,
+    ) -> Result<(), Error> {
+        let span = info_span!("remove", work = %provenance.work, ?policy);
+        async {
+            let mut first = None;
+            for object in applied.iter().rev() {
+                if let Err(e) = self.release(object, policy, provenance).await {
+                    warn!(object = %describe(object), error = %e, "cannot release");
+                    first.get_or_insert(e);
+                }
+            }
+            first.map_or(Ok(()), Err)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// A stream that yields whenever an object carrying this provenance's labels (those
+    /// of its hub, whatever the placement) changes on the member, for the given
+    /// `(apiVersion, kind)`s, so the caller syncs again to correct or report drift and
+    /// to read status. It also yields once each watch has listed (at start, and after a
+    /// restart that may hide changes). One watch per kind, label-selected, restarting
+    /// with backoff after errors; a kind not served yet is looked for again with backoff.
+    /// With no kinds, the stream ends at once.
+    pub fn changes(
+        &self,
+        kinds: &[(String, String)],
+        provenance: &Provenance,
+    ) -> impl Stream<Item = ()> + Send + use<> {
+        self.watch_changes(kinds, provenance)
+    }
+}

@@ -1,0 +1,313 @@
+//! The fleet controllers at work against the hub's API (any `kube::Client`; the hub uses
+//! one over its own in-process service). This is the only place that wires clients,
+//! watches and queues; the decisions are made by [`plan`](crate::plan),
+//! [`status`](crate::status), the scheduler and the renderer.
+//!
+//! ```text
+//!   Cluster ──► health: probe the member ─► Cluster.status, ClusterProfile,
+//!      │                                    namespace flotilla-cluster-<name>
+//!      │ (selection facts changed)
+//!      ▼
+//!   Placement / ClusterPlacement ◄── templates (watched per kind), Overrides, Works
+//!      │ placement: plan ─► Works (SSA, field manager flotilla), PlacementDecision,
+//!      │                    Placement.status, the template's aggregated status
+//!      ▼
+//!   Work ──► push: flotilla_delivery::Member::sync on the member ─► Work.status
+//!              ▲ member objects changed (drift)
+//! ```
+
+mod health;
+mod members;
+mod placement;
+mod push;
+mod templates;
+
+pub use members::{KUBECONFIG_KEY, client_from_kubeconfig};
+pub use push::UNJOIN_ANNOTATION;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_api::{Cluster, ClusterOverride, ClusterPlacement, Override, Placement, Work};
+use futures_util::{Stream, StreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::ClusterView;
+use crate::plan::PlacementKey;
+
+/// The field manager of everything the controllers write on the hub and on members.
+pub const FIELD_MANAGER: &str = "flotilla";
+
+/// Settings of the fleet controllers.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The hub's name, written on member objects as their provenance.
+    pub hub: String,
+    /// How often each member is probed; a member that does not answer within it is
+    /// `Ready=False`.
+    pub health_period: Duration,
+    /// How often each Work is re-applied even when nothing changed (drift correction when
+    /// a member's change went unseen).
+    pub resync_period: Duration,
+    /// The namespace of ClusterProfiles of clusters in no set, and of ClusterPlacements'
+    /// PlacementDecisions.
+    pub system_namespace: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            hub: "flotilla-hub".into(),
+            health_period: Duration::from_secs(10),
+            resync_period: Duration::from_secs(300),
+            system_namespace: "flotilla-system".into(),
+        }
+    }
+}
+
+/// Why a controller could not do its work this time (it retries with a backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the hub failed.
+    #[error("hub API: {0}")]
+    Hub(#[from] kube::Error),
+    /// The member could not be reached or configured.
+    #[error("cluster {cluster}: {message}")]
+    Member {
+        /// The cluster.
+        cluster: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Something is still in progress (such as Works being removed); try again later.
+    #[error("waiting: {0}")]
+    Waiting(String),
+    /// A finalizer step failed.
+    #[error("{0}")]
+    Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// What every controller shares: the client, caches of the fleet's objects, and the
+/// queues that make controllers look at an object again.
+pub(crate) struct Fleet {
+    client: Client,
+    config: Config,
+    clusters: Store<Cluster>,
+    overrides: Store<Override>,
+    cluster_overrides: Store<ClusterOverride>,
+    works: Store<Work>,
+    placements: Store<Placement>,
+    cluster_placements: Store<ClusterPlacement>,
+    templates: templates::Templates,
+    members: members::Members,
+    poke_placement: mpsc::UnboundedSender<ObjectRef<Placement>>,
+    poke_cluster_placement: mpsc::UnboundedSender<ObjectRef<ClusterPlacement>>,
+    poke_work: mpsc::UnboundedSender<ObjectRef<Work>>,
+    drift_watches: Mutex<HashMap<String, push::DriftWatch>>,
+}
+
+impl Fleet {
+    /// Makes the controllers look at placement `key` again.
+    fn poke(&self, key: &PlacementKey) {
+        // A closed queue means the process is stopping.
+        match &key.namespace {
+            Some(ns) => {
+                let _ = self
+                    .poke_placement
+                    .send(ObjectRef::new(&key.name).within(ns));
+            }
+            None => {
+                let _ = self.poke_cluster_placement.send(ObjectRef::new(&key.name));
+            }
+        }
+    }
+
+    /// Makes the controllers look at every placement again.
+    fn poke_all(&self) {
+        for p in self.placements.state() {
+            let _ = self.poke_placement.send(ObjectRef::from_obj(&*p));
+        }
+        for p in self.cluster_placements.state() {
+            let _ = self.poke_cluster_placement.send(ObjectRef::from_obj(&*p));
+        }
+    }
+}
+
+/// A JSON patch that replaces an object's whole `status` with `status` (a merge patch
+/// would keep fields the new status leaves out).
+fn status_patch<S: serde::Serialize>(status: &S) -> kube::api::Patch<()> {
+    let value = serde_json::to_value(status).unwrap_or_default();
+    kube::api::Patch::Json(json_patch::Patch(vec![json_patch::PatchOperation::Add(
+        json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/status").expect("a valid pointer"),
+            value,
+        },
+    )]))
+}
+
+/// A stream of what `rx` receives.
+fn receiver_stream<T: Send + 'static>(
+    rx: mpsc::UnboundedReceiver<T>,
+) -> impl Stream<Item = T> + Send {
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
+}
+
+/// A reflector over every object of `K`, feeding `store`; `on_event` sees each change.
+fn reflect<K>(client: &Client) -> (Store<K>, reflector::store::Writer<K>, Api<K>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    (store, writer, Api::all(client.clone()))
+}
+
+/// Runs a reflector until the end of the process, calling `on_event` for each event.
+fn spawn_reflector<K>(
+    name: &'static str,
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    tokio::spawn(async move {
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff(),
+        );
+        futures_util::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => on_event(&event),
+                Err(e) => warn!(cache = name, error = %e, "watch failed; retrying"),
+            }
+        }
+    });
+}
+
+/// Runs the fleet controllers until the process ends.
+pub async fn run(client: Client, config: Config) {
+    let (clusters, clusters_writer, clusters_api) = reflect::<Cluster>(&client);
+    let (overrides, overrides_writer, overrides_api) = reflect::<Override>(&client);
+    let (cluster_overrides, cluster_overrides_writer, cluster_overrides_api) =
+        reflect::<ClusterOverride>(&client);
+    let (works, works_writer, works_api) = reflect::<Work>(&client);
+    let (placements, placements_writer, placements_api) = reflect::<Placement>(&client);
+    let (cluster_placements, cluster_placements_writer, cluster_placements_api) =
+        reflect::<ClusterPlacement>(&client);
+    let (poke_placement, placement_rx) = mpsc::unbounded_channel();
+    let (poke_cluster_placement, cluster_placement_rx) = mpsc::unbounded_channel();
+    let (poke_work, work_rx) = mpsc::unbounded_channel();
+    let fleet = Arc::new(Fleet {
+        client: client.clone(),
+        templates: templates::Templates::new(client.clone()),
+        members: members::Members::new(client.clone(), config.health_period),
+        config,
+        clusters,
+        overrides,
+        cluster_overrides,
+        works,
+        placements,
+        cluster_placements,
+        poke_placement,
+        poke_cluster_placement,
+        poke_work,
+        drift_watches: Mutex::default(),
+    });
+
+    // Clusters: a change of what selection sees re-plans every placement.
+    let weak = Arc::downgrade(&fleet);
+    let mut seen: HashMap<String, ClusterView> = HashMap::new();
+    spawn_reflector("clusters", clusters_api, clusters_writer, move |event| {
+        let Some(fleet) = weak.upgrade() else { return };
+        let changed = match event {
+            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
+                let view = crate::model::view(c);
+                seen.insert(view.name.clone(), view.clone()) != Some(view)
+            }
+            watcher::Event::Delete(c) => seen
+                .remove(&c.metadata.name.clone().unwrap_or_default())
+                .is_some(),
+            watcher::Event::InitDone => true,
+            watcher::Event::Init => false,
+        };
+        if changed && !matches!(event, watcher::Event::InitApply(_)) {
+            fleet.poke_all();
+        }
+    });
+    let weak = Arc::downgrade(&fleet);
+    spawn_reflector("overrides", overrides_api, overrides_writer, move |event| {
+        if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
+            weak.upgrade().inspect(|f| f.poke_all());
+        }
+    });
+    let weak = Arc::downgrade(&fleet);
+    spawn_reflector(
+        "clusteroverrides",
+        cluster_overrides_api,
+        cluster_overrides_writer,
+        move |event| {
+            if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
+                weak.upgrade().inspect(|f| f.poke_all());
+            }
+        },
+    );
+    // Works: their status is the placements' status.
+    let weak = Arc::downgrade(&fleet);
+    spawn_reflector("works", works_api, works_writer, move |event| {
+        let Some(fleet) = weak.upgrade() else { return };
+        if let watcher::Event::Apply(w) | watcher::Event::Delete(w) = event {
+            fleet.poke(&PlacementKey {
+                namespace: w.spec.placement.namespace.clone(),
+                name: w.spec.placement.name.clone(),
+            });
+        }
+    });
+    spawn_reflector("placements", placements_api, placements_writer, |_| {});
+    spawn_reflector(
+        "clusterplacements",
+        cluster_placements_api,
+        cluster_placements_writer,
+        |_| {},
+    );
+    for (name, ready) in [
+        ("clusters", fleet.clusters.wait_until_ready().await.is_ok()),
+        (
+            "overrides",
+            fleet.overrides.wait_until_ready().await.is_ok(),
+        ),
+        (
+            "clusteroverrides",
+            fleet.cluster_overrides.wait_until_ready().await.is_ok(),
+        ),
+        ("works", fleet.works.wait_until_ready().await.is_ok()),
+    ] {
+        if !ready {
+            warn!(cache = name, "cache never filled");
+        }
+    }
+    info!(hub = %fleet.config.hub, "fleet controllers starting");
+    tokio::join!(
+        placement::run::<Placement>(fleet.clone(), receiver_stream(placement_rx)),
+        placement::run::<ClusterPlacement>(fleet.clone(), receiver_stream(cluster_placement_rx)),
+        push::run(fleet.clone(), receiver_stream(work_rx)),
+        health::run(fleet.clone()),
+    );
+}

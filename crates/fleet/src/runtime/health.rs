@@ -1,0 +1,330 @@
+//! The cluster controller: each Cluster's Works namespace, its health (the member probed
+//! every health period), its ClusterProfile, and its removal when it is unjoined.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use flotilla_api::{
+    Cluster, ClusterManager, ClusterProfile, ClusterProfileSpec, ClusterProfileStatus,
+    ClusterStatus, ClusterVersion, Property, Work, condition, multicluster,
+};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{self, Event};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tracing::{Instrument, info, info_span, warn};
+
+use super::placement::gone;
+use super::{Error, FIELD_MANAGER, Fleet, status_patch};
+use crate::plan::work_namespace;
+use crate::status::condition as make_condition;
+
+/// The finalizer that empties a cluster's Works namespace before the Cluster goes.
+pub const FINALIZER: &str = "flotilla.io/cluster";
+
+/// Runs the cluster controller until the process ends.
+pub(super) async fn run(fleet: Arc<Fleet>) {
+    Controller::new(
+        Api::<Cluster>::all(fleet.client.clone()),
+        watcher::Config::default(),
+    )
+    .run(reconcile, error_policy, fleet)
+    .for_each(|_| async {})
+    .await;
+}
+
+fn error_policy(cluster: Arc<Cluster>, error: &Error, fleet: Arc<Fleet>) -> Action {
+    warn!(cluster = %cluster.name_any(), %error, "cluster not reconciled; retrying");
+    Action::requeue(fleet.config.health_period)
+}
+
+async fn reconcile(cluster: Arc<Cluster>, fleet: Arc<Fleet>) -> Result<Action, Error> {
+    let span = info_span!("cluster", cluster = %cluster.name_any());
+    let api: Api<Cluster> = Api::all(fleet.client.clone());
+    finalizer::finalizer(&api, FINALIZER, cluster, |event| async {
+        match event {
+            Event::Apply(cluster) => check(&fleet, &cluster).await,
+            Event::Cleanup(cluster) => unjoin(&fleet, &cluster).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// Creates namespace `name` unless it exists.
+async fn ensure_namespace(
+    fleet: &Fleet,
+    name: &str,
+    labels: BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let api: Api<Namespace> = Api::all(fleet.client.clone());
+    if api.get_opt(name).await?.is_some() {
+        return Ok(());
+    }
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match api.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The namespace of a cluster's ClusterProfile: its set's, else the system namespace.
+fn profile_namespace(fleet: &Fleet, cluster: &Cluster) -> String {
+    cluster
+        .spec
+        .cluster_set
+        .clone()
+        .unwrap_or_else(|| fleet.config.system_namespace.clone())
+}
+
+async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    ensure_namespace(
+        fleet,
+        &work_namespace(&name),
+        BTreeMap::from([("flotilla.io/cluster".into(), name.clone())]),
+    )
+    .await?;
+    let probed = match fleet.members.get(cluster).await {
+        Ok(member) => {
+            match tokio::time::timeout(fleet.config.health_period, member.probe()).await {
+                Ok(Ok(health)) => Ok(health),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {:?}", fleet.config.health_period)),
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let previous = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation;
+    let mut status = ClusterStatus {
+        conditions: vec![make_condition(
+            condition::JOINED,
+            true,
+            "Joined",
+            "the hub holds the cluster's credentials".into(),
+            generation,
+            &previous.conditions,
+            &now,
+        )],
+        ..previous.clone()
+    };
+    match &probed {
+        Ok(health) => {
+            status.conditions.push(make_condition(
+                condition::READY,
+                true,
+                "Healthy",
+                "the cluster's API answers".into(),
+                generation,
+                &previous.conditions,
+                &now,
+            ));
+            status.kubernetes_version = Some(health.kubernetes_version.clone());
+            status.allocatable = health.allocatable.clone();
+            status.properties = health.properties.clone();
+        }
+        Err(why) => {
+            // The next probe starts from a new connection.
+            fleet.members.forget(&name);
+            status.conditions.push(make_condition(
+                condition::READY,
+                false,
+                "Unreachable",
+                why.clone(),
+                generation,
+                &previous.conditions,
+                &now,
+            ));
+        }
+    }
+    // The heartbeat alone is written at most once a minute.
+    let stale = previous
+        .last_heartbeat_time
+        .as_ref()
+        .is_none_or(|t| now.0.duration_since(t.0).as_secs() >= 60);
+    let changed = ClusterStatus {
+        last_heartbeat_time: None,
+        ..status.clone()
+    } != ClusterStatus {
+        last_heartbeat_time: None,
+        ..previous.clone()
+    };
+    if changed || (stale && probed.is_ok()) {
+        if probed.is_ok() {
+            status.last_heartbeat_time = Some(now.clone());
+        }
+        let api: Api<Cluster> = Api::all(fleet.client.clone());
+        api.patch_status(&name, &PatchParams::default(), &status_patch(&status))
+            .await?;
+        if changed {
+            info!(ready = probed.is_ok(), "cluster status changed");
+        }
+    }
+    publish_profile(fleet, cluster, &status).await?;
+    Ok(Action::requeue(fleet.config.health_period))
+}
+
+/// Keeps the cluster's ClusterProfile (KEP-4322) in line with its status.
+async fn publish_profile(
+    fleet: &Fleet,
+    cluster: &Cluster,
+    status: &ClusterStatus,
+) -> Result<(), Error> {
+    let name = cluster.name_any();
+    let namespace = profile_namespace(fleet, cluster);
+    let mut labels = BTreeMap::from([(
+        multicluster::LABEL_CLUSTER_MANAGER.to_owned(),
+        FIELD_MANAGER.to_owned(),
+    )]);
+    if let Some(set) = &cluster.spec.cluster_set {
+        labels.insert(multicluster::LABEL_CLUSTER_SET.into(), set.clone());
+    }
+    ensure_namespace(fleet, &namespace, BTreeMap::new()).await?;
+    let api: Api<ClusterProfile> = Api::namespaced(fleet.client.clone(), &namespace);
+    let current = api.get_opt(&name).await?;
+    let mut profile = ClusterProfile::new(
+        &name,
+        ClusterProfileSpec {
+            display_name: Some(name.clone()),
+            cluster_manager: ClusterManager {
+                name: FIELD_MANAGER.into(),
+            },
+        },
+    );
+    profile.metadata.labels = Some(labels);
+    if current
+        .as_ref()
+        .map(|c| (&c.spec, c.metadata.labels.as_ref()))
+        != Some((&profile.spec, profile.metadata.labels.as_ref()))
+    {
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&profile),
+        )
+        .await?;
+    }
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let previous = current.and_then(|c| c.status).unwrap_or_default();
+    let copy = |kind: &str, as_kind: &str| {
+        status.conditions.iter().find(|c| c.type_ == kind).map(|c| {
+            let mut c = c.clone();
+            c.type_ = as_kind.to_owned();
+            c.observed_generation = None;
+            if let Some(old) = previous
+                .conditions
+                .iter()
+                .find(|o| o.type_ == as_kind && o.status == c.status)
+            {
+                c.last_transition_time = old.last_transition_time.clone();
+            }
+            c
+        })
+    };
+    let profile_status = ClusterProfileStatus {
+        conditions: [
+            copy(condition::READY, condition::CONTROL_PLANE_HEALTHY),
+            copy(condition::JOINED, condition::JOINED),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+        version: status.kubernetes_version.as_ref().map(|v| ClusterVersion {
+            kubernetes: Some(v.clone()),
+        }),
+        properties: status
+            .properties
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| Property {
+                name: k.clone(),
+                value: v.clone(),
+                last_observed_time: previous
+                    .properties
+                    .iter()
+                    .find(|p| &p.name == k && &p.value == v)
+                    .and_then(|p| p.last_observed_time.clone())
+                    .or_else(|| Some(now.clone())),
+            })
+            .collect(),
+        ..previous.clone()
+    };
+    if profile_status != previous {
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &status_patch(&profile_status),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The cluster is being unjoined: its Works go first (each one's finalizer removes, or
+/// orphans, what it put on the member), then its namespace, profile and credentials.
+async fn unjoin(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
+    let name = cluster.name_any();
+    let namespace = work_namespace(&name);
+    let works: Api<Work> = Api::namespaced(fleet.client.clone(), &namespace);
+    let left = match works.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    if !left.is_empty() {
+        for work in &left {
+            if work.metadata.deletion_timestamp.is_none() {
+                works
+                    .delete(&work.name_any(), &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+                    .or_else(gone)?;
+            }
+        }
+        return Err(Error::Waiting(format!(
+            "{} Works of cluster {name} are being removed",
+            left.len()
+        )));
+    }
+    let namespaces: Api<Namespace> = Api::all(fleet.client.clone());
+    namespaces
+        .delete(&namespace, &DeleteParams::default())
+        .await
+        .map(|_| ())
+        .or_else(gone)?;
+    let profiles: Api<ClusterProfile> =
+        Api::namespaced(fleet.client.clone(), &profile_namespace(fleet, cluster));
+    profiles
+        .delete(&name, &DeleteParams::default())
+        .await
+        .map(|_| ())
+        .or_else(gone)?;
+    if let Some(push) = cluster.spec.access.as_ref().and_then(|a| a.push.as_ref()) {
+        let secrets: Api<Secret> =
+            Api::namespaced(fleet.client.clone(), &push.secret_ref.namespace);
+        secrets
+            .delete(&push.secret_ref.name, &DeleteParams::default())
+            .await
+            .map(|_| ())
+            .or_else(gone)?;
+    }
+    fleet.members.forget(&name);
+    fleet.drift_watches.lock().expect("lock").remove(&name);
+    info!("cluster unjoined");
+    Ok(Action::await_change())
+}

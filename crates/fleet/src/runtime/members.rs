@@ -1,0 +1,101 @@
+//! Clients of the members the hub pushes to, built from the kubeconfig in each Cluster's
+//! credentials Secret and kept while the Secret does not change.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_api::Cluster;
+use flotilla_delivery::Member;
+use k8s_openapi::api::core::v1::Secret;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+
+use super::Error;
+
+/// The key in a credentials Secret that holds the member's kubeconfig.
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// Member clients by cluster name, with the Secret version they were built from.
+pub(super) struct Members {
+    hub: Client,
+    timeout: Duration,
+    members: Mutex<HashMap<String, (String, Arc<Member>)>>,
+}
+
+impl Members {
+    pub fn new(hub: Client, timeout: Duration) -> Self {
+        Members {
+            hub,
+            timeout,
+            members: Mutex::default(),
+        }
+    }
+
+    /// The member client of `cluster`.
+    pub async fn get(&self, cluster: &Cluster) -> Result<Arc<Member>, Error> {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        let fail = |message: String| Error::Member {
+            cluster: name.clone(),
+            message,
+        };
+        let reference = cluster
+            .spec
+            .access
+            .as_ref()
+            .and_then(|a| a.push.as_ref())
+            .map(|p| p.secret_ref.clone())
+            .ok_or_else(|| fail("no push access: spec.access.push is not set".into()))?;
+        let secret = Api::<Secret>::namespaced(self.hub.clone(), &reference.namespace)
+            .get_opt(&reference.name)
+            .await?
+            .ok_or_else(|| {
+                fail(format!(
+                    "its credentials Secret {}/{} does not exist",
+                    reference.namespace, reference.name
+                ))
+            })?;
+        let version = secret.metadata.resource_version.clone().unwrap_or_default();
+        if let Some((built, member)) = self.members.lock().expect("lock").get(&name)
+            && *built == version
+        {
+            return Ok(member.clone());
+        }
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(KUBECONFIG_KEY))
+            .map(|b| b.0.clone())
+            .ok_or_else(|| fail(format!("its Secret has no {KUBECONFIG_KEY:?} key")))?;
+        let client = client_from_kubeconfig(&bytes, self.timeout)
+            .await
+            .map_err(fail)?;
+        let member = Arc::new(Member::new(client));
+        self.members
+            .lock()
+            .expect("lock")
+            .insert(name, (version, member.clone()));
+        Ok(member)
+    }
+
+    /// Forgets the client of `cluster`.
+    pub fn forget(&self, cluster: &str) {
+        self.members.lock().expect("lock").remove(cluster);
+    }
+}
+
+/// A client for the cluster a kubeconfig describes (its current context), whose calls
+/// give up after `timeout`. The error is one readable line.
+pub async fn client_from_kubeconfig(bytes: &[u8], timeout: Duration) -> Result<Client, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "the kubeconfig is not UTF-8".to_owned())?;
+    let kubeconfig =
+        Kubeconfig::from_yaml(text).map_err(|e| format!("the kubeconfig does not parse: {e}"))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("the kubeconfig cannot be used: {e}"))?;
+    config.connect_timeout = Some(timeout);
+    config.read_timeout = None;
+    config.write_timeout = Some(timeout);
+    Client::try_from(config).map_err(|e| format!("cannot make a client from the kubeconfig: {e}"))
+}

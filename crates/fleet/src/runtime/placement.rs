@@ -1,0 +1,443 @@
+//! The placement controller (Placement and ClusterPlacement alike): plan, write the Works,
+//! publish the decision, and bring status back to the placement and its templates.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_api::{
+    ClusterDecision, ClusterPlacement, ClusterProfileRef, Placement, PlacementDecision,
+    PlacementSpec, PlacementStatus, Work, WorkSpec, multicluster,
+};
+use futures_util::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{self, Event};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tracing::{Instrument, debug, info_span, warn};
+
+use super::{Error, FIELD_MANAGER, Fleet, status_patch, templates};
+use crate::plan::{self, Inputs, OverrideRef, PlacementKey, work_namespace};
+use crate::status::{self, WorkView};
+
+/// The finalizer that removes a placement's Works before it goes.
+pub const FINALIZER: &str = "flotilla.io/placement";
+
+/// What the controller needs of a Placement or a ClusterPlacement.
+pub(super) trait PlacementObject:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static
+{
+    fn spec(&self) -> &PlacementSpec;
+    fn status(&self) -> Option<&PlacementStatus>;
+    fn api(fleet: &Fleet, namespace: Option<&str>) -> Api<Self>;
+}
+
+impl PlacementObject for Placement {
+    fn spec(&self) -> &PlacementSpec {
+        &self.spec
+    }
+    fn status(&self) -> Option<&PlacementStatus> {
+        self.status.as_ref()
+    }
+    fn api(fleet: &Fleet, namespace: Option<&str>) -> Api<Self> {
+        match namespace {
+            Some(ns) => Api::namespaced(fleet.client.clone(), ns),
+            None => Api::all(fleet.client.clone()),
+        }
+    }
+}
+
+impl PlacementObject for ClusterPlacement {
+    fn spec(&self) -> &PlacementSpec {
+        &self.spec.placement
+    }
+    fn status(&self) -> Option<&PlacementStatus> {
+        self.status.as_ref()
+    }
+    fn api(fleet: &Fleet, _: Option<&str>) -> Api<Self> {
+        Api::all(fleet.client.clone())
+    }
+}
+
+fn key_of<P: PlacementObject>(p: &P) -> PlacementKey {
+    PlacementKey {
+        namespace: p.meta().namespace.clone(),
+        name: p.name_any(),
+    }
+}
+
+/// Runs the controller of `P` until the process ends; `pokes` are extra requests.
+pub(super) async fn run<P: PlacementObject>(
+    fleet: Arc<Fleet>,
+    pokes: impl Stream<Item = ObjectRef<P>> + Send + 'static,
+) {
+    Controller::new(P::api(&fleet, None), watcher::Config::default())
+        .reconcile_on(pokes)
+        .run(reconcile::<P>, error_policy::<P>, fleet)
+        .for_each(|_| async {})
+        .await;
+}
+
+fn error_policy<P: PlacementObject>(p: Arc<P>, error: &Error, _: Arc<Fleet>) -> Action {
+    warn!(placement = %key_of(&*p), %error, "placement not reconciled; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+async fn reconcile<P: PlacementObject>(p: Arc<P>, fleet: Arc<Fleet>) -> Result<Action, Error> {
+    let key = key_of(&*p);
+    let span = info_span!("placement", placement = %key);
+    let api = P::api(&fleet, key.namespace.as_deref());
+    finalizer::finalizer(&api, FINALIZER, p, |event| async {
+        match event {
+            Event::Apply(p) => place(&fleet, &*p, &key).await,
+            Event::Cleanup(_) => unplace(&fleet, &key).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// The placement's current Works, by cluster.
+fn current_works(fleet: &Fleet, key: &PlacementKey) -> BTreeMap<String, Arc<Work>> {
+    fleet
+        .works
+        .state()
+        .into_iter()
+        .filter(|w| {
+            w.spec.placement.namespace == key.namespace && w.spec.placement.name == key.name
+        })
+        .map(|w| (w.spec.cluster.clone(), w))
+        .collect()
+}
+
+async fn place<P: PlacementObject>(
+    fleet: &Arc<Fleet>,
+    p: &P,
+    key: &PlacementKey,
+) -> Result<Action, Error> {
+    let spec = p.spec();
+    let templates = match templates::selected(fleet, spec, key.namespace.as_deref()).await {
+        Ok(templates) => templates,
+        Err(e) => {
+            write_status(fleet, p, key, unscheduled(p, &e.to_string())).await?;
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+    };
+    let clusters: Vec<flotilla_api::Cluster> = fleet
+        .clusters
+        .state()
+        .iter()
+        .map(|c| (**c).clone())
+        .collect();
+    let overrides = fleet.overrides.state();
+    let cluster_overrides = fleet.cluster_overrides.state();
+    let mut refs: Vec<OverrideRef<'_>> = cluster_overrides
+        .iter()
+        .map(|o| OverrideRef {
+            namespace: None,
+            name: o.metadata.name.as_deref().unwrap_or_default(),
+            spec: &o.spec.spec,
+        })
+        .collect();
+    refs.extend(overrides.iter().map(|o| OverrideRef {
+        namespace: o.metadata.namespace.as_deref(),
+        name: o.metadata.name.as_deref().unwrap_or_default(),
+        spec: &o.spec,
+    }));
+    let works = current_works(fleet, key);
+    let current: BTreeMap<String, WorkSpec> = works
+        .iter()
+        .map(|(cluster, w)| (cluster.clone(), w.spec.clone()))
+        .collect();
+    let plan = plan::plan(Inputs {
+        placement: key,
+        spec,
+        templates: &templates,
+        clusters: &clusters,
+        overrides: &refs,
+        current: &current,
+    });
+
+    // Works: written where they differ, deleted where no cluster wants them.
+    let name = key.work_name();
+    for (cluster, desired) in &plan.works {
+        if current.get(cluster) == Some(desired) {
+            continue;
+        }
+        let mut work = Work::new(&name, desired.clone());
+        work.metadata.namespace = Some(work_namespace(cluster));
+        let api: Api<Work> = Api::namespaced(fleet.client.clone(), &work_namespace(cluster));
+        if let Some(other) = works.get(cluster).map(|w| &w.spec.placement)
+            && other != &key.reference()
+        {
+            warn!(%cluster, work = %name, "a Work of this name belongs to another placement");
+            continue;
+        }
+        debug!(%cluster, "writing Work");
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&work),
+        )
+        .await?;
+    }
+    for cluster in works.keys() {
+        if !plan.works.contains_key(cluster) {
+            let api: Api<Work> = Api::namespaced(fleet.client.clone(), &work_namespace(cluster));
+            api.delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ())
+                .or_else(gone)?;
+        }
+    }
+
+    publish_decision(fleet, key, &plan.selection.chosen).await?;
+
+    // Status back: the placement's, then each template's.
+    let views: BTreeMap<String, WorkView<'_>> = works
+        .iter()
+        .map(|(cluster, w)| {
+            (
+                cluster.clone(),
+                WorkView {
+                    generation: w.metadata.generation,
+                    status: w.status.as_ref(),
+                },
+            )
+        })
+        .collect();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let placement_status =
+        status::placement_status(&plan, &views, p.meta().generation, p.status(), &now);
+    write_status(fleet, p, key, placement_status).await?;
+    let complete = plan.scheduled.is_ok()
+        && plan.selection.chosen.iter().all(|c| {
+            works.get(c).is_some_and(|w| {
+                plan.works.get(c) == Some(&w.spec)
+                    && w.status.as_ref().and_then(|s| s.observed_generation)
+                        == w.metadata.generation
+            })
+        });
+    for template in &templates {
+        aggregate_template(fleet, template, &plan, &works, complete).await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Writes the template's fleet-wide status when its kind has one and it changed.
+async fn aggregate_template(
+    fleet: &Arc<Fleet>,
+    template: &Value,
+    plan: &plan::Plan,
+    works: &BTreeMap<String, Arc<Work>>,
+    complete: bool,
+) -> Result<(), Error> {
+    let id = plan::manifest_id(template);
+    let statuses = plan
+        .selection
+        .chosen
+        .iter()
+        .filter_map(|c| works.get(c).and_then(|w| w.status.as_ref()));
+    let feedback = status::feedback(&id, statuses);
+    let complete = complete && feedback.len() == plan.selection.chosen.len();
+    let Some(new) = status::aggregate(
+        &id.0,
+        &id.1,
+        template["metadata"]["generation"].as_i64(),
+        &feedback,
+        complete,
+        &template["status"],
+    ) else {
+        return Ok(());
+    };
+    if template["status"] == new {
+        return Ok(());
+    }
+    let kind = fleet
+        .templates
+        .kind(Arc::downgrade(fleet), &id.0, &id.1)
+        .await?;
+    let api: Api<DynamicObject> = if kind.namespaced {
+        Api::namespaced_with(fleet.client.clone(), &id.2, &kind.resource)
+    } else {
+        Api::all_with(fleet.client.clone(), &kind.resource)
+    };
+    // The whole status is replaced: counters that went away go.
+    api.patch_status(&id.3, &PatchParams::default(), &status_patch(&new))
+        .await
+        .map(|_| ())
+        .or_else(gone)
+        .map_err(Error::from)
+}
+
+fn unscheduled<P: PlacementObject>(p: &P, why: &str) -> PlacementStatus {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let previous = p
+        .status()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let mut status = p.status().cloned().unwrap_or_default();
+    status.observed_generation = p.meta().generation;
+    status
+        .conditions
+        .retain(|c| c.type_ != flotilla_api::condition::SCHEDULED);
+    status.conditions.insert(
+        0,
+        status::condition(
+            flotilla_api::condition::SCHEDULED,
+            false,
+            "TemplatesUnavailable",
+            why.to_owned(),
+            p.meta().generation,
+            previous,
+            &now,
+        ),
+    );
+    status
+}
+
+async fn write_status<P: PlacementObject>(
+    fleet: &Fleet,
+    p: &P,
+    key: &PlacementKey,
+    status: PlacementStatus,
+) -> Result<(), Error> {
+    if p.status() == Some(&status) {
+        return Ok(());
+    }
+    let api = P::api(fleet, key.namespace.as_deref());
+    api.patch_status(&key.name, &PatchParams::default(), &status_patch(&status))
+        .await?;
+    Ok(())
+}
+
+/// Publishes the chosen clusters as PlacementDecisions (KEP-5313): slices of at most 100
+/// clusters named `<placement>-decision-<i>` in the placement's namespace (the system
+/// namespace for a ClusterPlacement); slices no longer needed are deleted.
+async fn publish_decision(
+    fleet: &Fleet,
+    key: &PlacementKey,
+    chosen: &[String],
+) -> Result<(), Error> {
+    let namespace = key
+        .namespace
+        .clone()
+        .unwrap_or_else(|| fleet.config.system_namespace.clone());
+    let api: Api<PlacementDecision> = Api::namespaced(fleet.client.clone(), &namespace);
+    let placement_label = key.name.clone();
+    let clusters = fleet.clusters.state();
+    let profile_namespace = |cluster: &str| {
+        clusters
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(cluster))
+            .and_then(|c| c.spec.cluster_set.clone())
+            .unwrap_or_else(|| fleet.config.system_namespace.clone())
+    };
+    let slices: Vec<&[String]> = if chosen.is_empty() {
+        vec![&[]]
+    } else {
+        chosen.chunks(multicluster::MAX_DECISIONS).collect()
+    };
+    for (index, slice) in slices.iter().enumerate() {
+        let name = format!("{}-decision-{}", key.name, index + 1);
+        let mut decision = PlacementDecision::new(
+            &name,
+            flotilla_api::PlacementDecisionFields {
+                decisions: slice
+                    .iter()
+                    .map(|c| ClusterDecision {
+                        cluster_profile_ref: ClusterProfileRef {
+                            name: c.clone(),
+                            namespace: Some(profile_namespace(c)),
+                        },
+                        reason: None,
+                    })
+                    .collect(),
+                scheduler_name: Some(FIELD_MANAGER.into()),
+            },
+        );
+        decision.metadata.labels = Some(BTreeMap::from([
+            (
+                multicluster::LABEL_PLACEMENT_KEY.into(),
+                placement_label.clone(),
+            ),
+            (
+                multicluster::LABEL_DECISION_KEY.into(),
+                placement_label.clone(),
+            ),
+            (multicluster::LABEL_DECISION_INDEX.into(), index.to_string()),
+        ]));
+        let current = api.get_opt(&name).await?;
+        if current
+            .as_ref()
+            .map(|c| (&c.spec.decisions, &c.metadata.labels))
+            == Some((&decision.spec.decisions, &decision.metadata.labels))
+        {
+            continue;
+        }
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&decision),
+        )
+        .await?;
+    }
+    let selector = format!("{}={placement_label}", multicluster::LABEL_DECISION_KEY);
+    for old in api.list(&ListParams::default().labels(&selector)).await? {
+        let index: usize = old
+            .labels()
+            .get(multicluster::LABEL_DECISION_INDEX)
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(usize::MAX);
+        if index >= slices.len() {
+            api.delete(&old.name_any(), &DeleteParams::default())
+                .await
+                .map(|_| ())
+                .or_else(gone)?;
+        }
+    }
+    Ok(())
+}
+
+/// The placement is going: its Works go (each one's finalizer removes what it put on its
+/// member), and so do its decisions.
+async fn unplace(fleet: &Arc<Fleet>, key: &PlacementKey) -> Result<Action, Error> {
+    let name = key.work_name();
+    let works = current_works(fleet, key);
+    for cluster in works.keys() {
+        let api: Api<Work> = Api::namespaced(fleet.client.clone(), &work_namespace(cluster));
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .map(|_| ())
+            .or_else(gone)?;
+    }
+    let namespace = key
+        .namespace
+        .clone()
+        .unwrap_or_else(|| fleet.config.system_namespace.clone());
+    let api: Api<PlacementDecision> = Api::namespaced(fleet.client.clone(), &namespace);
+    let selector = format!("{}={}", multicluster::LABEL_DECISION_KEY, key.name);
+    for old in api.list(&ListParams::default().labels(&selector)).await? {
+        api.delete(&old.name_any(), &DeleteParams::default())
+            .await
+            .map(|_| ())
+            .or_else(gone)?;
+    }
+    Ok(Action::await_change())
+}
+
+/// A delete or write of something already gone is done.
+pub(super) fn gone(e: kube::Error) -> Result<(), kube::Error> {
+    match e {
+        kube::Error::Api(status) if status.code == 404 => Ok(()),
+        e => Err(e),
+    }
+}

@@ -1,0 +1,233 @@
+//! Push delivery: each Work is applied to its member by the hub
+//! ([`flotilla_delivery::Member::sync`]) and its status written back; a change of a
+//! delivered object on the member makes the cluster's Works sync again (drift).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_api::{DeletionPolicy, Work};
+use flotilla_delivery::Provenance;
+use futures_util::{Stream, StreamExt};
+use kube::api::PatchParams;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{self, Event};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tracing::{Instrument, info, info_span, warn};
+
+use super::{Error, Fleet, status_patch};
+use crate::model;
+use crate::plan::WORK_NAMESPACE_PREFIX;
+
+/// The finalizer that removes a Work's objects from its member before the Work goes.
+pub const FINALIZER: &str = "flotilla.io/delivery";
+
+/// The longest a Work's sync (or removal) may take on its member.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The annotation on a Cluster saying what its unjoining does to the objects the hub
+/// placed there: `Orphan` leaves them.
+pub const UNJOIN_ANNOTATION: &str = "flotilla.io/unjoin";
+
+/// The watch of one member's delivered objects, for the kinds its Works hold.
+pub(super) struct DriftWatch {
+    kinds: BTreeSet<(String, String)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DriftWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Runs the Work controller until the process ends; `pokes` are extra requests.
+pub(super) async fn run(
+    fleet: Arc<Fleet>,
+    pokes: impl Stream<Item = ObjectRef<Work>> + Send + 'static,
+) {
+    Controller::new(
+        Api::<Work>::all(fleet.client.clone()),
+        watcher::Config::default(),
+    )
+    .reconcile_on(pokes)
+    .run(reconcile, error_policy, fleet)
+    .for_each(|_| async {})
+    .await;
+}
+
+fn error_policy(work: Arc<Work>, error: &Error, _: Arc<Fleet>) -> Action {
+    warn!(work = %work.name_any(), cluster = %work.spec.cluster, %error, "Work not delivered; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn provenance(fleet: &Fleet, work: &Work) -> Provenance {
+    let placement = &work.spec.placement;
+    Provenance {
+        hub: fleet.config.hub.clone(),
+        placement: match &placement.namespace {
+            Some(ns) => format!("{ns}/{}", placement.name),
+            None => placement.name.clone(),
+        },
+        work: work.name_any(),
+    }
+}
+
+async fn reconcile(work: Arc<Work>, fleet: Arc<Fleet>) -> Result<Action, Error> {
+    let namespace = work.namespace().unwrap_or_default();
+    if !namespace.starts_with(WORK_NAMESPACE_PREFIX) {
+        return Ok(Action::await_change());
+    }
+    let span = info_span!("deliver", work = %work.name_any(), cluster = %work.spec.cluster);
+    let api: Api<Work> = Api::namespaced(fleet.client.clone(), &namespace);
+    finalizer::finalizer(&api, FINALIZER, work, |event| async {
+        match event {
+            Event::Apply(work) => deliver(&fleet, &work).await,
+            Event::Cleanup(work) => withdraw(&fleet, &work).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn cluster_of(fleet: &Fleet, name: &str) -> Option<Arc<flotilla_api::Cluster>> {
+    fleet
+        .clusters
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+}
+
+async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
+    let name = &work.spec.cluster;
+    let Some(cluster) = cluster_of(fleet, name) else {
+        return Err(Error::Waiting(format!("cluster {name} is not known")));
+    };
+    let member = fleet.members.get(&cluster).await?;
+    let previous = work
+        .status
+        .as_ref()
+        .map(|s| s.manifests.as_slice())
+        .unwrap_or_default();
+    let status = member
+        .sync(
+            &work.spec,
+            work.metadata.generation,
+            &provenance(fleet, work),
+            previous,
+        )
+        .await;
+    if work.status.as_ref() != Some(&status) {
+        let api: Api<Work> =
+            Api::namespaced(fleet.client.clone(), &work.namespace().unwrap_or_default());
+        api.patch_status(
+            &work.name_any(),
+            &PatchParams::default(),
+            &status_patch(&status),
+        )
+        .await?;
+    }
+    watch_drift(fleet, name, &member, work);
+    Ok(Action::requeue(fleet.config.resync_period))
+}
+
+/// Makes sure a watch of `cluster`'s delivered objects covers every kind its Works hold.
+fn watch_drift(
+    fleet: &Arc<Fleet>,
+    cluster: &str,
+    member: &Arc<flotilla_delivery::Member>,
+    work: &Work,
+) {
+    let namespace = format!("{WORK_NAMESPACE_PREFIX}{cluster}");
+    let works = fleet
+        .works
+        .state_filter(|w| w.metadata.namespace.as_deref() == Some(namespace.as_str()));
+    let kinds: BTreeSet<(String, String)> = works
+        .iter()
+        .flat_map(|w| w.spec.manifests.iter())
+        .chain(work.spec.manifests.iter())
+        .map(|m| {
+            (
+                m["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                m["kind"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let mut watches = fleet.drift_watches.lock().expect("lock");
+    if watches.get(cluster).is_some_and(|w| w.kinds == kinds) {
+        return;
+    }
+    let list: Vec<(String, String)> = kinds.iter().cloned().collect();
+    let changes = member.changes(&list, &provenance(fleet, work));
+    let weak = Arc::downgrade(fleet);
+    let cluster_name = cluster.to_owned();
+    let task = tokio::spawn(async move {
+        futures_util::pin_mut!(changes);
+        while changes.next().await.is_some() {
+            let Some(fleet) = weak.upgrade() else { return };
+            let namespace = format!("{WORK_NAMESPACE_PREFIX}{cluster_name}");
+            for w in fleet
+                .works
+                .state_filter(|w| w.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            {
+                let _ = fleet.poke_work.send(ObjectRef::from_obj(&*w));
+            }
+        }
+    });
+    watches.insert(cluster.to_owned(), DriftWatch { kinds, task });
+}
+
+/// The Work is going: what it put on the member goes too (or stays, orphaned). A cluster
+/// that is gone, or being unjoined while it does not answer, is not waited for.
+async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
+    let name = &work.spec.cluster;
+    let Some(cluster) = cluster_of(fleet, name) else {
+        info!("cluster gone: nothing to remove");
+        return Ok(Action::await_change());
+    };
+    let unjoining = cluster.metadata.deletion_timestamp.is_some();
+    let orphan = unjoining
+        && cluster
+            .annotations()
+            .get(UNJOIN_ANNOTATION)
+            .is_some_and(|v| v == "Orphan");
+    let policy = if orphan {
+        DeletionPolicy::Orphan
+    } else {
+        work.spec
+            .apply
+            .as_ref()
+            .map(|a| a.deletion)
+            .unwrap_or_default()
+    };
+    let ready = cluster
+        .status
+        .as_ref()
+        .is_some_and(|s| model::is_true(&s.conditions, flotilla_api::condition::READY));
+    if unjoining && !ready {
+        warn!("cluster unjoined while not ready: its objects are left on it");
+        return Ok(Action::await_change());
+    }
+    let applied = work
+        .status
+        .as_ref()
+        .map(|s| s.manifests.as_slice())
+        .unwrap_or_default();
+    let member = fleet.members.get(&cluster).await?;
+    tokio::time::timeout(
+        SYNC_TIMEOUT,
+        member.remove(applied, policy, &provenance(fleet, work)),
+    )
+    .await
+    .map_err(|_| Error::Member {
+        cluster: name.clone(),
+        message: format!("no answer within {SYNC_TIMEOUT:?}"),
+    })?
+    .map_err(|e| Error::Member {
+        cluster: name.clone(),
+        message: e.to_string(),
+    })?;
+    info!(?policy, objects = applied.len(), "removed from the member");
+    Ok(Action::await_change())
+}

@@ -1,0 +1,151 @@
+use std::collections::BTreeMap;
+
+use flotilla_api::{Drift, ManifestStatus, WorkStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::json;
+
+use super::*;
+use crate::Selection;
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap())
+}
+
+fn cond(kind: &str, ok: bool) -> Condition {
+    Condition {
+        type_: kind.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: "R".into(),
+        message: format!("{kind} message"),
+        observed_generation: None,
+        last_transition_time: now(),
+    }
+}
+
+fn work(applied: bool, available: bool, ready: i64) -> WorkStatus {
+    WorkStatus {
+        observed_generation: Some(1),
+        conditions: vec![cond("Applied", applied), cond("Available", available)],
+        manifests: vec![ManifestStatus {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("shop".into()),
+            name: "web".into(),
+            status_feedback: Some(json!({"replicas": 3, "readyReplicas": ready,
+                "availableReplicas": ready, "updatedReplicas": 3,
+                "conditions": [{"type": "Available", "status": if available {"True"} else {"False"},
+                    "reason": "MinimumReplicasUnavailable", "message": "not yet"}]})),
+            drift: vec![Drift {
+                path: "/spec/replicas".into(),
+                hub: Some("3".into()),
+                member: Some("5".into()),
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn plan(chosen: &[&str]) -> Plan {
+    Plan {
+        selection: Selection {
+            chosen: chosen.iter().map(|c| c.to_string()).collect(),
+            excluded: vec![],
+        },
+        replicas: chosen.iter().map(|c| (c.to_string(), 3)).collect(),
+        scheduled: Ok(()),
+        ..Plan::default()
+    }
+}
+
+#[test]
+fn the_placement_status_counts_clusters_and_carries_drift() {
+    let (a, b) = (work(true, true, 3), work(true, false, 1));
+    let works = BTreeMap::from([
+        (
+            "a".to_owned(),
+            WorkView {
+                generation: Some(1),
+                status: Some(&a),
+            },
+        ),
+        (
+            "b".to_owned(),
+            WorkView {
+                generation: Some(1),
+                status: Some(&b),
+            },
+        ),
+    ]);
+    let status = placement_status(&plan(&["a", "b"]), &works, Some(4), None, &now());
+    let get = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind).unwrap();
+    assert_eq!(get("Scheduled").status, "True");
+    assert_eq!(get("Applied").status, "True");
+    assert_eq!(get("Available").status, "False");
+    assert_eq!(get("Available").message, "1/2 clusters");
+    assert_eq!(status.observed_generation, Some(4));
+    assert_eq!(status.clusters.len(), 2);
+    assert_eq!(status.clusters[0].replicas, Some(3));
+    assert_eq!(
+        status.clusters[1].drift[0].path,
+        "Deployment/web/spec/replicas"
+    );
+    assert_eq!(status.clusters[1].drift[0].member.as_deref(), Some("5"));
+
+    // A Work whose status is about an older generation counts as pending.
+    let stale = BTreeMap::from([(
+        "a".to_owned(),
+        WorkView {
+            generation: Some(2),
+            status: Some(&a),
+        },
+    )]);
+    let status = placement_status(&plan(&["a"]), &stale, Some(4), None, &now());
+    assert_eq!(status.clusters[0].conditions[0].reason, "Pending");
+
+    // Recomputing over an unchanged world gives an equal status (times kept).
+    let first = placement_status(&plan(&["a", "b"]), &works, Some(4), None, &now());
+    let later = Time(k8s_openapi::jiff::Timestamp::from_second(1_900_000_000).unwrap());
+    let second = placement_status(&plan(&["a", "b"]), &works, Some(4), Some(&first), &later);
+    assert_eq!(first, second);
+}
+
+#[test]
+fn deployment_counters_are_summed_and_conditions_merged() {
+    let (a, b) = (work(true, true, 3), work(true, false, 1));
+    let id: crate::plan::ManifestId = (
+        "apps/v1".into(),
+        "Deployment".into(),
+        "shop".into(),
+        "web".into(),
+    );
+    let feedback = feedback(&id, [&a, &b]);
+    assert_eq!(feedback.len(), 2);
+    let status = aggregate(
+        "apps/v1",
+        "Deployment",
+        Some(7),
+        &feedback,
+        true,
+        &json!(null),
+    )
+    .unwrap();
+    assert_eq!(status["replicas"], 6);
+    assert_eq!(status["readyReplicas"], 4);
+    assert_eq!(status["availableReplicas"], 4);
+    assert_eq!(status["updatedReplicas"], 6);
+    assert_eq!(status["observedGeneration"], 7);
+    let available = &status["conditions"][0];
+    assert_eq!(available["type"], "Available");
+    assert_eq!(available["status"], "False");
+    assert!(
+        available["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("1/2 clusters")
+    );
+
+    // Not every cluster reported: the observed generation stays where it was.
+    let partial = aggregate("apps/v1", "Deployment", Some(8), &feedback, false, &status).unwrap();
+    assert_eq!(partial["observedGeneration"], 7);
+    assert!(aggregate("v1", "ConfigMap", Some(1), &feedback, true, &json!(null)).is_none());
+}
