@@ -211,7 +211,13 @@ fn the_fleet_kinds_are_served_and_their_rules_enforced() {
         "{table}"
     );
     assert!(table.contains(" eu-1 "), "{table}");
-    let work = hub.json(&["get", "work", "default.by-hand", "-n", "flotilla-cluster-eu-1"]);
+    let work = hub.json(&[
+        "get",
+        "work",
+        "default.by-hand",
+        "-n",
+        "flotilla-cluster-eu-1",
+    ]);
     assert_eq!(work["spec"]["manifests"][0]["data"]["k"], "v");
 
     // A PlacementDecision holds at most 100 decisions.

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flotilla_api::Cluster;
 use flotilla_delivery::Member;
@@ -16,11 +16,18 @@ use super::Error;
 /// The key in a credentials Secret that holds the member's kubeconfig.
 pub const KUBECONFIG_KEY: &str = "kubeconfig";
 
+/// A member client, the Secret version it was built from and when that was checked.
+struct Built {
+    version: String,
+    checked: Instant,
+    member: Arc<Member>,
+}
+
 /// Member clients by cluster name, with the Secret version they were built from.
 pub(super) struct Members {
     hub: Client,
     timeout: Duration,
-    members: Mutex<HashMap<String, (String, Arc<Member>)>>,
+    members: Mutex<HashMap<String, Built>>,
 }
 
 impl Members {
@@ -32,9 +39,15 @@ impl Members {
         }
     }
 
-    /// The member client of `cluster`.
+    /// The member client of `cluster`; its credentials Secret is read again at most once
+    /// per health period.
     pub async fn get(&self, cluster: &Cluster) -> Result<Arc<Member>, Error> {
         let name = cluster.metadata.name.clone().unwrap_or_default();
+        if let Some(built) = self.members.lock().expect("lock").get(&name)
+            && built.checked.elapsed() < self.timeout
+        {
+            return Ok(built.member.clone());
+        }
         let fail = |message: String| Error::Member {
             cluster: name.clone(),
             message,
@@ -56,10 +69,11 @@ impl Members {
                 ))
             })?;
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        if let Some((built, member)) = self.members.lock().expect("lock").get(&name)
-            && *built == version
+        if let Some(built) = self.members.lock().expect("lock").get_mut(&name)
+            && built.version == version
         {
-            return Ok(member.clone());
+            built.checked = Instant::now();
+            return Ok(built.member.clone());
         }
         let bytes = secret
             .data
@@ -71,10 +85,14 @@ impl Members {
             .await
             .map_err(fail)?;
         let member = Arc::new(Member::new(client));
-        self.members
-            .lock()
-            .expect("lock")
-            .insert(name, (version, member.clone()));
+        self.members.lock().expect("lock").insert(
+            name,
+            Built {
+                version,
+                checked: Instant::now(),
+                member: member.clone(),
+            },
+        );
         Ok(member)
     }
 

@@ -10,7 +10,7 @@ use flotilla_api::{
     ClusterDecision, ClusterPlacement, ClusterProfileRef, Placement, PlacementDecision,
     PlacementSpec, PlacementStatus, Work, WorkSpec, multicluster,
 };
-use futures_util::{Stream, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -29,6 +29,9 @@ use crate::status::{self, WorkView};
 
 /// The finalizer that removes a placement's Works before it goes.
 pub const FINALIZER: &str = "flotilla.io/placement";
+
+/// How many Works one placement writes at once.
+const WRITES_AT_ONCE: usize = 16;
 
 /// What the controller needs of a Placement or a ClusterPlacement.
 pub(super) trait PlacementObject:
@@ -166,38 +169,58 @@ async fn place<P: PlacementObject>(
         current: &current,
     });
 
-    // Works: written where they differ, deleted where no cluster wants them.
+    // Works: written where they differ, deleted where no cluster wants them, a few at
+    // a time.
     let name = key.work_name();
+    let mut writes = Vec::new();
     for (cluster, desired) in &plan.works {
         if current.get(cluster) == Some(desired) {
             continue;
         }
-        let mut work = Work::new(&name, desired.clone());
-        work.metadata.namespace = Some(work_namespace(cluster));
-        let api: Api<Work> = Api::namespaced(fleet.client.clone(), &work_namespace(cluster));
-        if let Some(other) = works.get(cluster).map(|w| &w.spec.placement)
-            && other != &key.reference()
-        {
-            warn!(%cluster, work = %name, "a Work of this name belongs to another placement");
+        let namespace = work_namespace(cluster);
+        let taken = fleet.works.get(&ObjectRef::new(&name).within(&namespace));
+        if let Some(other) = taken.filter(|w| w.spec.placement != key.reference()) {
+            warn!(%cluster, work = %name, other = ?other.spec.placement, "a Work of this name belongs to another placement");
             continue;
         }
-        debug!(%cluster, "writing Work");
-        api.patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&work),
-        )
-        .await?;
+        let mut work = Work::new(&name, desired.clone());
+        work.metadata.namespace = Some(namespace.clone());
+        let api: Api<Work> = Api::namespaced(fleet.client.clone(), &namespace);
+        let name = name.clone();
+        writes.push(
+            async move {
+                debug!(work = %name, namespace = %namespace, "writing Work");
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&work),
+                )
+                .await
+                .map(|_| ())
+            }
+            .boxed(),
+        );
     }
     for cluster in works.keys() {
         if !plan.works.contains_key(cluster) {
             let api: Api<Work> = Api::namespaced(fleet.client.clone(), &work_namespace(cluster));
-            api.delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ())
-                .or_else(gone)?;
+            let name = name.clone();
+            writes.push(
+                async move {
+                    api.delete(&name, &DeleteParams::default())
+                        .await
+                        .map(|_| ())
+                        .or_else(gone)
+                }
+                .boxed(),
+            );
         }
     }
+    let results: Vec<Result<(), kube::Error>> = futures_util::stream::iter(writes)
+        .buffer_unordered(WRITES_AT_ONCE)
+        .collect()
+        .await;
+    results.into_iter().collect::<Result<(), _>>()?;
 
     publish_decision(fleet, key, &plan.selection.chosen).await?;
 

@@ -147,6 +147,8 @@ fn watch_drift(
         .iter()
         .flat_map(|w| w.spec.manifests.iter())
         .chain(work.spec.manifests.iter())
+        // Shared namespaces are not the placement's to correct.
+        .filter(|m| !flotilla_delivery::provenance::is_shared(m))
         .map(|m| {
             (
                 m["apiVersion"].as_str().unwrap_or_default().to_owned(),
