@@ -481,6 +481,87 @@ spec:
             .ok_or_else(|| c["metadata"].to_string())
     });
 
+    // A custom resource goes where its CRD is served; the member without it says so and
+    // does not hold the other back.
+    let crd = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}}}
+"#;
+    hub.create(crd);
+    sim.create("member-1", crd);
+    eventually("the hub serves widgets", || {
+        hub.kubectl(&["get", "widgets"])
+            .status
+            .success()
+            .then_some(())
+            .ok_or_else(String::new)
+    });
+    hub.create(
+        r#"
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w1, namespace: default}
+spec: {size: 3}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: widgets, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: example.com/v1, kind: Widget}]
+"#,
+    );
+    sim.wait_for("member-1", &["get", "widget", "w1", "-n", "default"], |w| {
+        w["spec"]["size"] == 3
+    });
+    let missing = eventually("member-2 says the kind is not served", || {
+        let p = hub.json(&["get", "placement", "widgets"]);
+        p["status"]["clusters"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "member-2"))
+            .and_then(|c| condition(&serde_json::json!({"status": c}), "Applied").cloned())
+            .filter(|c| c["status"] == "False")
+            .ok_or_else(|| p["status"].to_string())
+    });
+    let message = missing["message"].as_str().unwrap();
+    assert!(
+        message.contains("does not serve example.com/v1 Widget"),
+        "{missing}"
+    );
+
+    // Unjoining with --orphan leaves what the hub placed, without its marks.
+    let out = flotilla(&[
+        "unjoin",
+        "member-1",
+        "--orphan",
+        "--hub-kubeconfig",
+        hub.kubeconfig().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let w1 = sim.json("member-1", &["get", "widget", "w1", "-n", "default"]);
+    assert!(
+        w1["metadata"]["labels"]["flotilla.io/hub"].is_null(),
+        "{w1}"
+    );
+    assert_eq!(w1["spec"]["size"], 3);
+
     // Unjoining removes the cluster, its Works namespace and its profile.
     let out = flotilla(&[
         "unjoin",

@@ -234,13 +234,17 @@ pub async fn run(client: Client, config: Config) {
 
     // Clusters: a change of what selection sees re-plans every placement.
     let weak = Arc::downgrade(&fleet);
-    let mut seen: HashMap<String, ClusterView> = HashMap::new();
+    // What selection sees of each cluster, and whether it is leaving.
+    let mut seen: HashMap<String, (ClusterView, bool)> = HashMap::new();
     spawn_reflector("clusters", clusters_api, clusters_writer, move |event| {
         let Some(fleet) = weak.upgrade() else { return };
         let changed = match event {
             watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
-                let view = crate::model::view(c);
-                seen.insert(view.name.clone(), view.clone()) != Some(view)
+                let facts = (
+                    crate::model::view(c),
+                    c.metadata.deletion_timestamp.is_some(),
+                );
+                seen.insert(facts.0.name.clone(), facts.clone()) != Some(facts)
             }
             watcher::Event::Delete(c) => seen
                 .remove(&c.metadata.name.clone().unwrap_or_default())

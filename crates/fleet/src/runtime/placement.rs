@@ -134,10 +134,12 @@ async fn place<P: PlacementObject>(
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
     };
+    // A cluster being unjoined takes no new Works.
     let clusters: Vec<flotilla_api::Cluster> = fleet
         .clusters
         .state()
         .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
         .map(|c| (**c).clone())
         .collect();
     let overrides = fleet.overrides.state();
