@@ -414,23 +414,88 @@ fn custom_columns(printer_columns: &Value) -> Vec<Column> {
     columns
 }
 
-/// A simple JSONPath: `.a.b`, `.a[0].b`, optionally wrapped in `{…}`.
+/// The first value a column's JSONPath finds: fields (`.a.b`), indexes (`[0]`), every
+/// item (`[*]`) and filters on items (`[?(@.type=="Ready")]`, `==` or `!=` against a
+/// quoted string, a number or a boolean, or a bare `@.path` that must exist), optionally
+/// wrapped in `{…}`.
 fn lookup<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
     let path = path.trim().trim_start_matches('{').trim_end_matches('}');
-    let mut value = object;
-    for part in path.split('.').filter(|p| !p.is_empty()) {
-        let (field, indexes) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
+    find(object, path.trim_start_matches('$'))
+}
+
+fn find<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    let path = path.trim_start();
+    if path.is_empty() {
+        return Some(value);
+    }
+    if let Some(rest) = path.strip_prefix('.') {
+        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        let (field, rest) = rest.split_at(end);
+        return match field {
+            "" => find(value, rest),
+            field => find(value.get(field)?, rest),
         };
-        if !field.is_empty() {
-            value = value.get(field)?;
+    }
+    let inner = path.strip_prefix('[')?;
+    let close = closing_bracket(inner)?;
+    let (selector, rest) = (&inner[..close], &inner[close + 1..]);
+    let items = value.as_array();
+    match selector.trim() {
+        "*" => items?.iter().find_map(|item| find(item, rest)),
+        filter if filter.starts_with("?(") && filter.ends_with(')') => {
+            let condition = &filter[2..filter.len() - 1];
+            items?
+                .iter()
+                .filter(|item| holds(item, condition))
+                .find_map(|item| find(item, rest))
         }
-        for index in indexes.split('[').filter(|i| !i.is_empty()) {
-            value = value.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
+        index => find(value.get(index.parse::<usize>().ok()?)?, rest),
+    }
+}
+
+/// Where the `]` closing a selector is, skipping quoted text and nested brackets.
+fn closing_bracket(text: &str) -> Option<usize> {
+    let (mut depth, mut quote) = (0usize, None);
+    for (i, c) in text.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '[' | '(') => depth += 1,
+            (None, ')') => depth = depth.saturating_sub(1),
+            (None, ']') if depth == 0 => return Some(i),
+            (None, ']') => depth -= 1,
+            _ => {}
         }
     }
-    Some(value)
+    None
+}
+
+/// Whether a filter condition (`@.type=="Ready"`) holds for `item`.
+fn holds(item: &Value, condition: &str) -> bool {
+    let (path, op, literal) = match condition.split_once("==") {
+        Some((path, literal)) => (path, true, Some(literal)),
+        None => match condition.split_once("!=") {
+            Some((path, literal)) => (path, false, Some(literal)),
+            None => (condition, true, None),
+        },
+    };
+    let Some(path) = path.trim().strip_prefix('@') else {
+        return false;
+    };
+    let found = find(item, path);
+    let Some(literal) = literal else {
+        return found.is_some();
+    };
+    let literal = literal.trim();
+    let expected: Value = match literal.strip_prefix(['"', '\'']) {
+        Some(quoted) => Value::String(quoted[..quoted.len().saturating_sub(1)].to_owned()),
+        None => match serde_json::from_str(literal) {
+            Ok(value) => value,
+            Err(_) => return false,
+        },
+    };
+    (found == Some(&expected)) == op
 }
 
 /// A duration as kubectl shows ages: `45s`, `3m20s`, `5h`, `2d3h`, `400d`, `3y20d`.
@@ -517,6 +582,47 @@ fn row(columns: &[Column], object: &Value, now: jiff::Timestamp, include_object:
 mod tests {
     use super::*;
     use crate::resources::Registry;
+
+    #[test]
+    fn column_paths_index_and_filter() {
+        let object = json!({"metadata": {"name": "eu-1"},
+            "status": {"conditions": [
+                {"type": "Joined", "status": "True", "n": 1},
+                {"type": "Ready", "status": "False", "reason": "Unreachable", "n": 2}],
+                "tags": ["a", "b"], "weird": [{"k": "a]b", "v": 1}]}});
+        let get = |path: &str| lookup(&object, path).cloned();
+        assert_eq!(get(".metadata.name"), Some(json!("eu-1")));
+        assert_eq!(get("{.status.tags[1]}"), Some(json!("b")));
+        assert_eq!(
+            get(r#".status.conditions[?(@.type=="Ready")].status"#),
+            Some(json!("False"))
+        );
+        assert_eq!(
+            get(".status.conditions[?(@.type=='Joined')].status"),
+            Some(json!("True"))
+        );
+        assert_eq!(
+            get(r#".status.conditions[?(@.type!="Joined")].reason"#),
+            Some(json!("Unreachable"))
+        );
+        assert_eq!(
+            get(".status.conditions[?(@.n==2)].type"),
+            Some(json!("Ready"))
+        );
+        assert_eq!(
+            get(".status.conditions[?(@.reason)].type"),
+            Some(json!("Ready"))
+        );
+        assert_eq!(get(".status.conditions[*].type"), Some(json!("Joined")));
+        assert_eq!(get(r#".status.weird[?(@.k=="a]b")].v"#), Some(json!(1)));
+        assert_eq!(
+            get(r#".status.conditions[?(@.type=="Applied")].status"#),
+            None
+        );
+        assert_eq!(get(".status.tags[7]"), None);
+        assert_eq!(get(".status.conditions[?(broken)]"), None);
+        assert_eq!(get(".status.conditions[?(@.type==Ready)]"), None);
+    }
 
     #[test]
     fn ages_read_like_kubectl() {

@@ -173,7 +173,10 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     join(&hub, &small, "small-1", "region=eu,size=small");
     join(&hub, &large, "large-1", "region=eu,size=large");
     join(&hub, &us, "us-1", "region=us,size=large");
+    // The printer columns read the conditions (JSONPath filters).
     let clusters = hub.ok(&["get", "clusters"]);
+    let row = clusters.lines().find(|l| l.starts_with("small-1")).unwrap();
+    assert_eq!(row.split_whitespace().nth(1), Some("True"), "{clusters}");
     assert!(
         clusters.contains("small-1") && clusters.contains("us-1"),
         "{clusters}"
@@ -211,6 +214,11 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
             .then(|| p["status"].clone())
             .ok_or_else(|| p["status"].to_string())
     });
+    let table = hub.ok(&["get", "placements", "-n", "shop"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SCHEDULED", "AVAILABLE", "AGE"], "{table}");
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..3], ["web", "True", "True"], "{table}");
     let listed: Vec<(&str, i64)> = status["clusters"]
         .as_array()
         .unwrap()
