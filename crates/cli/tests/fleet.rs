@@ -173,6 +173,50 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     join(&hub, &small, "small-1", "region=eu,size=small");
     join(&hub, &large, "large-1", "region=eu,size=large");
     join(&hub, &us, "us-1", "region=us,size=large");
+    // us-1 joins again, now in cluster set `americas`: its profile moves to the set's
+    // namespace, labelled with the set.
+    let out = flotilla(&[
+        "join",
+        "us-1",
+        "--kubeconfig",
+        us.kubeconfig("us-1").to_str().unwrap(),
+        "--labels",
+        "region=us,size=large",
+        "--clusterset",
+        "americas",
+        "--hub-kubeconfig",
+        hub.kubeconfig().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile = eventually("us-1's profile is in its set's namespace", || {
+        let out = hub.kubectl(&[
+            "get",
+            "clusterprofile",
+            "us-1",
+            "-n",
+            "americas",
+            "-o",
+            "json",
+        ]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
+            .ok_or_else(String::new)
+    });
+    assert_eq!(
+        profile["metadata"]["labels"]["multicluster.x-k8s.io/clusterset"],
+        "americas"
+    );
+    assert_eq!(profile["spec"]["clusterManager"]["name"], "flotilla");
+    let set = hub.json(&["get", "namespace", "americas"]);
+    assert_eq!(
+        set["metadata"]["labels"]["multicluster.x-k8s.io/clusterset"],
+        "americas"
+    );
     // The printer columns read the conditions (JSONPath filters).
     let clusters = hub.ok(&["get", "clusters"]);
     let row = clusters.lines().find(|l| l.starts_with("small-1")).unwrap();

@@ -194,7 +194,14 @@ async fn publish_profile(
     if let Some(set) = &cluster.spec.cluster_set {
         labels.insert(multicluster::LABEL_CLUSTER_SET.into(), set.clone());
     }
-    ensure_namespace(fleet, &namespace, BTreeMap::new()).await?;
+    // A set's profiles live in a namespace labelled with the set (KEP-4322).
+    let namespace_labels = cluster
+        .spec
+        .cluster_set
+        .iter()
+        .map(|set| (multicluster::LABEL_CLUSTER_SET.to_owned(), set.clone()))
+        .collect();
+    ensure_namespace(fleet, &namespace, namespace_labels).await?;
     let api: Api<ClusterProfile> = Api::namespaced(fleet.client.clone(), &namespace);
     let current = api.get_opt(&name).await?;
     let mut profile = ClusterProfile::new(
