@@ -83,6 +83,34 @@ pub mod condition {
     pub const AVAILABLE: &str = "Available";
     /// The cluster's control plane is healthy (ClusterProfile, KEP-4322).
     pub const CONTROL_PLANE_HEALTHY: &str = "ControlPlaneHealthy";
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    /// A condition whose `lastTransitionTime` is kept from `previous` (the object's last
+    /// conditions) when its status has not changed, and is `now` otherwise, so that a
+    /// status recomputed over an unchanged world compares equal.
+    pub fn keep_time(
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: String,
+        generation: Option<i64>,
+        previous: &[Condition],
+        now: &Time,
+    ) -> Condition {
+        let last_transition_time = previous
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: generation,
+            last_transition_time,
+        }
+    }
 }
 
 /// Every CustomResourceDefinition of this API: Flotilla's seven kinds, then the two

@@ -7,18 +7,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn the_demo_places_its_example_and_stops_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let (hub_port, sim_port) = (free_port(), free_port());
+    let (hub_port, sim_port) = (support::free_port(), support::free_port());
     let mut demo = Command::new(env!("CARGO_BIN_EXE_flotilla"))
         .args(["demo", "--data-dir"])
         .arg(dir.path())

@@ -212,6 +212,12 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
         "americas"
     );
     assert_eq!(profile["spec"]["clusterManager"]["name"], "flotilla");
+    eventually("the profile outside the set is gone", || {
+        let out = hub.kubectl(&["get", "clusterprofile", "us-1", "-n", "flotilla-system"]);
+        (!out.status.success())
+            .then_some(())
+            .ok_or_else(String::new)
+    });
     let set = hub.json(&["get", "namespace", "americas"]);
     assert_eq!(
         set["metadata"]["labels"]["multicluster.x-k8s.io/clusterset"],

@@ -47,19 +47,15 @@ pub(crate) fn condition(
     previous: &[Condition],
     now: &Time,
 ) -> Condition {
-    let state = state.as_str();
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == state)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.to_owned(),
-        status: state.to_owned(),
-        reason: reason.to_owned(),
+    flotilla_api::condition::keep_time(
+        type_,
+        state.as_str(),
+        reason,
         message,
-        observed_generation: generation,
-        last_transition_time,
-    }
+        generation,
+        previous,
+        now,
+    )
 }
 
 /// `Applied` and `Available` over every manifest, with counts. A condition that is

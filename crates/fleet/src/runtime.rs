@@ -157,36 +157,42 @@ fn receiver_stream<T: Send + 'static>(
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
 }
 
-/// A reflector over every object of `K`, feeding `store`; `on_event` sees each change.
-fn reflect<K>(client: &Client) -> (Store<K>, reflector::store::Writer<K>, Api<K>)
-where
+/// A kind the controllers cache: every object of it, from one watch.
+trait Cached:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cached for K where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// A cache of every object of `K`: the store, its writer, and the API it watches.
+fn reflect<K: Cached>(client: &Client) -> (Store<K>, reflector::store::Writer<K>, Api<K>) {
     let (store, writer) = reflector::store();
     (store, writer, Api::all(client.clone()))
 }
 
 /// Runs a reflector until the end of the process, calling `on_event` for each event.
-fn spawn_reflector<K>(
+fn spawn_reflector<K: Cached>(
     name: &'static str,
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
-) where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) {
     tokio::spawn(async move {
         let stream = reflector::reflector(
             writer,

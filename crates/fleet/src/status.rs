@@ -51,18 +51,7 @@ pub fn condition(
     now: &Time,
 ) -> Condition {
     let status = if ok { "True" } else { "False" };
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == kind && c.status == status)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
-        type_: kind.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message,
-        observed_generation: generation,
-        last_transition_time,
-    }
+    condition::keep_time(kind, status, reason, message, generation, previous, now)
 }
 
 /// The placement's status from its plan and its Works (by cluster).
