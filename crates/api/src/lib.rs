@@ -28,6 +28,7 @@ pub mod cluster;
 pub mod multicluster;
 pub mod overrides;
 pub mod placement;
+pub mod quantity;
 mod schema;
 pub mod work;
 

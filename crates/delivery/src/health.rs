@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use flotilla_api::quantity::Amount;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Resource;
@@ -11,7 +12,6 @@ use kube::discovery::ApiResource;
 use serde::de::DeserializeOwned;
 use tracing::{Instrument, info_span, warn};
 
-use crate::quantity::Amount;
 use crate::{Error, Member};
 
 /// What [`Member::probe`] found.

@@ -58,7 +58,6 @@ mod drift;
 mod health;
 mod kinds;
 pub mod provenance;
-mod quantity;
 mod sync;
 
 pub use health::Health;

@@ -181,6 +181,13 @@ impl Member {
                 ),
             );
         }
+        // A shared object (a namespace several placements need) only has to exist.
+        if shared && let Some(live) = live {
+            return Outcome::Live {
+                object: live,
+                drift: Vec::new(),
+            };
+        }
         let hash = manifest_hash(manifest);
         if cx.policy.drift == DriftPolicy::Report
             && let Some(live) = live

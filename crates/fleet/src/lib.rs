@@ -25,7 +25,6 @@
 mod cluster;
 pub mod model;
 pub mod plan;
-mod quantity;
 pub mod render;
 pub mod runtime;
 pub mod scheduler;
@@ -33,7 +32,6 @@ mod selector;
 pub mod status;
 
 pub use cluster::{ClusterTerm, ClusterView, Taint, TaintEffect, Toleration, TolerationOperator};
-pub use quantity::Quantity;
 pub use scheduler::{
     Bounds, ClusterAffinity, DivisionError, Dynamic, PropertyOperator, PropertyRequirement, Reason,
     ReplicaMode, ReplicaPolicy, Selection, SpreadConstraint, WeightTerm, divide, select,

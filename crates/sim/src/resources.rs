@@ -1,6 +1,7 @@
 //! Amounts of CPU, memory and pods: Kubernetes quantities read as integers, what a node
 //! offers and what one pod of a template asks for.
 
+use flotilla_api::quantity::Amount;
 use serde_json::Value;
 
 /// Amounts of the resources the simulator schedules by.
@@ -15,7 +16,7 @@ pub struct Resources {
 }
 
 /// A non-negative Kubernetes quantity (`"500m"`, `"2"`, `"1.5Gi"`, `"1e3"`) in thousandths of
-/// its unit, rounded up; `None` if `text` is not one or is too large.
+/// its unit, rounded up; `None` if `text` is not one, is negative or is too large.
 ///
 /// ```
 /// use flotilla_sim::resources::milli;
@@ -26,50 +27,10 @@ pub struct Resources {
 /// assert_eq!(milli("-1"), None);
 /// ```
 pub fn milli(text: &str) -> Option<u128> {
-    let text = text.strip_prefix('+').unwrap_or(text);
-    let end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(end);
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+    if text.starts_with('-') {
         return None;
     }
-    let mut mantissa: u128 = 0;
-    for digit in whole.bytes().chain(fraction.bytes()) {
-        mantissa = mantissa
-            .checked_mul(10)?
-            .checked_add(u128::from(digit - b'0'))?;
-    }
-    let (exponent10, exponent2): (i64, u32) = match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 10),
-        "Mi" => (0, 20),
-        "Gi" => (0, 30),
-        "Ti" => (0, 40),
-        "Pi" => (0, 50),
-        "Ei" => (0, 60),
-        other => (other.strip_prefix(['e', 'E'])?.parse().ok()?, 0),
-    };
-    let value = mantissa.checked_mul(1u128.checked_shl(exponent2)?)?;
-    // value · 1000 = mantissa · 2^exponent2 · 10^(3 + exponent10 - digits after the point)
-    let exponent = 3 + exponent10 - i64::try_from(fraction.len()).ok()?;
-    let power = 10u128.checked_pow(u32::try_from(exponent.unsigned_abs()).ok()?);
-    if exponent >= 0 {
-        value.checked_mul(power?)
-    } else {
-        // A divisor too large for 128 bits leaves a positive value below one thousandth.
-        Some(power.map_or(u128::from(value > 0), |d| value.div_ceil(d)))
-    }
+    u128::try_from(Amount::parse(text)?.millis()?).ok()
 }
 
 /// A quantity as a whole number of units, rounded up (bytes of memory, pods).
@@ -198,7 +159,9 @@ mod tests {
         ] {
             assert_eq!(milli(text), Some(expected), "{text}");
         }
-        for bad in ["", "-1", "1x", "1.2.3", "e3", "1e", "Gi", "1 Gi", "1e99"] {
+        for bad in [
+            "", "-1", "-1n", "1x", "1.2.3", "e3", "1e", "Gi", "1 Gi", "1e99",
+        ] {
             assert_eq!(milli(bad), None, "{bad}");
         }
     }

@@ -15,9 +15,9 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use flotilla_api::quantity::Amount;
 use serde::{Deserialize, Serialize};
 
-use crate::quantity::compare_numbers;
 use crate::{ClusterView, LabelSelector, Taint, TaintEffect, Toleration};
 
 /// Which clusters a placement wants. Every term given must hold (they are ANDed); an empty
@@ -50,7 +50,7 @@ pub struct ClusterAffinity {
 
 /// A requirement on one cluster property: `properties[name] <operator> value`.
 ///
-/// When both sides are numbers or Kubernetes quantities ([`Quantity`](crate::Quantity))
+/// When both sides are numbers or Kubernetes quantities ([`Amount`], read exactly)
 /// they are compared by value. Otherwise `Eq` and `Ne` compare the strings, and `Gt`,
 /// `Ge`, `Lt` and `Le` do not hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,6 +262,13 @@ fn feasibility(
     Ok(())
 }
 
+/// Compares two property values: `Some` ordering when both are numbers or quantities read
+/// exactly ([`Amount::parse_exact`]), `None` otherwise (a value needing digits finer than
+/// 10⁻¹⁸, or too large for 128 bits, is then compared as a string).
+fn compare_numbers(left: &str, right: &str) -> Option<Ordering> {
+    Some(Amount::parse_exact(left)?.cmp(&Amount::parse_exact(right)?))
+}
+
 impl PropertyRequirement {
     /// Whether `properties` satisfy this requirement, and if not, why.
     pub fn check(&self, properties: &BTreeMap<String, String>) -> Result<(), Reason> {
@@ -429,6 +436,15 @@ mod tests {
 
     fn cluster(name: &str) -> ClusterView {
         ClusterView::ready(name)
+    }
+
+    #[test]
+    fn compare_numbers_needs_two_numbers() {
+        assert_eq!(compare_numbers("8", "16"), Some(Ordering::Less));
+        assert_eq!(compare_numbers("1Ki", "1024"), Some(Ordering::Equal));
+        assert_eq!(compare_numbers("v1.32.1", "16"), None);
+        assert_eq!(compare_numbers("16", "v1"), None);
+        assert_eq!(compare_numbers("1e-19", "0"), None);
     }
 
     fn labelled(name: &str, labels: &[(&str, &str)]) -> ClusterView {
