@@ -202,30 +202,33 @@ async fn publish_profile(
         .map(|set| (multicluster::LABEL_CLUSTER_SET.to_owned(), set.clone()))
         .collect();
     ensure_namespace(fleet, &namespace, namespace_labels).await?;
-    // A profile left in another namespace (the cluster changed sets) goes.
-    let everywhere: Api<ClusterProfile> = Api::all(fleet.client.clone());
-    let ours = ListParams::default()
-        .labels(&format!(
-            "{}={FIELD_MANAGER}",
-            multicluster::LABEL_CLUSTER_MANAGER
-        ))
-        .fields(&format!("metadata.name={name}"));
-    for stale in everywhere.list(&ours).await? {
-        if let Some(other) = stale
-            .metadata
-            .namespace
-            .as_deref()
-            .filter(|ns| *ns != namespace)
-        {
-            Api::<ClusterProfile>::namespaced(fleet.client.clone(), other)
-                .delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ())
-                .or_else(gone)?;
-        }
-    }
     let api: Api<ClusterProfile> = Api::namespaced(fleet.client.clone(), &namespace);
     let current = api.get_opt(&name).await?;
+    if current.is_none() {
+        // A first profile here: one left in another namespace (the cluster changed
+        // sets) goes.
+        let everywhere: Api<ClusterProfile> = Api::all(fleet.client.clone());
+        let ours = ListParams::default()
+            .labels(&format!(
+                "{}={FIELD_MANAGER}",
+                multicluster::LABEL_CLUSTER_MANAGER
+            ))
+            .fields(&format!("metadata.name={name}"));
+        for stale in everywhere.list(&ours).await? {
+            if let Some(other) = stale
+                .metadata
+                .namespace
+                .as_deref()
+                .filter(|ns| *ns != namespace)
+            {
+                Api::<ClusterProfile>::namespaced(fleet.client.clone(), other)
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map(|_| ())
+                    .or_else(gone)?;
+            }
+        }
+    }
     let mut profile = ClusterProfile::new(
         &name,
         ClusterProfileSpec {
