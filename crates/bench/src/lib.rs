@@ -11,6 +11,7 @@
 //! ```
 
 pub mod api;
+pub mod fleet;
 pub mod store;
 
 use std::time::Duration;

@@ -12,6 +12,8 @@ pub enum Scenario {
     Store,
     /// The hub's API over HTTPS against the bare store underneath it.
     Api,
+    /// A template change reaching every member of a simulated fleet; the hub's memory.
+    Fleet,
 }
 
 /// `flotilla bench [--quick] [--out DIR] [--scenario S]…`
@@ -35,7 +37,7 @@ impl BenchArgs {
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("cannot create {}", self.out.display()))?;
         let scenarios = if self.scenarios.is_empty() {
-            vec![Scenario::Store, Scenario::Api]
+            vec![Scenario::Store, Scenario::Api, Scenario::Fleet]
         } else {
             self.scenarios.clone()
         };
@@ -50,6 +52,21 @@ impl BenchArgs {
                     let report = runtime.block_on(flotilla_bench::store::run(&options))?;
                     println!("{}", report.table());
                     let file = self.out.join("store.json");
+                    std::fs::write(&file, serde_json::to_string_pretty(&report.json())?)
+                        .with_context(|| format!("cannot write {}", file.display()))?;
+                    println!("results: {}", file.display());
+                }
+                Scenario::Fleet => {
+                    let binary =
+                        std::env::current_exe().context("cannot find the flotilla binary")?;
+                    let options = if self.quick {
+                        flotilla_bench::fleet::Options::quick(&self.out, binary)
+                    } else {
+                        flotilla_bench::fleet::Options::new(&self.out, binary)
+                    };
+                    let report = runtime.block_on(flotilla_bench::fleet::run(&options))?;
+                    println!("{}", report.table());
+                    let file = self.out.join("fleet.json");
                     std::fs::write(&file, serde_json::to_string_pretty(&report.json())?)
                         .with_context(|| format!("cannot write {}", file.display()))?;
                     println!("results: {}", file.display());

@@ -31,7 +31,7 @@ use crate::status::{self, WorkView};
 pub const FINALIZER: &str = "flotilla.io/placement";
 
 /// How many Works one placement writes at once.
-const WRITES_AT_ONCE: usize = 16;
+const WRITES_AT_ONCE: usize = 64;
 
 /// What the controller needs of a Placement or a ClusterPlacement.
 pub(super) trait PlacementObject:
