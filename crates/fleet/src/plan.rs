@@ -17,6 +17,7 @@
 //! max) leaves every current Work as it is and says why in `scheduled`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use flotilla_api::{
     Cluster, OverrideSpec, PlacementReference, PlacementSpec, ResourceSelector, WorkSpec,
@@ -133,11 +134,11 @@ pub struct Inputs<'a> {
     /// The objects it selects (see [`selects`]).
     pub templates: &'a [Value],
     /// Every Cluster.
-    pub clusters: &'a [Cluster],
+    pub clusters: &'a [Arc<Cluster>],
     /// Every Override and ClusterOverride (those not matching are skipped).
     pub overrides: &'a [OverrideRef<'a>],
     /// The placement's current Works, by cluster.
-    pub current: &'a BTreeMap<String, WorkSpec>,
+    pub current: &'a BTreeMap<String, &'a WorkSpec>,
 }
 
 /// What a placement wants.
@@ -189,7 +190,11 @@ pub fn plan(inputs: Inputs<'_>) -> Plan {
     match try_plan(inputs) {
         Ok(plan) => plan,
         Err(why) => Plan {
-            works: inputs.current.clone(),
+            works: inputs
+                .current
+                .iter()
+                .map(|(cluster, work)| (cluster.clone(), (*work).clone()))
+                .collect(),
             scheduled: Err(why),
             ..Plan::default()
         },
@@ -198,7 +203,7 @@ pub fn plan(inputs: Inputs<'_>) -> Plan {
 
 fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
     let model_error = |e: ModelError| e.to_string();
-    let views: Vec<ClusterView> = inputs.clusters.iter().map(model::view).collect();
+    let views: Vec<ClusterView> = inputs.clusters.iter().map(|c| model::view(c)).collect();
     let affinity = model::affinity(&inputs.spec.clusters).map_err(model_error)?;
     let policy = model::policy(inputs.spec.replicas.as_ref()).map_err(model_error)?;
     let previous: Vec<String> = inputs.current.keys().cloned().collect();
@@ -281,7 +286,7 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
     let cluster_objects: BTreeMap<&str, &Cluster> = inputs
         .clusters
         .iter()
-        .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, &**c)))
         .collect();
     for view in chosen {
         let Some(cluster) = cluster_objects.get(view.name.as_str()) else {
@@ -335,7 +340,7 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
             }
             Err(why) => {
                 if let Some(current) = inputs.current.get(&view.name) {
-                    plan.works.insert(view.name.clone(), current.clone());
+                    plan.works.insert(view.name.clone(), (*current).clone());
                 }
                 plan.failed.insert(view.name.clone(), why);
             }

@@ -187,12 +187,21 @@ fn reflect<K: Cached>(client: &Client) -> (Store<K>, reflector::store::Writer<K>
 }
 
 /// Runs a reflector until the end of the process, calling `on_event` for each event.
-fn spawn_reflector<K: Cached>(
-    name: &'static str,
+fn spawn_reflector<K>(
+    name: impl std::fmt::Display + Send + 'static,
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
-) {
+) where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
     tokio::spawn(async move {
         let stream = reflector::reflector(
             writer,
@@ -202,7 +211,7 @@ fn spawn_reflector<K: Cached>(
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => on_event(&event),
-                Err(e) => warn!(cache = name, error = %e, "watch failed; retrying"),
+                Err(e) => warn!(cache = %name, error = %e, "watch failed; retrying"),
             }
         }
     });

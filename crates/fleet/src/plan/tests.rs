@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use flotilla_api::{Cluster, ClusterSpec, ClusterStatus, OverrideSpec, PlacementSpec, WorkSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -30,11 +31,23 @@ fn cluster(name: &str, labels: &[(&str, &str)], ready: bool) -> Cluster {
     c
 }
 
-fn fleet() -> Vec<Cluster> {
+fn fleet() -> Vec<Arc<Cluster>> {
     vec![
-        cluster("eu-1", &[("region", "eu"), ("size", "small")], true),
-        cluster("eu-2", &[("region", "eu"), ("size", "large")], true),
-        cluster("us-1", &[("region", "us"), ("size", "large")], true),
+        Arc::new(cluster(
+            "eu-1",
+            &[("region", "eu"), ("size", "small")],
+            true,
+        )),
+        Arc::new(cluster(
+            "eu-2",
+            &[("region", "eu"), ("size", "large")],
+            true,
+        )),
+        Arc::new(cluster(
+            "us-1",
+            &[("region", "us"), ("size", "large")],
+            true,
+        )),
     ]
 }
 
@@ -78,17 +91,19 @@ fn key() -> PlacementKey {
 fn run(
     spec: &PlacementSpec,
     templates: &[Value],
-    clusters: &[Cluster],
+    clusters: &[Arc<Cluster>],
     overrides: &[OverrideRef<'_>],
     current: &BTreeMap<String, WorkSpec>,
 ) -> Plan {
+    let current: BTreeMap<String, &WorkSpec> =
+        current.iter().map(|(c, w)| (c.clone(), w)).collect();
     plan(Inputs {
         placement: &key(),
         spec,
         templates,
         clusters,
         overrides,
-        current,
+        current: &current,
     })
 }
 
@@ -168,7 +183,11 @@ fn a_cluster_that_is_not_ready_gives_its_share_away_and_gets_it_back() {
     let spec = placement();
     let first = run(&spec, &[deployment(9)], &fleet(), &[], &BTreeMap::new());
     let mut clusters = fleet();
-    clusters[1] = cluster("eu-2", &[("region", "eu"), ("size", "large")], false);
+    clusters[1] = Arc::new(cluster(
+        "eu-2",
+        &[("region", "eu"), ("size", "large")],
+        false,
+    ));
     let down = run(&spec, &[deployment(9)], &clusters, &[], &first.works);
     assert_eq!(down.selection.chosen, ["eu-1", "eu-2"], "its Work stays");
     assert_eq!(replicas_in(&down.works["eu-1"]), 9);

@@ -135,13 +135,9 @@ async fn place<P: PlacementObject>(
         }
     };
     // A cluster being unjoined takes no new Works.
-    let clusters: Vec<flotilla_api::Cluster> = fleet
+    let clusters = fleet
         .clusters
-        .state()
-        .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .map(|c| (**c).clone())
-        .collect();
+        .state_filter(|c| c.metadata.deletion_timestamp.is_none());
     let overrides = fleet.overrides.state();
     let cluster_overrides = fleet.cluster_overrides.state();
     let mut refs: Vec<OverrideRef<'_>> = cluster_overrides
@@ -158,9 +154,9 @@ async fn place<P: PlacementObject>(
         spec: &o.spec,
     }));
     let works = current_works(fleet, key);
-    let current: BTreeMap<String, WorkSpec> = works
+    let current: BTreeMap<String, &WorkSpec> = works
         .iter()
-        .map(|(cluster, w)| (cluster.clone(), w.spec.clone()))
+        .map(|(cluster, w)| (cluster.clone(), &w.spec))
         .collect();
     let plan = plan::plan(Inputs {
         placement: key,
@@ -176,7 +172,7 @@ async fn place<P: PlacementObject>(
     let name = key.work_name();
     let mut writes = Vec::new();
     for (cluster, desired) in &plan.works {
-        if current.get(cluster) == Some(desired) {
+        if current.get(cluster) == Some(&desired) {
             continue;
         }
         let namespace = work_namespace(cluster);

@@ -132,34 +132,43 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     Ok(Action::requeue(fleet.config.resync_period))
 }
 
-/// Makes sure a watch of `cluster`'s delivered objects covers every kind its Works hold.
+/// Makes sure a watch of `cluster`'s delivered objects covers every kind its Works hold
+/// (a kind no Work holds any more stays watched until the watch is next rebuilt).
 fn watch_drift(
     fleet: &Arc<Fleet>,
     cluster: &str,
     member: &Arc<flotilla_delivery::Member>,
     work: &Work,
 ) {
+    // The kinds a Work's manifests hold; shared namespaces are not a placement's to
+    // correct.
+    fn kinds_of<'a>(works: impl Iterator<Item = &'a Work>) -> BTreeSet<(String, String)> {
+        works
+            .flat_map(|w| w.spec.manifests.iter())
+            .filter(|m| !flotilla_delivery::provenance::is_shared(m))
+            .map(|m| {
+                (
+                    m["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                    m["kind"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+    let wanted = kinds_of(std::iter::once(work));
+    let mut watches = fleet.drift_watches.lock().expect("lock");
+    // Most syncs add no kind: the watch stays and the cluster's other Works are not read.
+    if watches
+        .get(cluster)
+        .is_some_and(|w| wanted.is_subset(&w.kinds))
+    {
+        return;
+    }
     let namespace = format!("{WORK_NAMESPACE_PREFIX}{cluster}");
     let works = fleet
         .works
         .state_filter(|w| w.metadata.namespace.as_deref() == Some(namespace.as_str()));
-    let kinds: BTreeSet<(String, String)> = works
-        .iter()
-        .flat_map(|w| w.spec.manifests.iter())
-        .chain(work.spec.manifests.iter())
-        // Shared namespaces are not the placement's to correct.
-        .filter(|m| !flotilla_delivery::provenance::is_shared(m))
-        .map(|m| {
-            (
-                m["apiVersion"].as_str().unwrap_or_default().to_owned(),
-                m["kind"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect();
-    let mut watches = fleet.drift_watches.lock().expect("lock");
-    if watches.get(cluster).is_some_and(|w| w.kinds == kinds) {
-        return;
-    }
+    let mut kinds = kinds_of(works.iter().map(|w| &**w));
+    kinds.extend(wanted);
     let list: Vec<(String, String)> = kinds.iter().cloned().collect();
     let changes = member.changes(&list, &provenance(fleet, work));
     let weak = Arc::downgrade(fleet);

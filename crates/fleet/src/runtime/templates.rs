@@ -5,14 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{Error, Fleet};
 use crate::plan::{self, PlacementKey};
@@ -81,25 +80,13 @@ impl Templates {
         }
         info!(%api_version, %kind, "watching templates");
         let (api_version, kind) = (api_version.to_owned(), kind.to_owned());
-        tokio::spawn(async move {
-            let stream = reflector::reflector(
-                writer,
-                watcher(api, watcher::Config::default()).default_backoff(),
-            );
-            futures_util::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                let Some(fleet) = fleet.upgrade() else { return };
-                match event {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
-                        let object = as_value(&o, &api_version, &kind);
-                        for key in selecting(&fleet, &object) {
-                            fleet.poke(&key);
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        warn!(%api_version, %kind, error = %e, "template watch failed; retrying")
-                    }
+        super::spawn_reflector(format!("{api_version} {kind}"), api, writer, move |event| {
+            if let (Some(fleet), watcher::Event::Apply(o) | watcher::Event::Delete(o)) =
+                (fleet.upgrade(), event)
+            {
+                let object = as_value(o, &api_version, &kind);
+                for key in selecting(&fleet, &object) {
+                    fleet.poke(&key);
                 }
             }
         });
