@@ -11,6 +11,9 @@
 //! store never holds a field the schema does not describe, and `fieldValidation` decides
 //! whether a request naming one fails, warns or passes silently.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
 use serde_json::{Map, Value};
 
 use crate::openapi;
@@ -205,12 +208,17 @@ fn walk_object(
 #[derive(Clone, Copy, Debug)]
 pub struct Structural<'a> {
     root: &'a Value,
+    /// The schema as the resource type shares it, which its compiled rules are cached by.
+    shared: &'a Arc<Value>,
 }
 
 impl<'a> Structural<'a> {
     /// The structural schema of a custom resource type; `None` for built-in kinds.
     pub fn for_type(rt: &'a ResourceType) -> Option<Structural<'a>> {
-        rt.schema.as_ref().map(|s| Structural { root: &s.0 })
+        rt.schema.as_ref().map(|s| Structural {
+            root: &s.0,
+            shared: &s.0,
+        })
     }
 
     /// Fills in every `default` the schema gives for a field that is absent, at every depth
@@ -234,10 +242,11 @@ impl Structural<'_> {
     /// with `oldSelf` (transition rules) run only on updates, against `old`. Evaluated by
     /// kube-cel, which implements the Kubernetes CEL libraries.
     pub fn rules(&self, object: &Value, old: Option<&Value>) -> Vec<Cause> {
-        if !has_rules(self.root) {
+        let Some(compiled) = compiled_rules(self.shared) else {
             return Vec::new();
-        }
-        match kube_cel::Validator::new().validate(self.root, object, old) {
+        };
+        let checked = VALIDATOR.with(|v| v.validate_compiled(&compiled, object, old));
+        match checked {
             Ok(()) => Vec::new(),
             Err(errors) => errors
                 .into_vec()
@@ -266,6 +275,37 @@ impl Structural<'_> {
                 .collect(),
         }
     }
+}
+
+thread_local! {
+    /// A CEL environment with the Kubernetes libraries, made once per thread (making one
+    /// registers every function).
+    static VALIDATOR: kube_cel::Validator = kube_cel::Validator::new();
+}
+
+/// A schema's rules, compiled once: by the schema's address, checked against a weak
+/// reference so that a schema dropped and another allocated in its place is not mistaken
+/// for it.
+type CompiledRules = HashMap<usize, (Weak<Value>, Option<Arc<kube_cel::CompiledSchema>>)>;
+
+static COMPILED: LazyLock<Mutex<CompiledRules>> = LazyLock::new(Mutex::default);
+
+/// The compiled `x-kubernetes-validations` rules of `schema`; `None` when it has none.
+fn compiled_rules(schema: &Arc<Value>) -> Option<Arc<kube_cel::CompiledSchema>> {
+    let address = Arc::as_ptr(schema) as usize;
+    let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((weak, rules)) = compiled.get(&address)
+        && weak
+            .upgrade()
+            .is_some_and(|live| Arc::ptr_eq(&live, schema))
+    {
+        return rules.clone();
+    }
+    // Entries of schemas gone (CRDs changed or deleted) go with this one's arrival.
+    compiled.retain(|_, (weak, _)| weak.strong_count() > 0);
+    let rules = has_rules(schema).then(|| Arc::new(kube_cel::compile_schema(schema)));
+    compiled.insert(address, (Arc::downgrade(schema), rules.clone()));
+    rules
 }
 
 /// Whether a schema holds any `x-kubernetes-validations` rule.

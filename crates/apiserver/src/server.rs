@@ -157,6 +157,11 @@ pub async fn serve_tls(
                 }
             },
         };
+        // Answers and watch events leave when written, not after the client's delayed
+        // ack of the previous segment (Nagle: up to ~40 ms each).
+        if let Err(e) = socket.set_nodelay(true) {
+            debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+        }
         let acceptor = acceptor.clone();
         let app = app.clone();
         let mut stopped = stopped.clone();

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::Cluster;
 use flotilla_delivery::Member;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::Secret;
+use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 
@@ -23,11 +26,15 @@ struct Built {
     member: Arc<Member>,
 }
 
+/// How many syncs run at once on one member (the rest wait their turn).
+pub const MEMBER_CONCURRENCY: usize = 8;
+
 /// Member clients by cluster name, with the Secret version they were built from.
 pub(super) struct Members {
     hub: Client,
     timeout: Duration,
     members: Mutex<HashMap<String, Built>>,
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Members {
@@ -36,7 +43,20 @@ impl Members {
             hub,
             timeout,
             members: Mutex::default(),
+            turns: Mutex::default(),
         }
+    }
+
+    /// A turn to sync on `cluster`: at most [`MEMBER_CONCURRENCY`] are held at once.
+    pub async fn turn(&self, cluster: &str) -> tokio::sync::OwnedSemaphorePermit {
+        let turns = self
+            .turns
+            .lock()
+            .expect("lock")
+            .entry(cluster.to_owned())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(MEMBER_CONCURRENCY)))
+            .clone();
+        turns.acquire_owned().await.expect("never closed")
     }
 
     /// The member client of `cluster`; its credentials Secret is read again at most once
@@ -98,6 +118,7 @@ impl Members {
 
     /// Forgets the client of `cluster`.
     pub fn forget(&self, cluster: &str) {
+        // Its turns stay: syncs in flight hold them.
         self.members.lock().expect("lock").remove(cluster);
     }
 }
@@ -115,5 +136,23 @@ pub async fn client_from_kubeconfig(bytes: &[u8], timeout: Duration) -> Result<C
     config.connect_timeout = Some(timeout);
     config.read_timeout = None;
     config.write_timeout = Some(timeout);
-    Client::try_from(config).map_err(|e| format!("cannot make a client from the kubeconfig: {e}"))
+    let cannot = |e: kube::Error| format!("cannot make a client from the kubeconfig: {e}");
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    // A request's head and body leave at once, not the body after the peer's delayed ack
+    // (Nagle: ~40 ms on every request with a body).
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(timeout));
+    let https = config
+        .rustls_https_connector_with_connector(http)
+        .map_err(cannot)?;
+    let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(MEMBER_CONCURRENCY)
+        .build::<_, kube::client::Body>(https);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().map_err(cannot)?)
+        .map_err(tower::BoxError::from)
+        .service(pool);
+    Ok(Client::new(service, config.default_namespace))
 }

@@ -26,8 +26,9 @@ pub const FINALIZER: &str = "flotilla.io/delivery";
 /// The longest a Work's sync (or removal) may take on its member.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How many Works are synced to their members at once (over all members).
-pub const PUSH_CONCURRENCY: usize = 64;
+/// How many Works are synced to their members at once, over all members (and at most
+/// [`MEMBER_CONCURRENCY`](super::MEMBER_CONCURRENCY) on one member).
+pub const PUSH_CONCURRENCY: usize = 1024;
 
 /// The annotation on a Cluster saying what its unjoining does to the objects the hub
 /// placed there: `Orphan` leaves them.
@@ -119,6 +120,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
         return Err(Error::Waiting(format!("cluster {name} is not known")));
     };
     let member = fleet.members.get(&cluster).await?;
+    let turn = fleet.members.turn(name).await;
     let previous = work
         .status
         .as_ref()
@@ -137,6 +139,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
             .conditions
             .iter()
             .any(|c| c.type_ == flotilla_api::condition::APPLIED && c.status == "True");
+    drop(turn);
     fleet.metrics.synced(&key(work), applied);
     if work.status.as_ref() != Some(&status) {
         let api: Api<Work> =
