@@ -591,7 +591,8 @@ spec:
             .as_array()
             .and_then(|c| c.iter().find(|c| c["name"] == "member-2"))
             .and_then(|c| condition(&serde_json::json!({"status": c}), "Applied").cloned())
-            .filter(|c| c["status"] == "False")
+            // Not `Pending` (no sync yet): the sync's answer.
+            .filter(|c| c["status"] == "False" && c["reason"] != "Pending")
             .ok_or_else(|| p["status"].to_string())
     });
     let message = missing["message"].as_str().unwrap();
