@@ -109,6 +109,11 @@ impl Metrics {
         }
     }
 
+    /// The registry, for the embedding program to add its own metrics to.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// Counts a finished request (and times it, unless it was a watch).
     pub fn observe(&self, labels: RequestLabels, code: u16, elapsed: Duration) {
         if labels.verb != "WATCH" {

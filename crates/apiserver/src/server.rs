@@ -41,11 +41,21 @@ struct Shared {
 /// The HTTP application: health endpoints without authentication, everything else behind
 /// the bearer token.
 pub fn router(api: Api, auth: Auth, ready: Arc<AtomicBool>) -> axum::Router {
+    router_with(api, auth, ready, Arc::new(Metrics::new()))
+}
+
+/// [`router`] with `metrics` at `/metrics` (to which the caller may have added its own).
+pub fn router_with(
+    api: Api,
+    auth: Auth,
+    ready: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+) -> axum::Router {
     axum::Router::new().fallback(handle).with_state(Shared {
         api,
         auth,
         ready,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
     })
 }
 

@@ -87,7 +87,7 @@ impl HubArgs {
             .store
             .clone()
             .unwrap_or_else(|| StoreUrl::Sqlite(self.data_dir.join("hub.db")));
-        let server = ApiServer::open("hub", &self.data_dir, self.listen, &path).await?;
+        let mut server = ApiServer::open("hub", &self.data_dir, self.listen, &path).await?;
         install_fleet_api(&server.api).await?;
         // The fleet controllers use the API in-process, through the same routing,
         // admission and watch paths as any client.
@@ -95,6 +95,8 @@ impl HubArgs {
             flotilla_apiserver::server::local_service(server.api.clone()),
             "default",
         );
+        let metrics = flotilla_fleet::runtime::Metrics::default();
+        metrics.register(server.metrics.registry_mut());
         tokio::spawn(flotilla_fleet::runtime::run(
             client,
             flotilla_fleet::runtime::Config {
@@ -103,6 +105,7 @@ impl HubArgs {
                 resync_period: self.resync_period,
                 ..flotilla_fleet::runtime::Config::default()
             },
+            metrics,
         ));
         server.compact_every(self.compaction_interval);
         server.serve().await

@@ -94,6 +94,8 @@ pub struct ApiServer {
     pub store: Arc<dyn Store>,
     /// Where clients reach it: `https://HOST:PORT`.
     pub url: String,
+    /// What `/metrics` shows; more can be registered before serving.
+    pub metrics: flotilla_apiserver::metrics::Metrics,
     role: &'static str,
     identity: HubIdentity,
     listen: SocketAddr,
@@ -134,6 +136,7 @@ impl ApiServer {
             .await
             .map_err(|e| anyhow::anyhow!("cannot set up the initial namespaces: {e}"))?;
         Ok(ApiServer {
+            metrics: flotilla_apiserver::metrics::Metrics::new(),
             api,
             store,
             url,
@@ -191,7 +194,7 @@ impl ApiServer {
             check: Arc::new(move |token| identity.is_admin_token(token)),
         };
         let ready = Arc::new(AtomicBool::new(false));
-        let app = server::router(self.api, auth, ready.clone());
+        let app = server::router_with(self.api, auth, ready.clone(), Arc::new(self.metrics));
         ready.store(true, Ordering::Release);
         let role = self.role;
         info!(url = %self.url, kubeconfig = %kubeconfig.display(), store = %self.store_path.display(), "{role} serving");

@@ -18,12 +18,14 @@
 
 mod health;
 mod members;
+mod metrics;
 mod placement;
 mod push;
 mod templates;
 
 pub use members::{KUBECONFIG_KEY, client_from_kubeconfig};
-pub use push::UNJOIN_ANNOTATION;
+pub use metrics::Metrics;
+pub use push::{PUSH_CONCURRENCY, UNJOIN_ANNOTATION};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -109,6 +111,7 @@ pub(crate) struct Fleet {
     poke_cluster_placement: mpsc::UnboundedSender<ObjectRef<ClusterPlacement>>,
     poke_work: mpsc::UnboundedSender<ObjectRef<Work>>,
     drift_watches: Mutex<HashMap<String, push::DriftWatch>>,
+    metrics: Metrics,
 }
 
 impl Fleet {
@@ -217,8 +220,8 @@ fn spawn_reflector<K>(
     });
 }
 
-/// Runs the fleet controllers until the process ends.
-pub async fn run(client: Client, config: Config) {
+/// Runs the fleet controllers until the process ends, counting into `metrics`.
+pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let (clusters, clusters_writer, clusters_api) = reflect::<Cluster>(&client);
     let (overrides, overrides_writer, overrides_api) = reflect::<Override>(&client);
     let (cluster_overrides, cluster_overrides_writer, cluster_overrides_api) =
@@ -245,6 +248,7 @@ pub async fn run(client: Client, config: Config) {
         poke_cluster_placement,
         poke_work,
         drift_watches: Mutex::default(),
+        metrics,
     });
 
     // Clusters: a change of what selection sees re-plans every placement.

@@ -27,6 +27,9 @@ pub const FINALIZER: &str = "flotilla.io/delivery";
 /// The longest a Work's sync (or removal) may take on its member.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How many Works are synced to their members at once (over all members).
+pub const PUSH_CONCURRENCY: usize = 64;
+
 /// The annotation on a Cluster saying what its unjoining does to the objects the hub
 /// placed there: `Orphan` leaves them.
 pub const UNJOIN_ANNOTATION: &str = "flotilla.io/unjoin";
@@ -52,15 +55,29 @@ pub(super) async fn run(
         Api::<Work>::all(fleet.client.clone()),
         watcher::Config::default(),
     )
+    .with_config(
+        kube::runtime::controller::Config::default()
+            .concurrency(u16::try_from(PUSH_CONCURRENCY).unwrap_or(u16::MAX)),
+    )
     .reconcile_on(pokes)
     .run(reconcile, error_policy, fleet)
     .for_each(|_| async {})
     .await;
 }
 
-fn error_policy(work: Arc<Work>, error: &Error, _: Arc<Fleet>) -> Action {
+fn error_policy(work: Arc<Work>, error: &Error, fleet: Arc<Fleet>) -> Action {
+    fleet.metrics.failed(&key(&work));
     warn!(work = %work.name_any(), cluster = %work.spec.cluster, %error, "Work not delivered; retrying");
     Action::requeue(Duration::from_secs(5))
+}
+
+/// The Work's `namespace/name`, as the metrics know it.
+fn key(work: &Work) -> String {
+    format!(
+        "{}/{}",
+        work.namespace().unwrap_or_default(),
+        work.name_any()
+    )
 }
 
 fn provenance(fleet: &Fleet, work: &Work) -> Provenance {
@@ -118,6 +135,12 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
             previous,
         )
         .await;
+    let applied = status.observed_generation == work.metadata.generation
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == flotilla_api::condition::APPLIED && c.status == "True");
+    fleet.metrics.synced(&key(work), applied);
     if work.status.as_ref() != Some(&status) {
         let api: Api<Work> =
             Api::namespaced(fleet.client.clone(), &work.namespace().unwrap_or_default());
@@ -192,6 +215,7 @@ fn watch_drift(
 /// The Work is going: what it put on the member goes too (or stays, orphaned). A cluster
 /// that is gone, or being unjoined while it does not answer, is not waited for.
 async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
+    fleet.metrics.forget(&key(work));
     let name = &work.spec.cluster;
     let Some(cluster) = cluster_of(fleet, name) else {
         info!("cluster gone: nothing to remove");
