@@ -40,10 +40,9 @@ use crate::plot::Chart;
 use crate::system::{rss_mib, settle};
 use crate::{Error, Latency, Progress, Row, check, ratio};
 
-/// The hub's push concurrency: Works it applies to members at once; the baseline applies
-/// as many at once.
-// TODO: flotilla_fleet::runtime::PUSH_CONCURRENCY once it is on main.
-pub const CONCURRENCY: usize = 64;
+/// The hub's push concurrency (Works it syncs at once); the baseline applies as many at
+/// once.
+pub const CONCURRENCY: usize = flotilla_fleet::runtime::PUSH_CONCURRENCY;
 
 /// The field manager of the baseline's applies and of the bench's writes on the hub.
 pub const FIELD_MANAGER: &str = "flotilla-bench";
