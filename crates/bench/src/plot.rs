@@ -57,6 +57,8 @@ const LEFT: f64 = 76.0;
 const RIGHT: f64 = 220.0;
 const TOP: f64 = 44.0;
 const BOTTOM: f64 = 60.0;
+/// Series with more points than this are drawn without markers.
+const MAX_MARKERS: usize = 40;
 const COLOURS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
@@ -215,7 +217,8 @@ impl Chart {
                 r#"<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{}"/>"#,
                 coordinates.join(" ")
             );
-            if !series.dashed {
+            // Markers on a solid line of few points (a dense time series is the line).
+            if !series.dashed && drawn.len() <= MAX_MARKERS {
                 for (x, y) in &drawn {
                     let _ = writeln!(
                         svg,
@@ -535,6 +538,10 @@ mod tests {
         let svg = Chart::new("t", "x", "y").line("a", Vec::new()).svg();
         assert!(svg.contains("no data"));
         assert_eq!(svg.matches("<polyline").count(), 1);
+        // A dense series is a line without markers.
+        let dense = (0..100).map(|i| (f64::from(i), 1.0)).collect();
+        let svg = Chart::new("t", "x", "y").line("a", dense).svg();
+        assert_eq!(svg.matches("<circle").count(), 0);
     }
 
     #[test]
