@@ -1,17 +1,34 @@
 //! Changes on the member to what a hub delivered: one label-selected watch per
-//! kind, each restarting with backoff after errors, merged into one stream of ticks.
+//! kind, each restarting with backoff after errors and filling the kind's store of live
+//! objects ([`crate::live`]), merged into one stream of [`Change`]s.
 
 use std::time::Duration;
 
 use futures_util::future::ready;
 use futures_util::stream::{self, BoxStream, Stream, StreamExt};
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::kinds::Kind;
+use crate::provenance::ANNOTATION_WORK;
 use crate::{Member, Provenance};
+
+/// Something a change watch saw on the member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// An object this hub delivered was added, changed or deleted; `work` is the Work its
+    /// annotation names, if it names one.
+    Object {
+        /// The delivering Work's name.
+        work: Option<String>,
+    },
+    /// A watch listed its kind (at its start, or again after a failure, which may hide
+    /// changes made meanwhile).
+    Listed,
+}
 
 /// The longest wait between two looks for a kind the member does not serve yet.
 const MAX_KIND_WAIT: Duration = Duration::from_secs(60);
@@ -21,22 +38,37 @@ impl Member {
         &self,
         kinds: &[(String, String)],
         provenance: &Provenance,
-    ) -> impl Stream<Item = ()> + Send + use<> {
+    ) -> impl Stream<Item = Change> + Send + use<> {
         let selector = provenance.selector();
-        let streams: Vec<BoxStream<'static, ()>> = kinds
+        let streams: Vec<BoxStream<'static, Change>> = kinds
             .iter()
             .map(|(api_version, kind)| {
                 let (member, client) = (self.clone(), self.client.clone());
                 let (api_version, kind) = (api_version.clone(), kind.clone());
                 let selector = selector.clone();
-                stream::once(async move { member.wait_for(&api_version, &kind).await })
+                let waiting = (member.clone(), api_version.clone(), kind.clone());
+                stream::once(async move { waiting.0.wait_for(&waiting.1, &waiting.2).await })
                     .flat_map(move |found| {
                         let api: Api<DynamicObject> =
                             Api::all_with(client.clone(), &found.resource);
                         let config = watcher::Config::default().labels(&selector);
-                        watcher::watcher(api, config)
+                        let writer = reflector::store::Writer::new(found.resource.clone());
+                        // The store serves syncs for as long as this stream lives.
+                        let registration = member.live.register(
+                            &api_version,
+                            &kind,
+                            found.resource.clone(),
+                            writer.as_reader(),
+                        );
+                        let events = watcher::watcher(api, config)
                             .default_backoff()
-                            .filter_map(move |event| ready(tick(event, &found)))
+                            // Who manages which field is not needed to sync: the bulk of
+                            // an object, not kept.
+                            .modify(|o| o.managed_fields_mut().clear());
+                        reflector::reflector(writer, events).filter_map(move |event| {
+                            let _ = &registration;
+                            ready(change(event, &found))
+                        })
                     })
                     .boxed()
             })
@@ -63,12 +95,14 @@ impl Member {
     }
 }
 
-/// Whether a watch event is a change to report: an object added, modified or deleted
-/// (the watch selects this hub's objects), or a (re)list done, which may hide changes
-/// made meanwhile.
-fn tick(event: Result<Event<DynamicObject>, watcher::Error>, kind: &Kind) -> Option<()> {
+/// The change a watch event reports: an object added, modified or deleted (the watch
+/// selects this hub's objects), or a (re)list done.
+fn change(event: Result<Event<DynamicObject>, watcher::Error>, kind: &Kind) -> Option<Change> {
     match event {
-        Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone) => Some(()),
+        Ok(Event::Apply(o) | Event::Delete(o)) => Some(Change::Object {
+            work: o.annotations().get(ANNOTATION_WORK).cloned(),
+        }),
+        Ok(Event::InitDone) => Some(Change::Listed),
         Ok(Event::Init | Event::InitApply(_)) => None,
         Err(e) => {
             warn!(kind = %kind.resource.kind, error = %e, "watch failed; retrying with backoff");

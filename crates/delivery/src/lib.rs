@@ -57,9 +57,11 @@ mod conditions;
 mod drift;
 mod health;
 mod kinds;
+mod live;
 pub mod provenance;
 mod sync;
 
+pub use changes::Change;
 pub use health::Health;
 pub use provenance::Provenance;
 
@@ -97,6 +99,7 @@ impl Error {
 pub struct Member {
     client: kube::Client,
     kinds: kinds::Kinds,
+    live: live::Live,
 }
 
 impl std::fmt::Debug for Member {
@@ -111,6 +114,7 @@ impl Member {
         Member {
             client,
             kinds: kinds::Kinds::default(),
+            live: live::Live::default(),
         }
     }
 
@@ -201,16 +205,21 @@ impl Member {
 
     /// A stream that yields whenever an object carrying this provenance's labels (those
     /// of its hub, whatever the placement) changes on the member, for the given
-    /// `(apiVersion, kind)`s, so the caller syncs again to correct or report drift and
-    /// to read status. It also yields once each watch has listed (at start, and after a
-    /// restart that may hide changes). One watch per kind, label-selected, restarting
-    /// with backoff after errors; a kind not served yet is looked for again with backoff.
-    /// With no kinds, the stream ends at once.
+    /// `(apiVersion, kind)`s, naming the Work that delivered it, so the caller syncs that
+    /// Work again to correct or report drift and to read status. It also yields
+    /// [`Change::Listed`] once each watch has listed (at start, and after a restart that
+    /// may hide changes). One watch per kind, label-selected, restarting with backoff
+    /// after errors; a kind not served yet is looked for again with backoff. With no
+    /// kinds, the stream ends at once.
+    ///
+    /// While the stream lives, [`Member::sync`] reads the objects of these kinds from what
+    /// the watches last saw instead of asking the member, so a sync that finds
+    /// everything as wanted sends no request.
     pub fn changes(
         &self,
         kinds: &[(String, String)],
         provenance: &Provenance,
-    ) -> impl Stream<Item = ()> + Send + use<> {
+    ) -> impl Stream<Item = Change> + Send + use<> {
         self.watch_changes(kinds, provenance)
     }
 }

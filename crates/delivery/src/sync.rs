@@ -161,9 +161,20 @@ impl Member {
             .namespaced
             .then(|| status.namespace.clone().unwrap_or_else(|| "default".into()));
         let api = kind.api(&self.client, status.namespace.as_deref());
-        let live = match api.get_opt(&status.name).await {
-            Ok(live) => live.map(|o| serde_json::to_value(o).unwrap_or_default()),
-            Err(e) => return Outcome::failed("ApplyFailed", message(&e)),
+        // This hub's object as the change watch last saw it; otherwise (not watched, or
+        // not this hub's) the member is asked.
+        let seen = self.live.get(
+            &status.api_version,
+            &status.kind,
+            status.namespace.as_deref(),
+            &status.name,
+        );
+        let live = match seen {
+            Some(object) => Some(serde_json::to_value(&*object).unwrap_or_default()),
+            None => match api.get_opt(&status.name).await {
+                Ok(live) => live.map(|o| serde_json::to_value(o).unwrap_or_default()),
+                Err(e) => return Outcome::failed("ApplyFailed", message(&e)),
+            },
         };
         let provenance = cx.provenance;
         let shared = is_shared(manifest);
@@ -189,19 +200,27 @@ impl Member {
             };
         }
         let hash = manifest_hash(manifest);
-        if cx.policy.drift == DriftPolicy::Report
-            && let Some(live) = live
+        // This manifest, applied before and still ours: nothing to write unless a field
+        // drifted and drift is corrected.
+        if let Some(live) = live
             && provenance.owns(&live)
             && live["metadata"]["annotations"][ANNOTATION_MANIFEST_HASH] == hash.as_str()
         {
             let drift = drift(manifest, &live);
-            if !drift.is_empty() {
-                info!(fields = drift.len(), "drift reported");
+            if drift.is_empty() {
+                return Outcome::Live {
+                    object: live,
+                    drift,
+                };
             }
-            return Outcome::Live {
-                object: live,
-                drift,
-            };
+            if cx.policy.drift == DriftPolicy::Report {
+                info!(fields = drift.len(), "drift reported");
+                return Outcome::Live {
+                    object: live,
+                    drift,
+                };
+            }
+            info!(fields = drift.len(), "drift corrected");
         }
         let mut object = manifest.clone();
         if let Some(metadata) = object["metadata"].as_object_mut() {

@@ -3,6 +3,7 @@
 //! no workload controllers, so the tests write workload status themselves.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,7 +14,7 @@ use flotilla_api::{
 };
 use flotilla_apiserver::resources::Registry;
 use flotilla_apiserver::server::local_service;
-use flotilla_delivery::{Member, Provenance};
+use flotilla_delivery::{Change, Member, Provenance};
 use flotilla_store_sqlite::SqliteStore;
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -31,6 +32,11 @@ struct Cluster {
 }
 
 async fn cluster() -> anyhow::Result<Cluster> {
+    Ok(counted_cluster().await?.0)
+}
+
+/// A member cluster whose client counts the requests it sends.
+async fn counted_cluster() -> anyhow::Result<(Cluster, Arc<AtomicUsize>)> {
     let dir = tempfile::tempdir()?;
     let store = SqliteStore::open(dir.path().join("member.db")).await?;
     let api =
@@ -38,12 +44,21 @@ async fn cluster() -> anyhow::Result<Cluster> {
     api.bootstrap()
         .await
         .map_err(|e| anyhow::anyhow!("bootstrap: {e}"))?;
-    let client = kube::Client::new(local_service(api), "default");
-    Ok(Cluster {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let counted = tower::ServiceBuilder::new()
+        .map_request(move |r| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            r
+        })
+        .service(local_service(api));
+    let client = kube::Client::new(counted, "default");
+    let cluster = Cluster {
         _dir: dir,
         member: Member::new(client.clone()),
         client,
-    })
+    };
+    Ok((cluster, requests))
 }
 
 fn provenance() -> Provenance {
@@ -737,6 +752,60 @@ async fn changes_yield_after_a_hand_edit() -> anyhow::Result<()> {
         .await
         .context("no tick after a hand edit")?
         .context("the stream ended")?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_changes_are_watched_a_sync_in_line_sends_no_request() -> anyhow::Result<()> {
+    let (c, requests) = counted_cluster().await?;
+    let p = provenance();
+    let w = work(vec![namespace(), config_map("web", "hi")], None);
+    let first = c.member.sync(&w, Some(1), &p, &[]).await;
+    assert_all_applied(&first);
+
+    let kinds = [
+        ("v1".to_owned(), "Namespace".to_owned()),
+        ("v1".to_owned(), "ConfigMap".to_owned()),
+    ];
+    let mut changes = Box::pin(c.member.changes(&kinds, &p));
+    let wait = Duration::from_secs(10);
+    for _ in &kinds {
+        let listed = tokio::time::timeout(wait, changes.next()).await?;
+        assert_eq!(listed, Some(Change::Listed));
+    }
+    // In line: read from the watch, nothing sent, the same status.
+    requests.store(0, Ordering::SeqCst);
+    let again = c.member.sync(&w, Some(1), &p, &first.manifests).await;
+    assert_eq!(again, first);
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        0,
+        "requests for a sync in line"
+    );
+
+    // A hand edit names the Work; the next sync corrects it with one request (the apply).
+    let config_maps: Api<ConfigMap> = Api::namespaced(c.client.clone(), "shop");
+    let edit = Patch::Merge(json!({"data": {"greeting": "edited"}}));
+    config_maps.patch("web", &hand(), &edit).await?;
+    let change = tokio::time::timeout(wait, changes.next()).await?;
+    assert_eq!(
+        change,
+        Some(Change::Object {
+            work: Some("web".into())
+        })
+    );
+    requests.store(0, Ordering::SeqCst);
+    let corrected = c.member.sync(&w, Some(1), &p, &again.manifests).await;
+    assert_all_applied(&corrected);
+    assert_eq!(requests.load(Ordering::SeqCst), 1, "one apply");
+    let live = config_maps.get("web").await?;
+    assert_eq!(live.data.unwrap_or_default()["greeting"], "hi");
+
+    // Without the watch, the member is asked again.
+    drop(changes);
+    requests.store(0, Ordering::SeqCst);
+    c.member.sync(&w, Some(1), &p, &corrected.manifests).await;
+    assert!(requests.load(Ordering::SeqCst) >= 1);
     Ok(())
 }
 

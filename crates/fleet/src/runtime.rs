@@ -27,7 +27,7 @@ pub use members::{KUBECONFIG_KEY, client_from_kubeconfig};
 pub use metrics::Metrics;
 pub use push::{PUSH_CONCURRENCY, UNJOIN_ANNOTATION};
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use flotilla_api::{Cluster, ClusterOverride, ClusterPlacement, Override, Placeme
 use futures_util::{Stream, StreamExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -94,6 +94,87 @@ pub enum Error {
     Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+/// Works by placement and by cluster namespace, kept by the Works' watch, so that a
+/// placement or a cluster finds its Works without going through all of them.
+#[derive(Default)]
+pub(crate) struct WorkIndex {
+    by_placement: HashMap<PlacementKey, BTreeSet<(String, String)>>,
+    by_namespace: HashMap<String, BTreeSet<String>>,
+    placement_of: HashMap<(String, String), PlacementKey>,
+    /// The index being rebuilt from a (re)list, replacing this one when it is done.
+    building: Option<Box<WorkIndex>>,
+}
+
+impl WorkIndex {
+    fn apply(&mut self, event: &watcher::Event<Work>) {
+        match event {
+            watcher::Event::Init => self.building = Some(Box::default()),
+            watcher::Event::InitApply(w) => {
+                if let Some(building) = &mut self.building {
+                    building.insert(w);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(built) = self.building.take() {
+                    *self = *built;
+                }
+            }
+            watcher::Event::Apply(w) => self.insert(w),
+            watcher::Event::Delete(w) => self.remove(&Self::id(w)),
+        }
+    }
+
+    fn id(w: &Work) -> (String, String) {
+        (
+            w.metadata.namespace.clone().unwrap_or_default(),
+            w.metadata.name.clone().unwrap_or_default(),
+        )
+    }
+
+    fn insert(&mut self, w: &Work) {
+        let id = Self::id(w);
+        let key = PlacementKey {
+            namespace: w.spec.placement.namespace.clone(),
+            name: w.spec.placement.name.clone(),
+        };
+        if self.placement_of.get(&id) == Some(&key) {
+            return;
+        }
+        self.remove(&id);
+        self.by_placement
+            .entry(key.clone())
+            .or_default()
+            .insert(id.clone());
+        self.by_namespace
+            .entry(id.0.clone())
+            .or_default()
+            .insert(id.1.clone());
+        self.placement_of.insert(id, key);
+    }
+
+    fn remove(&mut self, id: &(String, String)) {
+        let Some(key) = self.placement_of.remove(id) else {
+            return;
+        };
+        if let Some(ids) = self.by_placement.get_mut(&key) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_placement.remove(&key);
+            }
+        }
+        if let Some(names) = self.by_namespace.get_mut(&id.0) {
+            names.remove(&id.1);
+            if names.is_empty() {
+                self.by_namespace.remove(&id.0);
+            }
+        }
+    }
+}
+
+/// A placement's decision as published: (cluster, its profile's namespace) for each
+/// chosen cluster, and when.
+type Published = (Vec<(String, String)>, std::time::Instant);
+
 /// What every controller shares: the client, caches of the fleet's objects, and the
 /// queues that make controllers look at an object again.
 pub(crate) struct Fleet {
@@ -111,6 +192,10 @@ pub(crate) struct Fleet {
     poke_cluster_placement: mpsc::UnboundedSender<ObjectRef<ClusterPlacement>>,
     poke_work: mpsc::UnboundedSender<ObjectRef<Work>>,
     drift_watches: Mutex<HashMap<String, push::DriftWatch>>,
+    work_index: Mutex<WorkIndex>,
+    /// What each placement last published as its decision (clusters and their profiles'
+    /// namespaces), and when.
+    decisions: Mutex<HashMap<PlacementKey, Published>>,
     metrics: Metrics,
 }
 
@@ -128,6 +213,40 @@ impl Fleet {
                 let _ = self.poke_cluster_placement.send(ObjectRef::new(&key.name));
             }
         }
+    }
+
+    /// The Works of placement `key`.
+    fn works_of(&self, key: &PlacementKey) -> Vec<Arc<Work>> {
+        let ids: Vec<(String, String)> = {
+            let index = self.work_index.lock().expect("lock");
+            index
+                .by_placement
+                .get(key)
+                .map(|ids| ids.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        ids.iter()
+            .filter_map(|(ns, name)| self.works.get(&ObjectRef::new(name).within(ns)))
+            .filter(|w| {
+                w.spec.placement.namespace == key.namespace && w.spec.placement.name == key.name
+            })
+            .collect()
+    }
+
+    /// The Works in `namespace` (a cluster's).
+    fn works_in(&self, namespace: &str) -> Vec<Arc<Work>> {
+        let names: Vec<String> = {
+            let index = self.work_index.lock().expect("lock");
+            index
+                .by_namespace
+                .get(namespace)
+                .map(|names| names.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        names
+            .iter()
+            .filter_map(|name| self.works.get(&ObjectRef::new(name).within(namespace)))
+            .collect()
     }
 
     /// Makes the controllers look at every placement again.
@@ -189,6 +308,25 @@ fn reflect<K: Cached>(client: &Client) -> (Store<K>, reflector::store::Writer<K>
     (store, writer, Api::all(client.clone()))
 }
 
+/// How many changes a shared cache holds for its controller before its watch waits.
+const SHARED_BUFFER: usize = 1024;
+
+/// A cache of every object of `K` that a controller also reads (one copy of each object,
+/// not two): the store, its writer, the API it watches, and the controller's stream of
+/// changed objects.
+type SharedCache<K> = (
+    Store<K>,
+    reflector::store::Writer<K>,
+    Api<K>,
+    reflector::ReflectHandle<K>,
+);
+
+fn reflect_shared<K: Cached>(client: &Client) -> SharedCache<K> {
+    let (store, writer) = reflector::store_shared(SHARED_BUFFER);
+    let changed = writer.subscribe().expect("a shared store has subscribers");
+    (store, writer, Api::all(client.clone()), changed)
+}
+
 /// Runs a reflector until the end of the process, calling `on_event` for each event.
 fn spawn_reflector<K>(
     name: impl std::fmt::Display + Send + 'static,
@@ -206,10 +344,11 @@ fn spawn_reflector<K>(
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
     tokio::spawn(async move {
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
-        );
+        let events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            // Who manages which field is never read here: the bulk of an object, not kept.
+            .modify(|o| o.managed_fields_mut().clear());
+        let stream = reflector::reflector(writer, events);
         futures_util::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -222,14 +361,20 @@ fn spawn_reflector<K>(
 
 /// Runs the fleet controllers until the process ends, counting into `metrics`.
 pub async fn run(client: Client, config: Config, metrics: Metrics) {
-    let (clusters, clusters_writer, clusters_api) = reflect::<Cluster>(&client);
+    let (clusters, clusters_writer, clusters_api, changed_clusters) =
+        reflect_shared::<Cluster>(&client);
     let (overrides, overrides_writer, overrides_api) = reflect::<Override>(&client);
     let (cluster_overrides, cluster_overrides_writer, cluster_overrides_api) =
         reflect::<ClusterOverride>(&client);
-    let (works, works_writer, works_api) = reflect::<Work>(&client);
-    let (placements, placements_writer, placements_api) = reflect::<Placement>(&client);
-    let (cluster_placements, cluster_placements_writer, cluster_placements_api) =
-        reflect::<ClusterPlacement>(&client);
+    let (works, works_writer, works_api, changed_works) = reflect_shared::<Work>(&client);
+    let (placements, placements_writer, placements_api, changed_placements) =
+        reflect_shared::<Placement>(&client);
+    let (
+        cluster_placements,
+        cluster_placements_writer,
+        cluster_placements_api,
+        changed_cluster_placements,
+    ) = reflect_shared::<ClusterPlacement>(&client);
     let (poke_placement, placement_rx) = mpsc::unbounded_channel();
     let (poke_cluster_placement, cluster_placement_rx) = mpsc::unbounded_channel();
     let (poke_work, work_rx) = mpsc::unbounded_channel();
@@ -248,6 +393,8 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         poke_cluster_placement,
         poke_work,
         drift_watches: Mutex::default(),
+        work_index: Mutex::default(),
+        decisions: Mutex::default(),
         metrics,
     });
 
@@ -296,6 +443,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let weak = Arc::downgrade(&fleet);
     spawn_reflector("works", works_api, works_writer, move |event| {
         let Some(fleet) = weak.upgrade() else { return };
+        fleet.work_index.lock().expect("lock").apply(event);
         if let watcher::Event::Apply(w) | watcher::Event::Delete(w) = event {
             fleet.poke(&PlacementKey {
                 namespace: w.spec.placement.namespace.clone(),
@@ -328,9 +476,17 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     }
     info!(hub = %fleet.config.hub, "fleet controllers starting");
     tokio::join!(
-        placement::run::<Placement>(fleet.clone(), receiver_stream(placement_rx)),
-        placement::run::<ClusterPlacement>(fleet.clone(), receiver_stream(cluster_placement_rx)),
-        push::run(fleet.clone(), receiver_stream(work_rx)),
-        health::run(fleet.clone()),
+        placement::run::<Placement>(
+            fleet.clone(),
+            changed_placements,
+            receiver_stream(placement_rx)
+        ),
+        placement::run::<ClusterPlacement>(
+            fleet.clone(),
+            changed_cluster_placements,
+            receiver_stream(cluster_placement_rx)
+        ),
+        push::run(fleet.clone(), changed_works, receiver_stream(work_rx)),
+        health::run(fleet.clone(), changed_clusters),
     );
 }

@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{self, Event};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
@@ -27,14 +26,14 @@ use crate::status::condition as make_condition;
 pub const FINALIZER: &str = "flotilla.io/cluster";
 
 /// Runs the cluster controller until the process ends.
-pub(super) async fn run(fleet: Arc<Fleet>) {
-    Controller::new(
-        Api::<Cluster>::all(fleet.client.clone()),
-        watcher::Config::default(),
-    )
-    .run(reconcile, error_policy, fleet)
-    .for_each(|_| async {})
-    .await;
+pub(super) async fn run(
+    fleet: Arc<Fleet>,
+    changed: impl futures_util::Stream<Item = Arc<Cluster>> + Send + 'static,
+) {
+    Controller::for_shared_stream(changed, fleet.clusters.clone())
+        .run(reconcile, error_policy, fleet)
+        .for_each(|_| async {})
+        .await;
 }
 
 fn error_policy(cluster: Arc<Cluster>, error: &Error, fleet: Arc<Fleet>) -> Action {

@@ -16,7 +16,6 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{self, Event};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -40,6 +39,7 @@ pub(super) trait PlacementObject:
     fn spec(&self) -> &PlacementSpec;
     fn status(&self) -> Option<&PlacementStatus>;
     fn api(fleet: &Fleet, namespace: Option<&str>) -> Api<Self>;
+    fn store(fleet: &Fleet) -> kube::runtime::reflector::Store<Self>;
 }
 
 impl PlacementObject for Placement {
@@ -48,6 +48,9 @@ impl PlacementObject for Placement {
     }
     fn status(&self) -> Option<&PlacementStatus> {
         self.status.as_ref()
+    }
+    fn store(fleet: &Fleet) -> kube::runtime::reflector::Store<Self> {
+        fleet.placements.clone()
     }
     fn api(fleet: &Fleet, namespace: Option<&str>) -> Api<Self> {
         match namespace {
@@ -64,6 +67,9 @@ impl PlacementObject for ClusterPlacement {
     fn status(&self) -> Option<&PlacementStatus> {
         self.status.as_ref()
     }
+    fn store(fleet: &Fleet) -> kube::runtime::reflector::Store<Self> {
+        fleet.cluster_placements.clone()
+    }
     fn api(fleet: &Fleet, _: Option<&str>) -> Api<Self> {
         Api::all(fleet.client.clone())
     }
@@ -79,9 +85,10 @@ fn key_of<P: PlacementObject>(p: &P) -> PlacementKey {
 /// Runs the controller of `P` until the process ends; `pokes` are extra requests.
 pub(super) async fn run<P: PlacementObject>(
     fleet: Arc<Fleet>,
+    changed: impl Stream<Item = Arc<P>> + Send + 'static,
     pokes: impl Stream<Item = ObjectRef<P>> + Send + 'static,
 ) {
-    Controller::new(P::api(&fleet, None), watcher::Config::default())
+    Controller::for_shared_stream(changed, P::store(&fleet))
         .reconcile_on(pokes)
         .run(reconcile::<P>, error_policy::<P>, fleet)
         .for_each(|_| async {})
@@ -111,12 +118,8 @@ async fn reconcile<P: PlacementObject>(p: Arc<P>, fleet: Arc<Fleet>) -> Result<A
 /// The placement's current Works, by cluster.
 fn current_works(fleet: &Fleet, key: &PlacementKey) -> BTreeMap<String, Arc<Work>> {
     fleet
-        .works
-        .state()
+        .works_of(key)
         .into_iter()
-        .filter(|w| {
-            w.spec.placement.namespace == key.namespace && w.spec.placement.name == key.name
-        })
         .map(|w| (w.spec.cluster.clone(), w))
         .collect()
 }
@@ -362,6 +365,21 @@ async fn publish_decision(
             .and_then(|c| c.spec.cluster_set.clone())
             .unwrap_or_else(|| fleet.config.system_namespace.clone())
     };
+    let decided: Vec<(String, String)> = chosen
+        .iter()
+        .map(|c| (c.clone(), profile_namespace(c)))
+        .collect();
+    // Published by this process within a resync period: nothing to read or write (past
+    // it, the decisions are read again, and put back if someone changed them).
+    if fleet
+        .decisions
+        .lock()
+        .expect("lock")
+        .get(key)
+        .is_some_and(|(d, at)| *d == decided && at.elapsed() < fleet.config.resync_period)
+    {
+        return Ok(());
+    }
     let slices: Vec<&[String]> = if chosen.is_empty() {
         vec![&[]]
     } else {
@@ -425,12 +443,18 @@ async fn publish_decision(
                 .or_else(gone)?;
         }
     }
+    fleet
+        .decisions
+        .lock()
+        .expect("lock")
+        .insert(key.clone(), (decided, std::time::Instant::now()));
     Ok(())
 }
 
 /// The placement is going: its Works go (each one's finalizer removes what it put on its
 /// member), and so do its decisions.
 async fn unplace(fleet: &Arc<Fleet>, key: &PlacementKey) -> Result<Action, Error> {
+    fleet.decisions.lock().expect("lock").remove(key);
     let name = key.work_name();
     let works = current_works(fleet, key);
     for cluster in works.keys() {

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flotilla_api::{DeletionPolicy, Work};
-use flotilla_delivery::Provenance;
+use flotilla_delivery::{Change, Provenance};
 use futures_util::{Stream, StreamExt};
 use kube::api::PatchParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{self, Event};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
@@ -49,20 +48,18 @@ impl Drop for DriftWatch {
 /// Runs the Work controller until the process ends; `pokes` are extra requests.
 pub(super) async fn run(
     fleet: Arc<Fleet>,
+    changed: impl Stream<Item = Arc<Work>> + Send + 'static,
     pokes: impl Stream<Item = ObjectRef<Work>> + Send + 'static,
 ) {
-    Controller::new(
-        Api::<Work>::all(fleet.client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(
-        kube::runtime::controller::Config::default()
-            .concurrency(u16::try_from(PUSH_CONCURRENCY).unwrap_or(u16::MAX)),
-    )
-    .reconcile_on(pokes)
-    .run(reconcile, error_policy, fleet)
-    .for_each(|_| async {})
-    .await;
+    Controller::for_shared_stream(changed, fleet.works.clone())
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(u16::try_from(PUSH_CONCURRENCY).unwrap_or(u16::MAX)),
+        )
+        .reconcile_on(pokes)
+        .run(reconcile, error_policy, fleet)
+        .for_each(|_| async {})
+        .await;
 }
 
 fn error_policy(work: Arc<Work>, error: &Error, fleet: Arc<Fleet>) -> Action {
@@ -186,10 +183,7 @@ fn watch_drift(
     {
         return;
     }
-    let namespace = format!("{WORK_NAMESPACE_PREFIX}{cluster}");
-    let works = fleet
-        .works
-        .state_filter(|w| w.metadata.namespace.as_deref() == Some(namespace.as_str()));
+    let works = fleet.works_in(&format!("{WORK_NAMESPACE_PREFIX}{cluster}"));
     let mut kinds = kinds_of(works.iter().map(|w| &**w));
     kinds.extend(wanted);
     let list: Vec<(String, String)> = kinds.iter().cloned().collect();
@@ -198,14 +192,23 @@ fn watch_drift(
     let cluster_name = cluster.to_owned();
     let task = tokio::spawn(async move {
         futures_util::pin_mut!(changes);
-        while changes.next().await.is_some() {
+        let namespace = format!("{WORK_NAMESPACE_PREFIX}{cluster_name}");
+        while let Some(change) = changes.next().await {
             let Some(fleet) = weak.upgrade() else { return };
-            let namespace = format!("{WORK_NAMESPACE_PREFIX}{cluster_name}");
-            for w in fleet
-                .works
-                .state_filter(|w| w.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            {
-                let _ = fleet.poke_work.send(ObjectRef::from_obj(&*w));
+            match change {
+                // The Work that delivered the object syncs again (if it is still there).
+                Change::Object { work: Some(work) } => {
+                    let _ = fleet
+                        .poke_work
+                        .send(ObjectRef::new(&work).within(&namespace));
+                }
+                // A list may hide changes: every Work of the cluster syncs again, from
+                // what the watches now hold.
+                Change::Object { work: None } | Change::Listed => {
+                    for w in fleet.works_in(&namespace) {
+                        let _ = fleet.poke_work.send(ObjectRef::from_obj(&*w));
+                    }
+                }
             }
         }
     });

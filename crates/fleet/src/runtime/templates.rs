@@ -80,14 +80,32 @@ impl Templates {
         }
         info!(%api_version, %kind, "watching templates");
         let (api_version, kind) = (api_version.to_owned(), kind.to_owned());
+        // What each object was, but for its status and version: a change of status alone
+        // (such as the status placements write back) is not a change of the template.
+        let mut seen: HashMap<(Option<String>, String), u64> = HashMap::new();
         super::spawn_reflector(format!("{api_version} {kind}"), api, writer, move |event| {
-            if let (Some(fleet), watcher::Event::Apply(o) | watcher::Event::Delete(o)) =
-                (fleet.upgrade(), event)
-            {
-                let object = as_value(o, &api_version, &kind);
-                for key in selecting(&fleet, &object) {
-                    fleet.poke(&key);
+            let Some(fleet) = fleet.upgrade() else { return };
+            let (object, deleted) = match event {
+                watcher::Event::Apply(o) => (o, false),
+                watcher::Event::Delete(o) => (o, true),
+                watcher::Event::InitApply(o) => {
+                    seen.insert(identity(o), template_hash(o));
+                    return;
                 }
+                watcher::Event::Init | watcher::Event::InitDone => return,
+            };
+            let id = identity(object);
+            if deleted {
+                seen.remove(&id);
+            } else {
+                let hash = template_hash(object);
+                if seen.insert(id, hash) == Some(hash) {
+                    return;
+                }
+            }
+            let object = as_value(object, &api_version, &kind);
+            for key in selecting(&fleet, &object) {
+                fleet.poke(&key);
             }
         });
         let waited =
@@ -100,6 +118,33 @@ impl Templates {
         }
         Ok(found)
     }
+}
+
+/// An object's namespace and name.
+fn identity(object: &DynamicObject) -> (Option<String>, String) {
+    (
+        object.metadata.namespace.clone(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// A hash of what a template is to placements: all of it but its status, its version and
+/// its managed fields.
+fn template_hash(object: &DynamicObject) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut metadata = object.metadata.clone();
+    metadata.resource_version = None;
+    metadata.managed_fields = None;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&metadata)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    let mut data = object.data.clone();
+    if let Some(fields) = data.as_object_mut() {
+        fields.remove("status");
+    }
+    data.to_string().hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A cached object as JSON, with its apiVersion and kind.
@@ -146,7 +191,22 @@ pub(super) async fn selected(
             .templates
             .kind(Arc::downgrade(fleet), &selector.api_version, &selector.kind)
             .await?;
-        for object in kind.store.state() {
+        // One object by name, where its namespace is known: looked up, not searched for.
+        let place = match (kind.namespaced, namespace.or(selector.namespace.as_deref())) {
+            (false, _) => Some(None),
+            (true, Some(ns)) => Some(Some(ns)),
+            (true, None) => None,
+        };
+        let candidates = match (&selector.name, place) {
+            (Some(name), Some(ns)) => {
+                let mut reference =
+                    kube::runtime::reflector::ObjectRef::new_with(name, kind.resource.clone());
+                reference.namespace = ns.map(str::to_owned);
+                kind.store.get(&reference).into_iter().collect()
+            }
+            _ => kind.store.state(),
+        };
+        for object in candidates {
             let value = as_value(&object, &selector.api_version, &selector.kind);
             if plan::selector_matches(selector, namespace, &value)
                 && value["metadata"]["deletionTimestamp"].is_null()
