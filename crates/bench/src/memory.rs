@@ -10,6 +10,8 @@
 //!                           (a single point: (RSS joined − RSS idle) / N)
 //!  hub per Work           = (hub RSS with all P×N Works in sync − hub RSS joined) / (P×N),
 //!                           from the resync setup (before the restart)
+//!  (also: hub per Work after a restart = (the restarted hub's peak RSS − hub RSS joined)
+//!   / (P×N): the same Works without what creating them left in the allocator)
 //!  simulator per cluster  = least-squares slope of the simulator's RSS once joined over N
 //!                           (a single point: RSS / N, which counts its fixed cost too)
 //! ```
@@ -77,6 +79,8 @@ pub struct Report {
     pub hub_kib_per_cluster: f64,
     /// The hub's memory per Work, KiB.
     pub hub_kib_per_work: f64,
+    /// The hub's memory per Work once restarted on them (its peak RSS), KiB.
+    pub hub_kib_per_work_restarted: f64,
     /// The simulator's memory per simulated cluster, KiB.
     pub sim_kib_per_cluster: f64,
     /// The fleet sizes measured.
@@ -87,6 +91,8 @@ pub struct Report {
     pub resync_joined_mib: f64,
     /// Hub RSS with every Work in sync, MiB.
     pub resync_in_sync_mib: f64,
+    /// The restarted hub's peak RSS, MiB.
+    pub resync_restarted_peak_mib: f64,
     /// Where the inputs came from: `propagation and resync scenarios`, or `own series`.
     pub source: String,
 }
@@ -127,6 +133,13 @@ impl Report {
             .map(|s| (s.clusters as f64, s.sim_joined_mib))
             .collect();
         let first = samples.first().copied().unwrap_or_default();
+        let per_work = |mib: f64| {
+            if resync.works > 0 {
+                (mib - resync.hub_rss_joined_mib) * 1024.0 / resync.works as f64
+            } else {
+                f64::NAN
+            }
+        };
         Report {
             hub_kib_per_cluster: per_cluster(
                 &hub,
@@ -134,16 +147,13 @@ impl Report {
                 first.clusters,
             ),
             sim_kib_per_cluster: per_cluster(&sim, first.sim_joined_mib, first.clusters),
-            hub_kib_per_work: if resync.works > 0 {
-                (resync.hub_rss_in_sync_mib - resync.hub_rss_joined_mib) * 1024.0
-                    / resync.works as f64
-            } else {
-                f64::NAN
-            },
+            hub_kib_per_work: per_work(resync.hub_rss_in_sync_mib),
+            hub_kib_per_work_restarted: per_work(resync.peak_rss_hwm_mib),
             samples,
             works: resync.works,
             resync_joined_mib: resync.hub_rss_joined_mib,
             resync_in_sync_mib: resync.hub_rss_in_sync_mib,
+            resync_restarted_peak_mib: resync.peak_rss_hwm_mib,
             source: source.to_owned(),
         }
     }
@@ -162,8 +172,12 @@ impl Report {
             ));
         }
         out.push_str(&format!(
-            "  {} Works: hub {:.1} MiB joined → {:.1} MiB in sync\n",
-            self.works, self.resync_joined_mib, self.resync_in_sync_mib
+            "  {} Works: hub {:.1} MiB joined → {:.1} MiB in sync; restarted on them: peak {:.1} MiB ({:.2} KiB per Work)\n",
+            self.works,
+            self.resync_joined_mib,
+            self.resync_in_sync_mib,
+            self.resync_restarted_peak_mib,
+            self.hub_kib_per_work_restarted
         ));
         out
     }
@@ -173,11 +187,13 @@ impl Report {
         json!({
             "hub_kib_per_cluster": self.hub_kib_per_cluster,
             "hub_kib_per_work": self.hub_kib_per_work,
+            "hub_kib_per_work_restarted": self.hub_kib_per_work_restarted,
             "sim_kib_per_cluster": self.sim_kib_per_cluster,
             "source": self.source,
             "method": {
                 "hub_per_cluster": "least-squares slope of hub RSS joined over N across the propagation points ((joined - idle) / N for one point)",
                 "hub_per_work": "(hub RSS with all P×N Works in sync - hub RSS joined) / (P×N), resync setup",
+                "hub_per_work_restarted": "(restarted hub's peak RSS (VmHWM) - hub RSS joined) / (P×N), resync",
                 "sim_per_cluster": "least-squares slope of simulator RSS joined over N (RSS / N for one point)",
             },
             "samples": self.samples.iter().map(|s| json!({
@@ -185,7 +201,8 @@ impl Report {
                 "hub_rss_joined_mib": s.hub_joined_mib, "sim_rss_joined_mib": s.sim_joined_mib,
             })).collect::<Vec<_>>(),
             "resync": {"works": self.works, "hub_rss_joined_mib": self.resync_joined_mib,
-                "hub_rss_in_sync_mib": self.resync_in_sync_mib},
+                "hub_rss_in_sync_mib": self.resync_in_sync_mib,
+                "hub_peak_rss_restarted_mib": self.resync_restarted_peak_mib},
         })
     }
 
@@ -206,7 +223,10 @@ impl Report {
             Row::new(
                 "memory",
                 format!("hub per Work ({} Works)", self.works),
-                format!("{:.2} KiB", self.hub_kib_per_work),
+                format!(
+                    "{:.1} KiB ({:.1} restarted)",
+                    self.hub_kib_per_work, self.hub_kib_per_work_restarted
+                ),
                 "(1 GB for 100,000 Works ≈ 10 KB each)",
             ),
             Row::new(
@@ -301,6 +321,7 @@ mod tests {
             works: 1024,
             hub_rss_joined_mib: 60.0,
             hub_rss_in_sync_mib: 64.0,
+            peak_rss_hwm_mib: 62.0,
             ..Default::default()
         }
     }
@@ -319,6 +340,7 @@ mod tests {
         assert!((report.hub_kib_per_cluster - 102.4).abs() < 1e-9);
         assert!((report.sim_kib_per_cluster - 204.8).abs() < 1e-9);
         assert!((report.hub_kib_per_work - 4.0).abs() < 1e-9);
+        assert!((report.hub_kib_per_work_restarted - 2.0).abs() < 1e-9);
         assert_eq!(report.json()["samples"].as_array().unwrap().len(), 3);
         assert_eq!(report.summary().len(), 3);
         let (_, chart) = &report.charts()[0];

@@ -159,6 +159,7 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
     for k in [
         "hub_kib_per_cluster",
         "hub_kib_per_work",
+        "hub_kib_per_work_restarted",
         "sim_kib_per_cluster",
     ] {
         assert!(number(&memory[k]).is_finite(), "{k}: {memory}");
