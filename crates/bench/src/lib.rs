@@ -5,16 +5,33 @@
 //! machine are not comparable.
 //!
 //! ```text
-//!   api:    the hub's API over HTTPS vs the same calls on its store; watch fan-out
-//!   store:  raw rusqlite loop (same file system, WAL, synchronous=FULL, same batch sizes)
-//!           vs SqliteStore (group commit, revision log, watch)
+//!   store:        raw rusqlite loop (same file system, WAL, synchronous=FULL, same batch
+//!                 sizes) vs SqliteStore (group commit, revision log, watch)
+//!   api:          the hub's API over HTTPS vs the same calls on its store; watch fan-out
+//!   propagation:  a template change through the hub to N simulated members vs the bench
+//!                 applying the same object to them itself (bare-apply baseline)
+//!   resync:       P placements × N clusters: the hub restarted, until every Work is in sync
+//!                 again; its peak memory
+//!   memory:       hub memory per joined cluster and per Work, simulator memory per cluster
 //! ```
+//!
+//! Each writes `DIR/<scenario>.json` ([`write`]) and SVG charts ([`plot`]), and gives rows
+//! of the one-screen [`summary`].
 
 pub mod api;
-pub mod fleet;
+mod harness;
+pub mod memory;
+pub mod plot;
+pub mod propagation;
+pub mod resync;
 pub mod store;
+pub mod system;
+pub mod views;
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
 
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +93,181 @@ impl Latency {
     }
 }
 
+pub(crate) fn check(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Check(format!("{what}: {e}"))
+}
+
+/// The ratio of two figures (NaN when the second is not positive).
+pub fn ratio(measured: f64, limit: f64) -> f64 {
+    if limit > 0.0 {
+        measured / limit
+    } else {
+        f64::NAN
+    }
+}
+
+/// Progress lines on stderr for one step of a scenario: `propagation N=100: joining 37/100…`,
+/// at most one every two seconds for counts.
+pub struct Progress {
+    prefix: String,
+    last: Option<Instant>,
+}
+
+impl Progress {
+    /// Lines starting with `prefix`.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Progress {
+            prefix: prefix.into(),
+            last: None,
+        }
+    }
+
+    /// Says what starts now.
+    pub fn step(&mut self, what: &str) {
+        eprintln!("{}: {what}…", self.prefix);
+        self.last = Some(Instant::now());
+    }
+
+    /// Says how far a count is: the first, the last, and every two seconds between.
+    pub fn count(&mut self, what: &str, done: usize, total: usize) {
+        let due = self
+            .last
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
+        if done == total || due {
+            eprintln!("{}: {what} {done}/{total}…", self.prefix);
+            self.last = Some(Instant::now());
+        }
+    }
+}
+
+/// A scenario's results, ready to be written.
+#[derive(Debug)]
+pub struct Output {
+    /// The scenario's name (`propagation`): the file names' start.
+    pub scenario: &'static str,
+    /// When it started (RFC 3339, UTC).
+    pub date: String,
+    /// The options it ran with.
+    pub options: Value,
+    /// Its numbers (an object: its fields go to the top level of the file).
+    pub results: Value,
+    /// Its charts, by what they show (`latency` → `DIR/<scenario>-latency.svg`).
+    pub charts: Vec<(&'static str, plot::Chart)>,
+}
+
+/// The document `DIR/<scenario>.json` holds: the scenario, the date, the machine, the
+/// options and the results.
+pub fn document(output: &Output, machine: &system::Machine) -> Value {
+    let mut document = json!({
+        "scenario": output.scenario,
+        "date": output.date,
+        "machine": machine.json(),
+        "options": output.options,
+    });
+    match (&output.results, document.as_object_mut()) {
+        (Value::Object(results), Some(top)) => {
+            for (k, v) in results {
+                if k != "scenario" {
+                    top.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        (other, Some(top)) => {
+            top.insert("results".into(), other.clone());
+        }
+        _ => {}
+    }
+    document
+}
+
+/// Writes `DIR/<scenario>.json` and its charts; returns the files written.
+pub fn write(dir: &Path, output: &Output) -> Result<Vec<PathBuf>, Error> {
+    std::fs::create_dir_all(dir)?;
+    let json = dir.join(format!("{}.json", output.scenario));
+    let text = serde_json::to_string_pretty(&document(output, &system::Machine::this()))
+        .map_err(|e| check("json", e))?;
+    std::fs::write(&json, text + "\n")?;
+    let mut files = vec![json];
+    for (what, chart) in &output.charts {
+        let svg = dir.join(format!("{}-{what}.svg", output.scenario));
+        std::fs::write(&svg, chart.svg())?;
+        files.push(svg);
+    }
+    Ok(files)
+}
+
+/// One line of the summary: a figure and what it is judged against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// The scenario.
+    pub scenario: &'static str,
+    /// What was measured, and at which size.
+    pub what: String,
+    /// The figure.
+    pub value: String,
+    /// Its limit or target.
+    pub target: String,
+}
+
+impl Row {
+    /// A row.
+    pub fn new(
+        scenario: &'static str,
+        what: impl Into<String>,
+        value: impl Into<String>,
+        target: impl Into<String>,
+    ) -> Self {
+        Row {
+            scenario,
+            what: what.into(),
+            value: value.into(),
+            target: target.into(),
+        }
+    }
+}
+
+/// The one-screen summary table of `rows`.
+pub fn summary(rows: &[Row]) -> String {
+    let header = Row::new("scenario", "measured", "value", "target / limit");
+    let width = |f: fn(&Row) -> usize| {
+        rows.iter()
+            .chain(std::iter::once(&header))
+            .map(f)
+            .max()
+            .unwrap_or(0)
+    };
+    let w = [
+        width(|r| r.scenario.chars().count()),
+        width(|r| r.what.chars().count()),
+        width(|r| r.value.chars().count()),
+    ];
+    let line = |r: &Row| {
+        format!(
+            "{:<a$}  {:<b$}  {:<c$}  {}",
+            r.scenario,
+            r.what,
+            r.value,
+            r.target,
+            a = w[0],
+            b = w[1],
+            c = w[2]
+        )
+        .trim_end()
+        .to_owned()
+            + "\n"
+    };
+    let mut out = line(&header);
+    let mut last = "";
+    for row in rows {
+        if row.scenario != last && !last.is_empty() {
+            out.push('\n');
+        }
+        last = row.scenario;
+        out += &line(row);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +283,45 @@ mod tests {
         let one = Latency::of(vec![Duration::from_millis(3)]);
         assert_eq!((one.p50_ms, one.p99_ms), (3.0, 3.0));
         assert_eq!(Latency::of(Vec::new()).samples, 0);
+    }
+
+    #[test]
+    fn the_summary_lines_up_its_columns() {
+        let rows = [
+            Row::new("api", "get p99 ratio", "1.5×", "≤ 2×"),
+            Row::new("propagation", "N=10 hub p99", "120 ms", ""),
+        ];
+        let text = summary(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("scenario     measured"), "{text}");
+        assert_eq!(lines[1].find("1.5×"), lines[0].find("value"), "{text}");
+        assert!(lines[1].ends_with("≤ 2×"), "{text}");
+        assert!(lines[2].is_empty(), "{text}");
+        assert!(lines[3].starts_with("propagation  N=10"), "{text}");
+    }
+
+    #[test]
+    fn a_document_carries_the_date_machine_and_options() {
+        let output = Output {
+            scenario: "demo",
+            date: "2025-01-01T00:00:00Z".into(),
+            options: json!({"n": 3}),
+            results: json!({"scenario": "other", "x": 1.5}),
+            charts: Vec::new(),
+        };
+        let machine = system::Machine {
+            cores: 2,
+            memory_mib: 1024.0,
+            cpu: None,
+        };
+        let doc = document(&output, &machine);
+        assert_eq!(doc["scenario"], "demo");
+        assert_eq!(doc["options"]["n"], 3);
+        assert_eq!(doc["machine"]["cores"], 2);
+        assert_eq!(doc["x"], 1.5);
+        let dir = tempfile::tempdir().unwrap();
+        let files = write(dir.path(), &output).unwrap();
+        assert_eq!(files, [dir.path().join("demo.json")]);
     }
 }

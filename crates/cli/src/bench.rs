@@ -1,92 +1,219 @@
-//! `flotilla bench`.
+//! `flotilla bench`: runs the scenarios of `flotilla-bench`, writes `DIR/<scenario>.json`
+//! and `DIR/<scenario>-<what>.svg`, shows progress on stderr and a summary on stdout.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use flotilla_bench::{
+    Output, Row, api, memory, propagation, resync, store, summary, system, views, write,
+};
+use serde_json::json;
 
-/// The benchmark scenarios.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// The benchmark scenarios, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
 pub enum Scenario {
     /// Durable writes, lists and watch delivery against a raw SQLite loop.
     Store,
     /// The hub's API over HTTPS against the bare store underneath it.
     Api,
-    /// A template change reaching every member of a simulated fleet; the hub's memory.
-    Fleet,
+    /// A template change reaching every member of a simulated fleet, against applying it
+    /// directly; the hub's and the simulator's memory.
+    Propagation,
+    /// P placements × N clusters: the hub restarted, until every Work is in sync again.
+    Resync,
+    /// Hub memory per joined cluster and per Work, simulator memory per cluster.
+    Memory,
 }
 
 /// `flotilla bench [--quick] [--out DIR] [--scenario S]…`
 #[derive(Debug, Parser)]
 pub struct BenchArgs {
-    /// Fewer iterations, for a smoke run.
+    /// Small sizes, for a smoke run.
     #[arg(long)]
     pub quick: bool,
-    /// Where results (JSON) go; the scenarios' scratch files are made inside it too, so it
-    /// should be on the disk under test.
+    /// Where results (JSON, SVG) go; the scenarios' scratch files are made inside it too,
+    /// so it should be on the disk under test.
     #[arg(long, value_name = "DIR", default_value = "flotilla-bench")]
     pub out: PathBuf,
     /// Which scenarios to run (all if not given).
     #[arg(long = "scenario", value_enum)]
     pub scenarios: Vec<Scenario>,
+    /// The propagation scenario's fleet sizes instead of the defaults (10,100,1000;
+    /// quick: 5,10).
+    #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
+    pub clusters: Vec<u32>,
+    /// The resync scenario's placements instead of the default (1000; quick: 20).
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..))]
+    pub placements: Option<u32>,
+    /// The resync scenario's clusters instead of the default (100; quick: 5).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub resync_clusters: Option<u32>,
 }
 
 impl BenchArgs {
-    /// Runs the chosen scenarios, printing a summary and writing `DIR/<scenario>.json`.
-    pub fn run(self) -> anyhow::Result<()> {
-        std::fs::create_dir_all(&self.out)
-            .with_context(|| format!("cannot create {}", self.out.display()))?;
-        let scenarios = if self.scenarios.is_empty() {
-            vec![Scenario::Store, Scenario::Api, Scenario::Fleet]
+    /// The scenarios to run, in order, each once.
+    fn chosen(&self) -> Vec<Scenario> {
+        let mut scenarios = if self.scenarios.is_empty() {
+            Scenario::value_variants().to_vec()
         } else {
             self.scenarios.clone()
         };
+        scenarios.sort();
+        scenarios.dedup();
+        scenarios
+    }
+
+    fn propagation_options(&self, binary: PathBuf) -> propagation::Options {
+        let mut options = if self.quick {
+            propagation::Options::quick(&self.out, binary)
+        } else {
+            propagation::Options::new(&self.out, binary)
+        };
+        if !self.clusters.is_empty() {
+            options.clusters = self.clusters.iter().map(|&n| n as usize).collect();
+        }
+        options
+    }
+
+    fn resync_options(&self, binary: PathBuf) -> resync::Options {
+        let options = if self.quick {
+            resync::Options::quick(&self.out, binary)
+        } else {
+            resync::Options::new(&self.out, binary)
+        };
+        let placements = self.placements.map_or(options.placements, |p| p as usize);
+        let clusters = self
+            .resync_clusters
+            .map_or(options.clusters, |n| n as usize);
+        options.with_sizes(placements, clusters)
+    }
+
+    /// Runs the chosen scenarios, writing their files as each finishes, then prints the
+    /// summary.
+    pub fn run(self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.out)
+            .with_context(|| format!("cannot create {}", self.out.display()))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
-        for scenario in scenarios {
-            match scenario {
+        let binary = std::env::current_exe().context("cannot find the flotilla binary")?;
+        let all_started = Instant::now();
+        let mut rows: Vec<Row> = Vec::new();
+        let mut files = Vec::new();
+        let mut propagation_report = None;
+        let mut resync_report = None;
+        for scenario in self.chosen() {
+            let (date, started) = (system::now_utc(), Instant::now());
+            let (output, table, summary_rows) = match scenario {
                 Scenario::Store => {
-                    let mut options = flotilla_bench::store::Options::new(&self.out);
+                    let mut options = store::Options::new(&self.out);
                     options.quick = self.quick;
-                    let report = runtime.block_on(flotilla_bench::store::run(&options))?;
-                    println!("{}", report.table());
-                    let file = self.out.join("store.json");
-                    std::fs::write(&file, serde_json::to_string_pretty(&report.json())?)
-                        .with_context(|| format!("cannot write {}", file.display()))?;
-                    println!("results: {}", file.display());
-                }
-                Scenario::Fleet => {
-                    let binary =
-                        std::env::current_exe().context("cannot find the flotilla binary")?;
-                    let options = if self.quick {
-                        flotilla_bench::fleet::Options::quick(&self.out, binary)
-                    } else {
-                        flotilla_bench::fleet::Options::new(&self.out, binary)
+                    let report = runtime.block_on(store::run(&options))?;
+                    let output = Output {
+                        scenario: "store",
+                        date,
+                        options: json!({"quick": options.quick, "value_size": options.value_size}),
+                        results: report.json(),
+                        charts: views::store_charts(&report),
                     };
-                    let report = runtime.block_on(flotilla_bench::fleet::run(&options))?;
-                    println!("{}", report.table());
-                    let file = self.out.join("fleet.json");
-                    std::fs::write(&file, serde_json::to_string_pretty(&report.json())?)
-                        .with_context(|| format!("cannot write {}", file.display()))?;
-                    println!("results: {}", file.display());
+                    (output, report.table(), views::store_summary(&report))
                 }
                 Scenario::Api => {
                     let mut options = if self.quick {
-                        flotilla_bench::api::Options::quick(&self.out)
+                        api::Options::quick(&self.out)
                     } else {
-                        flotilla_bench::api::Options::new(&self.out)
+                        api::Options::new(&self.out)
                     };
-                    options.hub_binary = std::env::current_exe().ok();
-                    let report = runtime.block_on(flotilla_bench::api::run(&options))?;
-                    println!("{}", report.table());
-                    let file = self.out.join("api.json");
-                    std::fs::write(&file, serde_json::to_string_pretty(&report.json())?)
-                        .with_context(|| format!("cannot write {}", file.display()))?;
-                    println!("results: {}", file.display());
+                    options.hub_binary = Some(binary.clone());
+                    let report = runtime.block_on(api::run(&options))?;
+                    let output = Output {
+                        scenario: "api",
+                        date,
+                        options: json!({"quick": options.quick, "clients": options.clients,
+                            "objects": options.objects, "watchers": options.watchers,
+                            "watch_events": options.watch_events}),
+                        results: report.json(),
+                        charts: views::api_charts(&report),
+                    };
+                    (output, report.table(), views::api_summary(&report))
                 }
-            }
+                Scenario::Propagation => {
+                    let options = self.propagation_options(binary.clone());
+                    let report = runtime.block_on(propagation::run(&options))?;
+                    let output = Output {
+                        scenario: "propagation",
+                        date,
+                        options: options.json(),
+                        results: report.json(),
+                        charts: report.charts(),
+                    };
+                    let (table, rows) = (report.table(), report.summary());
+                    propagation_report = Some(report);
+                    (output, table, rows)
+                }
+                Scenario::Resync => {
+                    let options = self.resync_options(binary.clone());
+                    let report = runtime.block_on(resync::run(&options))?;
+                    let output = Output {
+                        scenario: "resync",
+                        date,
+                        options: options.json(),
+                        results: report.json(),
+                        charts: report.charts(),
+                    };
+                    let (table, rows) = (report.table(), report.summary());
+                    resync_report = Some(report);
+                    (output, table, rows)
+                }
+                Scenario::Memory => {
+                    let options = if self.quick {
+                        memory::Options::quick(&self.out, binary.clone())
+                    } else {
+                        memory::Options::new(&self.out, binary.clone())
+                    };
+                    let report = runtime.block_on(memory::run(
+                        &options,
+                        propagation_report.as_ref(),
+                        resync_report.as_ref(),
+                    ))?;
+                    let output = Output {
+                        scenario: "memory",
+                        date,
+                        options: json!({
+                            "source": report.source,
+                            "own_propagation": propagation_report.is_none().then(|| options.propagation.json()),
+                            "own_resync": resync_report.is_none().then(|| options.resync.json()),
+                        }),
+                        results: report.json(),
+                        charts: report.charts(),
+                    };
+                    (output, report.table(), report.summary())
+                }
+            };
+            eprintln!("{table}");
+            let written = write(&self.out, &output)
+                .with_context(|| format!("cannot write the results to {}", self.out.display()))?;
+            eprintln!(
+                "{}: done in {:.1} s\n",
+                output.scenario,
+                started.elapsed().as_secs_f64()
+            );
+            files.extend(written);
+            rows.extend(summary_rows);
         }
+        print!("{}", summary(&rows));
+        let names: Vec<String> = files
+            .iter()
+            .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        println!(
+            "\nresults in {}: {}\n(all in {:.0} s)",
+            self.out.display(),
+            names.join(", "),
+            all_started.elapsed().as_secs_f64()
+        );
         Ok(())
     }
 }
@@ -128,6 +255,33 @@ mod tests {
         let err = parse(&["--scenario", "warp"]).unwrap_err().to_string();
         assert!(err.contains("invalid value 'warp'"), "{err}");
         assert!(err.contains("store"), "{err}");
+    }
+
+    #[test]
+    fn scenarios_run_in_order_once_and_sizes_can_be_chosen() {
+        let args = parse(&[
+            "--scenario",
+            "memory",
+            "--scenario",
+            "propagation",
+            "--scenario",
+            "memory",
+            "--clusters",
+            "10,100",
+            "--placements",
+            "100",
+            "--resync-clusters",
+            "20",
+        ])
+        .unwrap();
+        assert_eq!(args.chosen(), [Scenario::Propagation, Scenario::Memory]);
+        let options = args.propagation_options(PathBuf::from("flotilla"));
+        assert_eq!(options.clusters, [10, 100]);
+        let options = args.resync_options(PathBuf::from("flotilla"));
+        assert_eq!((options.placements, options.clusters), (100, 20));
+        assert_eq!(parse(&[]).unwrap().chosen().len(), 5);
+        assert!(parse(&["--scenario", "fleet"]).is_err());
+        assert!(parse(&["--clusters", "0"]).is_err());
     }
 
     #[test]

@@ -1,0 +1,244 @@
+//! Real processes for the fleet scenarios: a `flotilla hub`, a `flotilla sim` serving N
+//! members, one `flotilla join` per member, and kube clients of them all.
+//!
+//! ```text
+//!  DIR/hub/   flotilla hub --data-dir DIR/hub --listen 127.0.0.1:<free port>   (hub.log)
+//!  DIR/sim/   flotilla sim --clusters N --ready-delay 100ms                    (sim.log)
+//!             kubeconfigs/member-<i>.kubeconfig
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures_util::{StreamExt, TryStreamExt};
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::process::{Child, Command};
+
+use crate::{Error, Progress, check};
+
+/// How long the hub may take to stop on SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Joins made at once, as an operator's script would.
+const JOINS_AT_ONCE: usize = 8;
+
+/// A hub and a simulator with `clusters` members, running.
+pub(crate) struct Processes {
+    binary: PathBuf,
+    dir: PathBuf,
+    hub: Child,
+    hub_args: Vec<String>,
+    hub_starts: usize,
+    sim: Child,
+    hub_kubeconfig: PathBuf,
+    sim_dir: PathBuf,
+    clusters: usize,
+}
+
+fn free_port() -> Result<u16, Error> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child, Error> {
+    Ok(Command::new(binary)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .kill_on_drop(true)
+        .spawn()?)
+}
+
+async fn wait_for(path: &Path) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !path.exists() {
+        if Instant::now() > deadline {
+            return Err(Error::Check(format!("{} never appeared", path.display())));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// A client of the cluster `kubeconfig` names.
+pub(crate) async fn client(kubeconfig: &Path) -> Result<Client, Error> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).map_err(|e| check("kubeconfig", e))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| check("kubeconfig", e))?;
+    Client::try_from(config).map_err(|e| check("client", e))
+}
+
+/// Waits until `client`'s server answers.
+pub(crate) async fn wait_until_serving(client: &Client, what: &str) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.apiserver_version().await.is_err() {
+        if Instant::now() > deadline {
+            return Err(Error::Check(format!("the {what} never answered")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+fn pid(child: &Child, what: &str) -> Result<u32, Error> {
+    child
+        .id()
+        .ok_or_else(|| Error::Check(format!("the {what} exited")))
+}
+
+impl Processes {
+    /// Starts a hub and a simulator with `clusters` members under `dir` (emptied first) and
+    /// waits until both serve.
+    pub(crate) async fn start(binary: &Path, dir: &Path, clusters: usize) -> Result<Self, Error> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        let (hub_dir, sim_dir) = (dir.join("hub"), dir.join("sim"));
+        let text = |p: &Path| p.to_string_lossy().into_owned();
+        let hub_args: Vec<String> = vec![
+            "hub".into(),
+            "--data-dir".into(),
+            text(&hub_dir),
+            "--listen".into(),
+            format!("127.0.0.1:{}", free_port()?),
+        ];
+        let hub = spawn(binary, &hub_args, &dir.join("hub.log"))?;
+        let sim_args: Vec<String> = vec![
+            "sim".into(),
+            "--clusters".into(),
+            clusters.to_string(),
+            "--data-dir".into(),
+            text(&sim_dir),
+            "--listen".into(),
+            format!("127.0.0.1:{}", free_port()?),
+            "--ready-delay".into(),
+            "100ms".into(),
+        ];
+        let sim = spawn(binary, &sim_args, &dir.join("sim.log"))?;
+        let processes = Processes {
+            binary: binary.to_owned(),
+            dir: dir.to_owned(),
+            hub,
+            hub_args,
+            hub_starts: 1,
+            sim,
+            hub_kubeconfig: hub_dir.join("admin.kubeconfig"),
+            sim_dir,
+            clusters,
+        };
+        wait_for(&processes.hub_kubeconfig).await?;
+        wait_for(&processes.member_kubeconfig(clusters)).await?;
+        wait_until_serving(&processes.hub_client().await?, "hub").await?;
+        wait_until_serving(&processes.member_client(clusters).await?, "simulator").await?;
+        Ok(processes)
+    }
+
+    /// The hub's process id.
+    pub(crate) fn hub_pid(&self) -> Result<u32, Error> {
+        pid(&self.hub, "hub")
+    }
+
+    /// The simulator's process id.
+    pub(crate) fn sim_pid(&self) -> Result<u32, Error> {
+        pid(&self.sim, "simulator")
+    }
+
+    /// The kubeconfig of member `i` (1-based).
+    pub(crate) fn member_kubeconfig(&self, i: usize) -> PathBuf {
+        self.sim_dir
+            .join("kubeconfigs")
+            .join(format!("member-{i}.kubeconfig"))
+    }
+
+    /// A new client of the hub (admin).
+    pub(crate) async fn hub_client(&self) -> Result<Client, Error> {
+        client(&self.hub_kubeconfig).await
+    }
+
+    /// A new client of member `i`.
+    pub(crate) async fn member_client(&self, i: usize) -> Result<Client, Error> {
+        client(&self.member_kubeconfig(i)).await
+    }
+
+    /// Joins every member with `flotilla join NAME --labels LABELS`, a few at a time;
+    /// returns how long it took.
+    pub(crate) async fn join_all(
+        &self,
+        labels: &str,
+        progress: &mut Progress,
+    ) -> Result<Duration, Error> {
+        let started = Instant::now();
+        let n = self.clusters;
+        let mut joins = futures_util::stream::iter(1..=n)
+            .map(|i| {
+                let (binary, kubeconfig, hub) = (
+                    self.binary.clone(),
+                    self.member_kubeconfig(i),
+                    self.hub_kubeconfig.clone(),
+                );
+                async move {
+                    let out = Command::new(binary)
+                        .args(["join", &format!("member-{i}"), "--labels", labels])
+                        .arg("--kubeconfig")
+                        .arg(kubeconfig)
+                        .arg("--hub-kubeconfig")
+                        .arg(hub)
+                        .args(["--timeout", "300s"])
+                        .output()
+                        .await?;
+                    if out.status.success() {
+                        Ok(())
+                    } else {
+                        Err(Error::Check(format!(
+                            "join member-{i}: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        )))
+                    }
+                }
+            })
+            .buffer_unordered(JOINS_AT_ONCE);
+        let mut done = 0;
+        while joins.try_next().await?.is_some() {
+            done += 1;
+            progress.count("joining", done, n);
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Stops the hub with SIGTERM and waits for it to exit (SIGKILL after a minute);
+    /// returns how long it took.
+    pub(crate) async fn stop_hub(&mut self) -> Result<Duration, Error> {
+        let pid = self.hub_pid()?;
+        let started = Instant::now();
+        let status = Command::new("kill")
+            .args(["-s", "TERM", &pid.to_string()])
+            .status()
+            .await?;
+        if !status.success() {
+            return Err(Error::Check(format!("kill -s TERM {pid} failed: {status}")));
+        }
+        if tokio::time::timeout(STOP_TIMEOUT, self.hub.wait())
+            .await
+            .is_err()
+        {
+            eprintln!(
+                "the hub did not stop within {}s of SIGTERM: killing it",
+                STOP_TIMEOUT.as_secs()
+            );
+            self.hub.kill().await?;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Starts the hub again on the same data directory and port (a new log file).
+    pub(crate) fn restart_hub(&mut self) -> Result<(), Error> {
+        self.hub_starts += 1;
+        let log = self.dir.join(format!("hub-{}.log", self.hub_starts));
+        self.hub = spawn(&self.binary, &self.hub_args, &log)?;
+        Ok(())
+    }
+}

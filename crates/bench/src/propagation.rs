@@ -1,0 +1,617 @@
+//! The propagation scenario: how fast a template change on the hub reaches every member,
+//! against a plain kube-rs program applying the same object to the same members itself —
+//! real `flotilla hub`, `flotilla sim` and `flotilla join` processes.
+//!
+//! ```text
+//!  flotilla hub ◄── join ×N (8 at a time) ── flotilla sim --clusters N
+//!      │ Deployment bench/web + Placement (every cluster)     ▲  ▲
+//!      │ wait: the hub's Deployment ready on all N            │  │ one watch per member
+//!      │                                                      │  │ (this process)
+//!  (b) baseline: web as the hub delivered it to member-1, provenance stripped, renamed
+//!      web-bare; applied once to every member (clients and connections warm); then at t0
+//!      a new image applied to all N, at most CONCURRENCY at once, one client per member ┘
+//!  (a) hub: at t0 a new image on the hub's template ────────────────────────────┘
+//!      ▼
+//!  latency = when each member's watch sees the new image − t0 (p50, p99, max), for (a)
+//!  and (b); fleet overhead = hub p99 / baseline p99 (and p50);
+//!  hub RSS idle (before joins), joined, placed; the simulator's RSS once joined
+//! ```
+//!
+//! The two measurements run one after the other on the same processes, each after the hub
+//! and the simulator have settled (used under a fifth of a core for half a second), so
+//! neither pays for the other's trailing work. The baseline runs first: the members'
+//! `web-bare` is invisible to the hub (it carries no provenance label).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::harness::Processes;
+use crate::plot::Chart;
+use crate::system::{rss_mib, settle};
+use crate::{Error, Latency, Progress, Row, check, ratio};
+
+/// The hub's push concurrency (Works it syncs at once); the baseline applies as many at
+/// once.
+pub const CONCURRENCY: usize = flotilla_fleet::runtime::PUSH_CONCURRENCY;
+
+/// The field manager of the baseline's applies and of the bench's writes on the hub.
+pub const FIELD_MANAGER: &str = "flotilla-bench";
+
+/// The longest wait for the processes to settle between steps.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// What the scenario runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where the hub's and the simulator's data go.
+    pub dir: PathBuf,
+    /// The `flotilla` binary.
+    pub binary: PathBuf,
+    /// The fleet sizes measured, one after the other (a fresh hub and simulator each).
+    pub clusters: Vec<usize>,
+    /// The replicas of the placed Deployment (on every member).
+    pub replicas: i32,
+    /// Applies in flight at once in the baseline.
+    pub concurrency: usize,
+}
+
+impl Options {
+    /// The full run: 10, 100 and 1,000 members.
+    pub fn new(dir: &Path, binary: PathBuf) -> Self {
+        Options {
+            dir: dir.join("propagation"),
+            binary,
+            clusters: vec![10, 100, 1000],
+            replicas: 2,
+            concurrency: CONCURRENCY,
+        }
+    }
+
+    /// A smoke run: 5 and 10 members.
+    pub fn quick(dir: &Path, binary: PathBuf) -> Self {
+        Options {
+            clusters: vec![5, 10],
+            ..Options::new(dir, binary)
+        }
+    }
+
+    /// As JSON.
+    pub fn json(&self) -> Value {
+        json!({"clusters": self.clusters, "replicas": self.replicas,
+            "concurrency": self.concurrency, "sim_ready_delay_ms": 100, "joins_at_once": 8})
+    }
+}
+
+/// One fleet size's results.
+#[derive(Debug, Clone, Default)]
+pub struct Point {
+    /// How many members.
+    pub clusters: usize,
+    /// How long joining them took.
+    pub join: Duration,
+    /// From the Placement's creation to the hub's Deployment ready on every member.
+    pub place: Duration,
+    /// (a) From the image change on the hub to each member's watch seeing it.
+    pub hub: Latency,
+    /// (b) From the start of the bench's own applies to each member's watch seeing them.
+    pub baseline: Latency,
+    /// The hub's resident memory once serving, before any join, in MiB.
+    pub hub_rss_idle_mib: f64,
+    /// The hub's resident memory once every member joined, in MiB.
+    pub hub_rss_joined_mib: f64,
+    /// The hub's resident memory once the placement ran everywhere, in MiB.
+    pub hub_rss_placed_mib: f64,
+    /// The simulator's resident memory once every member joined, in MiB.
+    pub sim_rss_joined_mib: f64,
+}
+
+impl Point {
+    /// The fleet overhead: hub p99 / baseline p99.
+    pub fn overhead_p99(&self) -> f64 {
+        ratio(self.hub.p99_ms, self.baseline.p99_ms)
+    }
+
+    /// Hub p50 / baseline p50.
+    pub fn overhead_p50(&self) -> f64 {
+        ratio(self.hub.p50_ms, self.baseline.p50_ms)
+    }
+}
+
+/// Every fleet size measured.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// One per fleet size.
+    pub points: Vec<Point>,
+}
+
+impl Report {
+    /// A human-readable table.
+    pub fn table(&self) -> String {
+        let mut out = String::from(
+            "propagation: template change → every member's watch, through the hub (a) and applied by the bench (b)\n\
+             clusters  join s  place s   hub p50/p99/max ms     base p50/p99/max ms   p99 ratio  p50 ratio   hub MiB idle/joined/placed   sim MiB\n",
+        );
+        for p in &self.points {
+            out.push_str(&format!(
+                "{:>8} {:>7.1} {:>8.1}   {:>5.0} /{:>5.0} /{:>5.0}     {:>5.0} /{:>5.0} /{:>5.0}   {:>9.2}  {:>9.2}   {:>7.1} /{:>7.1} /{:>7.1}   {:>8.1}\n",
+                p.clusters,
+                p.join.as_secs_f64(),
+                p.place.as_secs_f64(),
+                p.hub.p50_ms,
+                p.hub.p99_ms,
+                p.hub.max_ms,
+                p.baseline.p50_ms,
+                p.baseline.p99_ms,
+                p.baseline.max_ms,
+                p.overhead_p99(),
+                p.overhead_p50(),
+                p.hub_rss_idle_mib,
+                p.hub_rss_joined_mib,
+                p.hub_rss_placed_mib,
+                p.sim_rss_joined_mib,
+            ));
+        }
+        out
+    }
+
+    /// As JSON.
+    pub fn json(&self) -> Value {
+        json!({"points": self.points.iter().map(|p| json!({
+            "clusters": p.clusters,
+            "join_s": p.join.as_secs_f64(),
+            "place_s": p.place.as_secs_f64(),
+            "hub": p.hub.json(),
+            "baseline": p.baseline.json(),
+            "overhead_p99": p.overhead_p99(),
+            "overhead_p50": p.overhead_p50(),
+            "hub_rss_idle_mib": p.hub_rss_idle_mib,
+            "hub_rss_joined_mib": p.hub_rss_joined_mib,
+            "hub_rss_placed_mib": p.hub_rss_placed_mib,
+            "sim_rss_joined_mib": p.sim_rss_joined_mib,
+        })).collect::<Vec<_>>()})
+    }
+
+    /// The summary's rows.
+    pub fn summary(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for p in &self.points {
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: p99 hub / bare apply", p.clusters),
+                format!(
+                    "{:.0} / {:.0} ms = {:.2}× (p50 {:.2}×)",
+                    p.hub.p99_ms,
+                    p.baseline.p99_ms,
+                    p.overhead_p99(),
+                    p.overhead_p50()
+                ),
+                "p99 < 2 s and ≤ 1.5× at N=1000",
+            ));
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: join, place; RSS", p.clusters),
+                format!(
+                    "{:.1} s, {:.1} s; hub {:.0}/{:.0}/{:.0} MiB, sim {:.0} MiB",
+                    p.join.as_secs_f64(),
+                    p.place.as_secs_f64(),
+                    p.hub_rss_idle_mib,
+                    p.hub_rss_joined_mib,
+                    p.hub_rss_placed_mib,
+                    p.sim_rss_joined_mib
+                ),
+                "hub RSS idle/joined/placed",
+            ));
+        }
+        rows
+    }
+
+    /// Charts: latency and memory by fleet size.
+    pub fn charts(&self) -> Vec<(&'static str, Chart)> {
+        let by_n = |f: &dyn Fn(&Point) -> f64| -> Vec<(f64, f64)> {
+            self.points
+                .iter()
+                .map(|p| (p.clusters as f64, f(p)))
+                .collect()
+        };
+        let latency = Chart::new(
+            "Template change → every member's watch",
+            "member clusters",
+            "milliseconds",
+        )
+        .log_x()
+        .line("hub p99", by_n(&|p| p.hub.p99_ms))
+        .line("bare apply p99", by_n(&|p| p.baseline.p99_ms))
+        .line("hub p50", by_n(&|p| p.hub.p50_ms))
+        .line("bare apply p50", by_n(&|p| p.baseline.p50_ms));
+        let memory = Chart::new("Resident memory by fleet size", "member clusters", "MiB")
+            .log_x()
+            .line("hub, placed", by_n(&|p| p.hub_rss_placed_mib))
+            .line("hub, joined", by_n(&|p| p.hub_rss_joined_mib))
+            .line("hub, idle", by_n(&|p| p.hub_rss_idle_mib))
+            .line("simulator, joined", by_n(&|p| p.sim_rss_joined_mib));
+        vec![("latency", latency), ("memory", memory)]
+    }
+}
+
+/// Runs every fleet size.
+pub async fn run(options: &Options) -> Result<Report, Error> {
+    let mut report = Report::default();
+    for &clusters in &options.clusters {
+        report.points.push(measure(options, clusters).await?);
+    }
+    Ok(report)
+}
+
+fn deployments() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+}
+
+/// The object the hub delivered, as a plain program would apply it: without the fields the
+/// server sets and without the hub's provenance, named `name`.
+pub fn bare_object(mut delivered: Value, name: &str) -> Value {
+    fn provenance(key: &str) -> bool {
+        key.starts_with("flotilla.io/") || key == "app.kubernetes.io/managed-by"
+    }
+    if let Some(object) = delivered.as_object_mut() {
+        object.remove("status");
+    }
+    if let Some(metadata) = delivered.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+            "selfLink",
+        ] {
+            metadata.remove(field);
+        }
+        for map in ["labels", "annotations"] {
+            let empty = metadata
+                .get_mut(map)
+                .and_then(Value::as_object_mut)
+                .map(|m| {
+                    m.retain(|k, _| !provenance(k));
+                    m.is_empty()
+                });
+            if empty == Some(true) {
+                metadata.remove(map);
+            }
+        }
+        metadata.insert("name".into(), Value::String(name.to_owned()));
+    }
+    delivered
+}
+
+/// `object` (a Deployment) with its first container's image set to `image`.
+fn with_image(mut object: Value, image: &str) -> Result<Value, Error> {
+    let slot = object
+        .pointer_mut("/spec/template/spec/containers/0/image")
+        .ok_or_else(|| Error::Check("the delivered Deployment has no container image".into()))?;
+    *slot = Value::String(image.to_owned());
+    Ok(object)
+}
+
+/// One watch per member on Deployment `bench/<name>`, each reporting when it first sees
+/// `image`.
+struct Watchers {
+    tasks: tokio::task::JoinSet<()>,
+    seen: mpsc::UnboundedReceiver<Instant>,
+    members: usize,
+}
+
+impl Watchers {
+    /// Starts the watches and returns once every one has listed (is listening).
+    async fn start(
+        processes: &Processes,
+        n: usize,
+        name: &str,
+        image: &str,
+    ) -> Result<Self, Error> {
+        let (listening, mut listening_rx) = mpsc::unbounded_channel();
+        let (seen_tx, seen) = mpsc::unbounded_channel();
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 1..=n {
+            let client = processes.member_client(i).await?;
+            let (listening, seen_tx) = (listening.clone(), seen_tx.clone());
+            let (field, image) = (format!("metadata.name={name}"), image.to_owned());
+            tasks.spawn(async move {
+                let api: Api<Deployment> = Api::namespaced(client, "bench");
+                let stream = watcher(api, watcher::Config::default().fields(&field));
+                futures_util::pin_mut!(stream);
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(watcher::Event::InitDone) => {
+                            let _ = listening.send(());
+                        }
+                        Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => {
+                            let current = d
+                                .spec
+                                .and_then(|s| s.template.spec)
+                                .and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
+                            if current.as_deref() == Some(image.as_str()) {
+                                let _ = seen_tx.send(Instant::now());
+                                return;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+        for _ in 0..n {
+            tokio::time::timeout(Duration::from_secs(120), listening_rx.recv())
+                .await
+                .map_err(|_| Error::Check("the member watches did not all start".into()))?
+                .ok_or_else(|| Error::Check("a member watch ended".into()))?;
+        }
+        Ok(Watchers {
+            tasks,
+            seen,
+            members: n,
+        })
+    }
+
+    /// Each member's delay from `t0` to its watch seeing the image.
+    async fn collect(mut self, t0: Instant) -> Result<Latency, Error> {
+        let n = self.members;
+        let mut delays = Vec::with_capacity(n);
+        let deadline = tokio::time::Instant::from_std(t0) + Duration::from_secs(300);
+        while delays.len() < n {
+            let at = tokio::time::timeout_at(deadline, self.seen.recv())
+                .await
+                .map_err(|_| {
+                    Error::Check(format!("{} of {n} members saw the change", delays.len()))
+                })?
+                .ok_or_else(|| Error::Check("a member watch ended".into()))?;
+            delays.push(at.saturating_duration_since(t0));
+        }
+        self.tasks.abort_all();
+        Ok(Latency::of(delays))
+    }
+}
+
+/// Applies `object` to every member through `apis` (one client each), at most
+/// `concurrency` at once.
+async fn apply_everywhere(
+    apis: &[Api<DynamicObject>],
+    object: Value,
+    concurrency: usize,
+) -> Result<(), Error> {
+    let object = Arc::new(object);
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for api in apis {
+        let (api, object, permits, name) =
+            (api.clone(), object.clone(), permits.clone(), name.clone());
+        tasks.spawn(async move {
+            let _permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|e| check("apply", e))?;
+            api.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&*object),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| check("bare apply", e))
+        });
+    }
+    while let Some(result) = tasks.join_next().await {
+        result??;
+    }
+    Ok(())
+}
+
+async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
+    let mut progress = Progress::new(format!("propagation N={n}"));
+    progress.step("starting the hub and the simulator");
+    let processes = Processes::start(&options.binary, &options.dir.join(n.to_string()), n).await?;
+    let (hub_pid, sim_pid) = (processes.hub_pid()?, processes.sim_pid()?);
+    let hub_client = processes.hub_client().await?;
+    settle(&[hub_pid], SETTLE_LIMIT).await;
+    let hub_rss_idle_mib = rss_mib(hub_pid)?;
+
+    let join = processes
+        .join_all("bench=propagation", &mut progress)
+        .await?;
+    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    let hub_rss_joined_mib = rss_mib(hub_pid)?;
+    let sim_rss_joined_mib = rss_mib(sim_pid)?;
+
+    // Place a Deployment on every member and wait until the hub says it runs everywhere.
+    progress.step("placing bench/web on every member");
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "bench"}}))
+        .map_err(|e| check("namespace", e))?;
+    Api::<Namespace>::all(hub_client.clone())
+        .patch("bench", &apply, &Patch::Apply(&namespace))
+        .await
+        .map_err(|e| check("namespace", e))?;
+    let deployments_on_hub: Api<Deployment> = Api::namespaced(hub_client.clone(), "bench");
+    let deployment = |image: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "bench"},
+            "spec": {"replicas": options.replicas, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": image}]}}}})
+    };
+    deployments_on_hub
+        .patch("web", &apply, &Patch::Apply(deployment("nginx:1")))
+        .await
+        .map_err(|e| check("deployment", e))?;
+    let started = Instant::now();
+    let placements = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "flotilla.io",
+        "v1alpha1",
+        "Placement",
+    ));
+    let placement = json!({"apiVersion": "flotilla.io/v1alpha1", "kind": "Placement",
+        "metadata": {"name": "web", "namespace": "bench"},
+        "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]}});
+    Api::<DynamicObject>::namespaced_with(hub_client.clone(), "bench", &placements)
+        .patch("web", &apply, &Patch::Apply(&placement))
+        .await
+        .map_err(|e| check("placement", e))?;
+    let everywhere = i64::from(options.replicas) * n as i64;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let web = deployments_on_hub
+            .get("web")
+            .await
+            .map_err(|e| check("deployment", e))?;
+        let ready = web.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+        if i64::from(ready) == everywhere {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Check(format!(
+                "only {ready}/{everywhere} replicas ever got ready"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let place = started.elapsed();
+    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    let hub_rss_placed_mib = rss_mib(hub_pid)?;
+
+    // (b) The baseline: the object as delivered, applied by this process.
+    progress.step("bare-apply baseline");
+    let deployments = deployments();
+    let delivered = Api::<DynamicObject>::namespaced_with(
+        processes.member_client(1).await?,
+        "bench",
+        &deployments,
+    )
+    .get("web")
+    .await
+    .map_err(|e| check("web on member-1", e))?;
+    let bare = bare_object(
+        serde_json::to_value(&delivered).map_err(|e| check("web on member-1", e))?,
+        "web-bare",
+    );
+    let mut members = Vec::with_capacity(n);
+    for i in 1..=n {
+        members.push(Api::<DynamicObject>::namespaced_with(
+            processes.member_client(i).await?,
+            "bench",
+            &deployments,
+        ));
+    }
+    // Warm-up: every client has applied once (its connection is open) before the clock.
+    apply_everywhere(&members, bare.clone(), options.concurrency).await?;
+    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    let watchers = Watchers::start(&processes, n, "web-bare", "nginx:2").await?;
+    let changed = with_image(bare, "nginx:2")?;
+    let t0 = Instant::now();
+    apply_everywhere(&members, changed, options.concurrency).await?;
+    let baseline = watchers.collect(t0).await?;
+    drop(members);
+
+    // (a) Through the hub.
+    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    progress.step("template change through the hub");
+    let watchers = Watchers::start(&processes, n, "web", "nginx:2").await?;
+    let t0 = Instant::now();
+    deployments_on_hub
+        .patch("web", &apply, &Patch::Apply(deployment("nginx:2")))
+        .await
+        .map_err(|e| check("image change", e))?;
+    let hub = watchers.collect(t0).await?;
+    Ok(Point {
+        clusters: n,
+        join,
+        place,
+        hub,
+        baseline,
+        hub_rss_idle_mib,
+        hub_rss_joined_mib,
+        hub_rss_placed_mib,
+        sim_rss_joined_mib,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bare_object_has_no_server_fields_and_no_provenance() {
+        let delivered = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "bench", "resourceVersion": "7",
+                "uid": "u", "creationTimestamp": "t", "generation": 2,
+                "managedFields": [{"manager": "flotilla"}],
+                "labels": {"flotilla.io/hub": "h", "app.kubernetes.io/managed-by": "flotilla", "team": "a"},
+                "annotations": {"flotilla.io/placement": "bench/web", "flotilla.io/work": "w"}},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "web", "image": "nginx:1"}]}}},
+            "status": {"readyReplicas": 2}
+        });
+        let bare = bare_object(delivered, "web-bare");
+        assert_eq!(
+            bare,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web-bare", "namespace": "bench", "labels": {"team": "a"}},
+                "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "web", "image": "nginx:1"}]}}}
+            })
+        );
+        let changed = with_image(bare, "nginx:2").unwrap();
+        assert_eq!(
+            changed["spec"]["template"]["spec"]["containers"][0]["image"],
+            "nginx:2"
+        );
+        assert!(with_image(json!({"spec": {}}), "x").is_err());
+    }
+
+    #[test]
+    fn the_report_gives_ratios_rows_and_one_line_per_series() {
+        let point = |n: usize, hub: f64, base: f64| Point {
+            clusters: n,
+            hub: Latency {
+                p50_ms: hub / 2.0,
+                p99_ms: hub,
+                max_ms: hub,
+                samples: n,
+            },
+            baseline: Latency {
+                p50_ms: base / 2.0,
+                p99_ms: base,
+                max_ms: base,
+                samples: n,
+            },
+            hub_rss_joined_mib: 60.0,
+            ..Point::default()
+        };
+        let report = Report {
+            points: vec![point(5, 150.0, 100.0), point(10, 300.0, 100.0)],
+        };
+        assert_eq!(report.points[1].overhead_p99(), 3.0);
+        let json = report.json();
+        assert_eq!(json["points"][0]["overhead_p99"], 1.5);
+        assert_eq!(json["points"][1]["baseline"]["samples"], 10);
+        assert_eq!(report.summary().len(), 4);
+        let charts = report.charts();
+        assert_eq!(charts.len(), 2);
+        for (_, chart) in charts {
+            assert_eq!(chart.svg().matches("<polyline").count(), chart.series.len());
+        }
+        assert!(report.table().contains("p99 ratio"));
+    }
+}
