@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use futures_util::{StreamExt, TryStreamExt};
 use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::process::{Child, Command};
 
 use crate::{Error, Progress, check};
@@ -64,13 +63,13 @@ async fn wait_for(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-/// A client of the cluster `kubeconfig` names.
+/// A client of the cluster `kubeconfig` names, made as the hub makes its member clients
+/// (no Nagle delay), so that the bare-apply baseline and the hub send alike.
 pub(crate) async fn client(kubeconfig: &Path) -> Result<Client, Error> {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig).map_err(|e| check("kubeconfig", e))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    let bytes = std::fs::read(kubeconfig)?;
+    flotilla_fleet::runtime::client_from_kubeconfig(&bytes, Duration::from_secs(60))
         .await
-        .map_err(|e| check("kubeconfig", e))?;
-    Client::try_from(config).map_err(|e| check("client", e))
+        .map_err(|e| check("client", e))
 }
 
 /// Waits until `client`'s server answers.
