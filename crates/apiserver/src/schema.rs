@@ -245,35 +245,31 @@ impl Structural<'_> {
         let Some(compiled) = compiled_rules(self.shared) else {
             return Vec::new();
         };
-        let checked = VALIDATOR.with(|v| v.validate_compiled(&compiled, object, old));
-        match checked {
-            Ok(()) => Vec::new(),
-            Err(errors) => errors
-                .into_vec()
-                .into_iter()
-                .map(|e| {
-                    let field = if e.field_path.is_empty() {
-                        "<root>".to_owned()
-                    } else {
-                        e.field_path.clone()
-                    };
-                    let message = match e.kind {
-                        kube_cel::ErrorKind::ValidationFailure => {
-                            format!("Invalid value: \"object\": {}", e.message)
-                        }
-                        _ => format!(
-                            "the validation rule {:?} could not be evaluated: {}",
-                            e.rule, e.message
-                        ),
-                    };
-                    cause(
-                        &field,
-                        e.reason.as_deref().unwrap_or("FieldValueInvalid"),
-                        message,
-                    )
-                })
-                .collect(),
-        }
+        compiled
+            .validate(object, old)
+            .into_iter()
+            .map(|e| {
+                let field = if e.field_path.is_empty() {
+                    "<root>".to_owned()
+                } else {
+                    e.field_path.clone()
+                };
+                let message = match e.kind {
+                    kube_cel::ErrorKind::ValidationFailure => {
+                        format!("Invalid value: \"object\": {}", e.message)
+                    }
+                    _ => format!(
+                        "the validation rule {:?} could not be evaluated: {}",
+                        e.rule, e.message
+                    ),
+                };
+                cause(
+                    &field,
+                    e.reason.as_deref().unwrap_or("FieldValueInvalid"),
+                    message,
+                )
+            })
+            .collect()
     }
 }
 
@@ -283,15 +279,101 @@ thread_local! {
     static VALIDATOR: kube_cel::Validator = kube_cel::Validator::new();
 }
 
-/// A schema's rules, compiled once: by the schema's address, checked against a weak
-/// reference so that a schema dropped and another allocated in its place is not mistaken
-/// for it.
-type CompiledRules = HashMap<usize, (Weak<Value>, Option<Arc<kube_cel::CompiledSchema>>)>;
+/// A schema's rules, compiled once, in two parts: the rules on the object itself (whose
+/// `self` is the whole object) and every rule below it. A status write then need not turn
+/// the whole status into CEL values for root rules that never read it.
+struct CompiledRules {
+    /// The root's rules, nested rules stripped.
+    root: Option<kube_cel::CompiledSchema>,
+    /// Whether a root rule (or its message expression) mentions `status`; if not, root
+    /// rules see the object without it.
+    root_reads_status: bool,
+    /// Every rule below the root.
+    nested: Option<kube_cel::CompiledSchema>,
+}
 
-static COMPILED: LazyLock<Mutex<CompiledRules>> = LazyLock::new(Mutex::default);
+impl CompiledRules {
+    fn compile(schema: &Value) -> Option<CompiledRules> {
+        if !has_rules(schema) {
+            return None;
+        }
+        let root_rules = &schema["x-kubernetes-validations"];
+        let mut root = schema.clone();
+        if let Some(map) = root.as_object_mut() {
+            for (key, value) in map.iter_mut() {
+                if key != "x-kubernetes-validations" {
+                    strip_rules(value);
+                }
+            }
+        }
+        let mut nested = schema.clone();
+        if let Some(map) = nested.as_object_mut() {
+            map.remove("x-kubernetes-validations");
+        }
+        Some(CompiledRules {
+            root: root_rules
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+                .then(|| kube_cel::compile_schema(&root)),
+            root_reads_status: root_rules.to_string().contains("status"),
+            nested: has_rules(&nested).then(|| kube_cel::compile_schema(&nested)),
+        })
+    }
+
+    fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<kube_cel::ValidationError> {
+        let mut errors = Vec::new();
+        VALIDATOR.with(|v| {
+            if let Some(root) = &self.root {
+                let result = if self.root_reads_status {
+                    v.validate_compiled(root, object, old)
+                } else {
+                    let old = old.map(without_status);
+                    v.validate_compiled(root, &without_status(object), old.as_ref())
+                };
+                errors.extend(result.err().map(|e| e.into_vec()).unwrap_or_default());
+            }
+            if let Some(nested) = &self.nested {
+                let result = v.validate_compiled(nested, object, old);
+                errors.extend(result.err().map(|e| e.into_vec()).unwrap_or_default());
+            }
+        });
+        errors
+    }
+}
+
+/// The object without its `status`.
+fn without_status(object: &Value) -> Value {
+    match object {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| k.as_str() != "status")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Removes every `x-kubernetes-validations` under `schema`.
+fn strip_rules(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            map.remove("x-kubernetes-validations");
+            map.values_mut().for_each(strip_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_rules),
+        _ => {}
+    }
+}
+
+/// Compiled rules by the schema's address, checked against a weak reference so that a
+/// schema dropped and another allocated in its place is not mistaken for it.
+type CompiledCache = HashMap<usize, (Weak<Value>, Option<Arc<CompiledRules>>)>;
+
+static COMPILED: LazyLock<Mutex<CompiledCache>> = LazyLock::new(Mutex::default);
 
 /// The compiled `x-kubernetes-validations` rules of `schema`; `None` when it has none.
-fn compiled_rules(schema: &Arc<Value>) -> Option<Arc<kube_cel::CompiledSchema>> {
+fn compiled_rules(schema: &Arc<Value>) -> Option<Arc<CompiledRules>> {
     let address = Arc::as_ptr(schema) as usize;
     let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((weak, rules)) = compiled.get(&address)
@@ -303,7 +385,7 @@ fn compiled_rules(schema: &Arc<Value>) -> Option<Arc<kube_cel::CompiledSchema>> 
     }
     // Entries of schemas gone (CRDs changed or deleted) go with this one's arrival.
     compiled.retain(|_, (weak, _)| weak.strong_count() > 0);
-    let rules = has_rules(schema).then(|| Arc::new(kube_cel::compile_schema(schema)));
+    let rules = CompiledRules::compile(schema).map(Arc::new);
     compiled.insert(address, (Arc::downgrade(schema), rules.clone()));
     rules
 }
@@ -895,6 +977,50 @@ mod tests {
                 .rules(&bad, None)
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn root_rules_and_nested_rules_both_hold_whether_or_not_the_root_reads_status() {
+        let schema = |root_rule: &str| {
+            widget(json!({"type": "object",
+                "x-kubernetes-validations": [{"rule": root_rule, "message": "root rule"}],
+                "properties": {
+                    "spec": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+                    "status": {"type": "object",
+                        "x-kubernetes-validations": [{"rule": "self.n >= 0", "message": "n is negative"}],
+                        "properties": {"n": {"type": "integer"}}}}}))
+        };
+        let messages = |rt: &ResourceType, object: &Value| -> Vec<String> {
+            let mut found: Vec<String> = Structural::for_type(rt)
+                .unwrap()
+                .rules(object, None)
+                .into_iter()
+                .map(|c| format!("{}: {}", c.field, c.message))
+                .collect();
+            found.sort();
+            found
+        };
+        // A root rule that does not read status: it sees the object without it, and the
+        // status rule still runs.
+        let spec_only = schema("self.spec.a <= self.spec.b");
+        let object = json!({"spec": {"a": 1, "b": 2}, "status": {"n": 0}});
+        assert!(messages(&spec_only, &object).is_empty());
+        let both = json!({"spec": {"a": 3, "b": 2}, "status": {"n": -1}});
+        assert_eq!(
+            messages(&spec_only, &both),
+            [
+                "<root>: Invalid value: \"object\": root rule",
+                "status: Invalid value: \"object\": n is negative",
+            ]
+        );
+        // A root rule that reads status sees it.
+        let reads_status = schema("!has(self.status) || self.status.n <= self.spec.b");
+        let over = json!({"spec": {"a": 1, "b": 2}, "status": {"n": 5}});
+        assert_eq!(
+            messages(&reads_status, &over),
+            ["<root>: Invalid value: \"object\": root rule"]
+        );
+        assert!(messages(&reads_status, &object).is_empty());
     }
 
     #[test]

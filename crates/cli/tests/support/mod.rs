@@ -403,9 +403,17 @@ impl Sim {
         done: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
         loop {
-            let object = self.json(cluster, args);
-            if done(&object) {
+            // Not there yet (NotFound) is not done either.
+            let out = self.kubectl(cluster, &args, None);
+            let object: serde_json::Value = if out.status.success() {
+                serde_json::from_slice(&out.stdout).unwrap_or_default()
+            } else {
+                serde_json::Value::String(String::from_utf8_lossy(&out.stderr).into_owned())
+            };
+            if out.status.success() && done(&object) {
                 return object;
             }
             assert!(

@@ -429,18 +429,14 @@ async fn publish_decision(
         )
         .await?;
     }
-    let selector = format!("{}={placement_label}", multicluster::LABEL_DECISION_KEY);
-    for old in api.list(&ListParams::default().labels(&selector)).await? {
-        let index: usize = old
-            .labels()
-            .get(multicluster::LABEL_DECISION_INDEX)
-            .and_then(|i| i.parse().ok())
-            .unwrap_or(usize::MAX);
-        if index >= slices.len() {
-            api.delete(&old.name_any(), &DeleteParams::default())
-                .await
-                .map(|_| ())
-                .or_else(gone)?;
+    // Slices past the last one (the decision had more clusters): deleted in order until one
+    // is missing, one request when there are none (no list of every decision).
+    for index in slices.len() + 1.. {
+        let name = format!("{}-decision-{index}", key.name);
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => break,
+            Err(e) => return Err(e.into()),
         }
     }
     fleet
