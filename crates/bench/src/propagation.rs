@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 
 use crate::harness::Processes;
 use crate::plot::Chart;
-use crate::system::{rss_mib, settle};
+use crate::system::{cpu_ticks, rss_mib, settle};
 use crate::{Error, Latency, Progress, Row, check, ratio};
 
 /// The hub's push concurrency (Works it syncs at once); the baseline applies as many at
@@ -113,6 +113,48 @@ pub struct Point {
     pub hub_rss_placed_mib: f64,
     /// The simulator's resident memory once every member joined, in MiB.
     pub sim_rss_joined_mib: f64,
+    /// CPU seconds (hub, simulator, this process) from the baseline's t0 until every
+    /// member saw its change.
+    pub baseline_cpu: Cpu,
+    /// The same for the change through the hub: what the fleet costs per change, which
+    /// the load on a shared machine does not distort as it does times.
+    pub hub_cpu: Cpu,
+}
+
+/// CPU seconds used in a phase, per process.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cpu {
+    /// The hub's.
+    pub hub: f64,
+    /// The simulator's.
+    pub sim: f64,
+    /// The benchmark's own (watchers, and the bare applies in the baseline).
+    pub bench: f64,
+}
+
+impl Cpu {
+    fn json(&self) -> Value {
+        json!({"hub": self.hub, "sim": self.sim, "bench": self.bench})
+    }
+}
+
+/// CPU ticks of the hub, the simulator and this process, now.
+fn ticks(hub: u32, sim: u32) -> Result<[u64; 3], Error> {
+    Ok([
+        cpu_ticks(hub)?,
+        cpu_ticks(sim)?,
+        cpu_ticks(std::process::id())?,
+    ])
+}
+
+/// The CPU seconds used since `before` (ticks of 1/100 s, the Linux USER_HZ).
+fn used(before: [u64; 3], after: [u64; 3]) -> Cpu {
+    let seconds = |i: usize| after[i].saturating_sub(before[i]) as f64 / 100.0;
+    Cpu {
+        hub: seconds(0),
+        sim: seconds(1),
+        bench: seconds(2),
+    }
 }
 
 impl Point {
@@ -178,6 +220,7 @@ impl Report {
             "hub_rss_joined_mib": p.hub_rss_joined_mib,
             "hub_rss_placed_mib": p.hub_rss_placed_mib,
             "sim_rss_joined_mib": p.sim_rss_joined_mib,
+            "cpu_s": {"baseline": p.baseline_cpu.json(), "hub": p.hub_cpu.json()},
         })).collect::<Vec<_>>()})
     }
 
@@ -210,6 +253,16 @@ impl Report {
                     p.sim_rss_joined_mib
                 ),
                 "hub RSS idle/joined/placed",
+            ));
+            let (b, h) = (p.baseline_cpu, p.hub_cpu);
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: CPU s hub+sim", p.clusters),
+                format!(
+                    "through the hub {:.2}+{:.2}, bare {:.2}+{:.2}",
+                    h.hub, h.sim, b.hub, b.sim
+                ),
+                "per change, until every member saw it",
             ));
         }
         rows
@@ -519,21 +572,25 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
     let watchers = Watchers::start(&processes, n, "web-bare", "nginx:2").await?;
     let changed = with_image(bare, "nginx:2")?;
+    let before = ticks(hub_pid, sim_pid)?;
     let t0 = Instant::now();
     apply_everywhere(&members, changed, options.concurrency).await?;
     let baseline = watchers.collect(t0).await?;
+    let baseline_cpu = used(before, ticks(hub_pid, sim_pid)?);
     drop(members);
 
     // (a) Through the hub.
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
     progress.step("template change through the hub");
     let watchers = Watchers::start(&processes, n, "web", "nginx:2").await?;
+    let before = ticks(hub_pid, sim_pid)?;
     let t0 = Instant::now();
     deployments_on_hub
         .patch("web", &apply, &Patch::Apply(deployment("nginx:2")))
         .await
         .map_err(|e| check("image change", e))?;
     let hub = watchers.collect(t0).await?;
+    let hub_cpu = used(before, ticks(hub_pid, sim_pid)?);
     Ok(Point {
         clusters: n,
         join,
@@ -544,6 +601,8 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         hub_rss_joined_mib,
         hub_rss_placed_mib,
         sim_rss_joined_mib,
+        baseline_cpu,
+        hub_cpu,
     })
 }
 

@@ -308,6 +308,9 @@ fn reflect<K: Cached>(client: &Client) -> (Store<K>, reflector::store::Writer<K>
     (store, writer, Api::all(client.clone()))
 }
 
+/// How often the Works' changes are brought back to their placements' status.
+const STATUS_EVERY: Duration = Duration::from_millis(250);
+
 /// How many changes a shared cache holds for its controller before its watch waits.
 const SHARED_BUFFER: usize = 1024;
 
@@ -439,16 +442,39 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             }
         },
     );
-    // Works: their status is the placements' status.
+    // Works: their status is the placements' status. A Work gone pokes its placement at
+    // once (it may be waiting to finish); changes are gathered and poke each placement at
+    // most once per STATUS_EVERY, so that a thousand Works reporting in one second cost a
+    // few plans and status writes, not a thousand.
     let weak = Arc::downgrade(&fleet);
+    let changed: Arc<Mutex<BTreeSet<PlacementKey>>> = Arc::default();
+    let gathered = changed.clone();
     spawn_reflector("works", works_api, works_writer, move |event| {
         let Some(fleet) = weak.upgrade() else { return };
         fleet.work_index.lock().expect("lock").apply(event);
-        if let watcher::Event::Apply(w) | watcher::Event::Delete(w) = event {
-            fleet.poke(&PlacementKey {
-                namespace: w.spec.placement.namespace.clone(),
-                name: w.spec.placement.name.clone(),
-            });
+        let key = |w: &Work| PlacementKey {
+            namespace: w.spec.placement.namespace.clone(),
+            name: w.spec.placement.name.clone(),
+        };
+        match event {
+            watcher::Event::Delete(w) => fleet.poke(&key(w)),
+            watcher::Event::Apply(w) => {
+                gathered.lock().expect("lock").insert(key(w));
+            }
+            _ => {}
+        }
+    });
+    let weak = Arc::downgrade(&fleet);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(STATUS_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let Some(fleet) = weak.upgrade() else { return };
+            let keys = std::mem::take(&mut *changed.lock().expect("lock"));
+            for key in &keys {
+                fleet.poke(key);
+            }
         }
     });
     spawn_reflector("placements", placements_api, placements_writer, |_| {});
