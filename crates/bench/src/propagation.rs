@@ -656,6 +656,11 @@ mod tests {
                 samples: n,
             },
             hub_rss_joined_mib: 60.0,
+            hub_cpu: Cpu {
+                hub: 2.0,
+                sim: 1.0,
+                bench: 0.5,
+            },
             ..Point::default()
         };
         let report = Report {
@@ -665,7 +670,9 @@ mod tests {
         let json = report.json();
         assert_eq!(json["points"][0]["overhead_p99"], 1.5);
         assert_eq!(json["points"][1]["baseline"]["samples"], 10);
-        assert_eq!(report.summary().len(), 4);
+        assert_eq!(json["points"][1]["cpu_s"]["hub"]["sim"], 1.0);
+        // Per fleet size: latency, memory and CPU.
+        assert_eq!(report.summary().len(), 6);
         let charts = report.charts();
         assert_eq!(charts.len(), 2);
         for (_, chart) in charts {

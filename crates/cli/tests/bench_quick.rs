@@ -122,8 +122,17 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         ] {
             assert!(positive(&p[k]), "{k}: {p}");
         }
+        // CPU seconds per phase and process: numbers (a small fleet may use under a tick).
+        for phase in ["baseline", "hub"] {
+            for process in ["hub", "sim", "bench"] {
+                assert!(number(&p["cpu_s"][phase][process]) >= 0.0, "{p}");
+            }
+        }
     }
-    assert_eq!(propagation["options"]["concurrency"], 64);
+    assert_eq!(
+        propagation["options"]["concurrency"],
+        flotilla_fleet::runtime::PUSH_CONCURRENCY
+    );
     chart(dir, "propagation-latency", 4);
     chart(dir, "propagation-memory", 4);
 
