@@ -536,7 +536,23 @@ fn metrics_count_requests_and_watchers() {
         "{text}"
     );
     assert!(text.contains("flotilla_store_revision "), "{text}");
-    // A watcher shows up, served by the one store watch of the cache.
+    // A watcher shows up, served by the one store watch of the cache. The hub's own
+    // controllers watch too: kubectl's watch is one more than those.
+    let watchers = |text: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(r#"apiserver_registered_watchers{resource=""} "#))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    // Theirs, once they have settled (the same count twice, 300 ms apart).
+    let mut before = watchers(&text).unwrap_or(0);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = watchers(&hub.ok(&["get", "--raw", "/metrics"])).unwrap_or(0);
+        if now == before {
+            break;
+        }
+        before = now;
+    }
     let mut watch = kubectl_command(&hub.kubeconfig())
         .args(["get", "cm", "-w", "-o", "name"])
         .stdout(Stdio::piped())
@@ -549,7 +565,7 @@ fn metrics_count_requests_and_watchers() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let text = loop {
         let text = hub.ok(&["get", "--raw", "/metrics"]);
-        if text.contains(r#"apiserver_registered_watchers{resource=""} 1"#) {
+        if watchers(&text) == Some(before + 1) {
             break text;
         }
         assert!(
