@@ -200,12 +200,48 @@ fn parse_resource_version(text: &str) -> ApiResult<u64> {
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {
-    let mut response = (code, serde_json::to_vec(value).unwrap_or_default()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    json_bytes_response(code, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// The object a write answers with.
+enum Answer {
+    /// An object as it is (not stored, or already carrying its resourceVersion).
+    Object(Value),
+    /// An object as stored at `revision` (without its resourceVersion) and its stored JSON,
+    /// from which the answer is made without serialising the object again.
+    Stored {
+        object: Value,
+        json: Bytes,
+        revision: Revision,
+    },
+}
+
+impl Answer {
+    /// The object, with its resourceVersion.
+    fn into_value(self) -> Value {
+        match self {
+            Answer::Object(object) => object,
+            Answer::Stored {
+                object, revision, ..
+            } => object::with_resource_version(object, revision.get()),
+        }
+    }
+
+    fn response(self, code: StatusCode) -> Response {
+        if let Answer::Stored { json, revision, .. } = &self
+            && let Some(body) = object::with_resource_version_raw(json, revision.get())
+        {
+            return json_bytes_response(code, body);
+        }
+        json_response(code, &self.into_value())
+    }
+}
+
+/// The JSON the store holds for `object`.
+fn stored_json(object: &Value) -> ApiResult<Bytes> {
+    serde_json::to_vec(object)
+        .map(Bytes::from)
+        .map_err(|e| ApiError::internal(format!("cannot serialise the object: {e}")))
 }
 
 impl Api {
@@ -624,9 +660,9 @@ impl Api {
                 Ok(json_bytes_response(StatusCode::OK, object))
             }
             (Method::POST, None) => {
-                let (object, warnings) = self.create(&target, query, headers, &body).await?;
+                let (answer, warnings) = self.create(&target, query, headers, &body).await?;
                 Ok(with_warnings(
-                    json_response(StatusCode::CREATED, &object),
+                    answer.response(StatusCode::CREATED),
                     &warnings,
                 ))
             }
@@ -659,7 +695,7 @@ impl Api {
                 } else {
                     StatusCode::OK
                 };
-                Ok(with_warnings(json_response(code, &object), &warnings))
+                Ok(with_warnings(object.response(code), &warnings))
             }
             (Method::PATCH, Some(name)) => {
                 let (object, created, warnings) =
@@ -668,7 +704,7 @@ impl Api {
                     true => StatusCode::CREATED,
                     false => StatusCode::OK,
                 };
-                Ok(with_warnings(json_response(code, &object), &warnings))
+                Ok(with_warnings(object.response(code), &warnings))
             }
             (Method::DELETE, Some(name)) => {
                 let body = delete_options(body, headers)?;
@@ -709,8 +745,23 @@ impl Api {
 
     async fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
         let rt = self.resource("", "v1", "namespaces")?;
-        let (ns, _) = self.get(&rt, "", namespace).await?;
-        if !ns["metadata"]["deletionTimestamp"].is_null() {
+        let key = keys::key(&rt, &self.cluster, "", namespace);
+        let kv = self
+            .store
+            .get(&key, None)
+            .await?
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, namespace))?;
+        // Only the deletion timestamp matters: read it without decoding the namespace.
+        let terminating = match object::is_being_deleted(&kv.value) {
+            Some(terminating) => terminating,
+            None => {
+                let ns: Value = serde_json::from_slice(&kv.value).map_err(|e| {
+                    ApiError::internal(format!("stored object {namespace} is not JSON: {e}"))
+                })?;
+                !ns["metadata"]["deletionTimestamp"].is_null()
+            }
+        };
+        if terminating {
             return Err(ApiError::forbidden(format!(
                 "unable to create new content in namespace {namespace} because it is being terminated"
             )));
@@ -724,7 +775,7 @@ impl Api {
         query: &Query,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> ApiResult<(Value, Vec<String>)> {
+    ) -> ApiResult<(Answer, Vec<String>)> {
         let rt = &target.rt;
         if target.sub.is_some() {
             return Err(ApiError::method_not_allowed("POST", "a subresource"));
@@ -737,7 +788,7 @@ impl Api {
         }
         let object = parse_body(body, headers)?;
         if let Some(answer) = review::answer(rt, &object) {
-            return Ok((answer, Vec::new()));
+            return Ok((Answer::Object(answer), Vec::new()));
         }
         let manager = field_manager(query, headers)?;
         self.insert(target, query, object, FieldOwner::Update(&manager))
@@ -751,7 +802,7 @@ impl Api {
         query: &Query,
         mut object: Value,
         owner: FieldOwner<'_>,
-    ) -> ApiResult<(Value, Vec<String>)> {
+    ) -> ApiResult<(Answer, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
         let warnings = admit_fields(rt, &mut object, None, query)?;
@@ -784,12 +835,13 @@ impl Api {
             managed::record_update(None, &mut object, rt, writer)?;
         }
         if query.dry_run()? {
-            return Ok((object, warnings));
+            return Ok((Answer::Object(object), warnings));
         }
         let key = keys::key(rt, &self.cluster, &namespace, &name);
+        let json = stored_json(&object)?;
         let revision = self
             .store
-            .create(&key, Bytes::from(object.to_string()))
+            .create(&key, json.clone())
             .await
             .map_err(|e| match e {
                 flotilla_store::Error::AlreadyExists { .. } => {
@@ -802,7 +854,11 @@ impl Api {
             crd::register(&self.registry, &definition);
         }
         Ok((
-            object::with_resource_version(object, revision.get()),
+            Answer::Stored {
+                object,
+                json,
+                revision,
+            },
             warnings,
         ))
     }
@@ -816,7 +872,7 @@ impl Api {
         query: &Query,
         mut object: Value,
         owner: FieldOwner<'_>,
-    ) -> ApiResult<(Value, bool, Vec<String>)> {
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
         if meta_str(&object, "name") != name {
@@ -863,7 +919,7 @@ impl Api {
         };
         if query.dry_run()? {
             return Ok((
-                object::with_resource_version(object, revision.get()),
+                Answer::Object(object::with_resource_version(object, revision.get())),
                 false,
                 warnings,
             ));
@@ -887,25 +943,30 @@ impl Api {
                 rt.namespaced.then_some(namespace.as_str()),
             );
             return Ok((
-                object::with_resource_version(object, deleted_at.get()),
+                Answer::Object(object::with_resource_version(object, deleted_at.get())),
                 false,
                 warnings,
             ));
         }
         // A write that changes nothing is not made: the object keeps its resourceVersion.
         if object::without_resource_version(&current) == object {
-            return Ok((current, false, warnings));
+            return Ok((Answer::Object(current), false, warnings));
         }
+        let json = stored_json(&object)?;
         let new = self
             .store
-            .update(&key, Bytes::from(object.to_string()), revision)
+            .update(&key, json.clone(), revision)
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
         if let Some((definition, true)) = &definition {
             crd::register(&self.registry, definition);
         }
         Ok((
-            object::with_resource_version(object, new.get()),
+            Answer::Stored {
+                object,
+                json,
+                revision: new,
+            },
             false,
             warnings,
         ))
@@ -996,6 +1057,7 @@ impl Api {
                 .await
             {
                 Ok((object, _, _)) => {
+                    let object = object.into_value();
                     return Ok(json_response(StatusCode::OK, &scale::view(&object, &paths)));
                 }
                 Err(e) if e.reason == "Conflict" && !conditional => tokio::task::yield_now().await,
@@ -1077,7 +1139,7 @@ impl Api {
         query: &Query,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> ApiResult<(Value, bool, Vec<String>)> {
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
         let rt = &target.rt;
         let builtin_schema = openapi::builtin_definition(&rt.group, &rt.version, &rt.kind)
             .filter(|_| rt.schema.is_none())
@@ -1150,7 +1212,7 @@ impl Api {
         name: &str,
         query: &Query,
         body: &Bytes,
-    ) -> ApiResult<(Value, bool, Vec<String>)> {
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
         let rt = &target.rt;
         let manager = query.get("fieldManager").ok_or_else(|| {
             invalid_option(

@@ -76,13 +76,17 @@ impl<'a> Shape<'a> {
 
     /// The schema of field `key` of this object (`metadata` of a root is ObjectMeta).
     pub fn field(&self, key: &str, root: bool) -> Shape<'a> {
+        self.field_of(self.resolved(), key, root)
+    }
+
+    /// [`Shape::field`] with this shape's node already resolved (`node`).
+    fn field_of(&self, node: &'a Value, key: &str, root: bool) -> Shape<'a> {
         if root && key == "metadata" {
             return Shape {
-                node: &openapi::builtin_schemas()[OBJECT_META],
+                node: openapi::builtin_schema(OBJECT_META).unwrap_or(&NULL),
                 builtin: true,
             };
         }
-        let node = self.resolved();
         let child = node["properties"]
             .get(key)
             .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))
@@ -95,8 +99,7 @@ impl<'a> Shape<'a> {
 
     /// Whether `key` is a declared field of this struct (not a key of a map).
     pub fn is_named(&self, key: &str, root: bool) -> bool {
-        (root && matches!(key, "metadata" | "apiVersion" | "kind"))
-            || self.resolved()["properties"].get(key).is_some()
+        is_named_in(self.resolved(), key, root)
     }
 
     /// The schema of this list's items.
@@ -109,8 +112,12 @@ impl<'a> Shape<'a> {
 
     /// Whether this object is replaced whole (`x-kubernetes-map-type: atomic`).
     pub fn atomic_map(&self) -> bool {
-        self.node["x-kubernetes-map-type"] == "atomic"
-            || self.resolved()["x-kubernetes-map-type"] == "atomic"
+        self.atomic_map_of(self.resolved())
+    }
+
+    /// [`Shape::atomic_map`] with this shape's node already resolved (`node`).
+    fn atomic_map_of(&self, node: &Value) -> bool {
+        self.node["x-kubernetes-map-type"] == "atomic" || node["x-kubernetes-map-type"] == "atomic"
     }
 
     /// How this list merges.
@@ -155,6 +162,12 @@ impl<'a> Shape<'a> {
     }
 }
 
+/// Whether `key` is a declared field of the struct whose resolved schema is `node`.
+fn is_named_in(node: &Value, key: &str, root: bool) -> bool {
+    (root && matches!(key, "metadata" | "apiVersion" | "kind"))
+        || node["properties"].get(key).is_some()
+}
+
 /// `f:<name>`.
 pub fn field(name: &str) -> String {
     format!("f:{name}")
@@ -192,61 +205,81 @@ pub struct Fields<'v> {
 
 /// The fields of `object` (a whole object) under `shape`.
 pub fn fields<'v>(object: &'v Value, shape: Shape<'_>) -> Fields<'v> {
-    let mut out = Fields::default();
-    let mut path = Vec::new();
-    walk(object, shape, true, &mut path, &mut out);
-    out
+    let mut walk = Walk {
+        out: Fields::default(),
+        leaves: true,
+    };
+    walk.value(object, shape, true, &mut Vec::new());
+    walk.out
 }
 
-fn insert<'v>(out: &mut Fields<'v>, path: &Path, value: &'v Value, leaf: bool) {
-    if path.is_empty() {
-        return;
-    }
-    out.members.insert(path.clone());
-    if leaf {
-        out.leaves.insert(path.clone(), value);
-    }
+/// The member paths of `object` under `shape`: [`fields`] without the leaves.
+pub fn members(object: &Value, shape: Shape<'_>) -> FieldSet {
+    let mut walk = Walk {
+        out: Fields::default(),
+        leaves: false,
+    };
+    walk.value(object, shape, true, &mut Vec::new());
+    walk.out.members
 }
 
-/// Walks `value`; returns whether it was a leaf.
-fn walk<'v>(
-    value: &'v Value,
-    shape: Shape<'_>,
-    root: bool,
-    path: &mut Path,
-    out: &mut Fields<'v>,
-) -> bool {
-    match value {
-        Value::Object(map) if !shape.atomic_map() && !map.is_empty() => {
-            for (key, child) in map {
-                path.push(field(key));
-                let leaf = walk(child, shape.field(key, root), false, path, out);
-                if leaf || !shape.is_named(key, root) {
-                    insert(out, path, child, leaf);
+/// A walk collecting an object's fields (and their leaves' values, if `leaves`).
+struct Walk<'v> {
+    out: Fields<'v>,
+    leaves: bool,
+}
+
+impl<'v> Walk<'v> {
+    fn insert(&mut self, path: &Path, value: &'v Value, leaf: bool) {
+        if path.is_empty() {
+            return;
+        }
+        if leaf && self.leaves {
+            self.out.leaves.insert(path.clone(), value);
+        }
+        self.out.members.insert(path.clone());
+    }
+
+    /// Walks `value`; returns whether it was a leaf.
+    fn value(&mut self, value: &'v Value, shape: Shape<'_>, root: bool, path: &mut Path) -> bool {
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                // The schema node is resolved once for every key of the object.
+                let node = shape.resolved();
+                if shape.atomic_map_of(node) {
+                    self.insert(path, value, true);
+                    return true;
                 }
-                path.pop();
+                for (key, child) in map {
+                    path.push(field(key));
+                    let leaf = self.value(child, shape.field_of(node, key, root), false, path);
+                    if leaf || !is_named_in(node, key, root) {
+                        self.insert(path, child, leaf);
+                    }
+                    path.pop();
+                }
+                false
             }
-            false
-        }
-        Value::Array(items) => {
-            let list = shape.list_type();
-            // An empty list is owned as a whole, like an empty map: applying `[]` keeps it.
-            if list == ListType::Atomic || items.is_empty() {
-                insert(out, path, value, true);
-                return true;
+            Value::Array(items) => {
+                let list = shape.list_type();
+                // An empty list is owned as a whole, like an empty map: applying `[]` keeps it.
+                if list == ListType::Atomic || items.is_empty() {
+                    self.insert(path, value, true);
+                    return true;
+                }
+                let item_shape = shape.items();
+                for (index, item) in items.iter().enumerate() {
+                    path.push(item_element(item, index, &list));
+                    let leaf = self.value(item, item_shape, false, path);
+                    self.insert(path, item, leaf);
+                    path.pop();
+                }
+                false
             }
-            let item_shape = shape.items();
-            for (index, item) in items.iter().enumerate() {
-                path.push(item_element(item, index, &list));
-                let leaf = walk(item, item_shape, false, path, out);
-                insert(out, path, item, leaf);
-                path.pop();
+            _ => {
+                self.insert(path, value, true);
+                true
             }
-            false
-        }
-        _ => {
-            insert(out, path, value, true);
-            true
         }
     }
 }

@@ -163,8 +163,8 @@ fn shape(rt: &ResourceType) -> Shape<'_> {
     if let Some(schema) = &rt.schema {
         return Shape::root(&schema.0, false);
     }
-    match openapi::builtin_definition(&rt.group, &rt.version, &rt.kind) {
-        Some(name) => Shape::root(&openapi::builtin_schemas()[name], true),
+    match openapi::builtin_kind_schema(&rt.group, &rt.version, &rt.kind) {
+        Some(schema) => Shape::root(schema, true),
         None => Shape::unknown(),
     }
 }
@@ -236,16 +236,30 @@ pub fn record_update(
     rt: &ResourceType,
     writer: Writer<'_>,
 ) -> ApiResult<()> {
-    let given = new["metadata"].get("managedFields").cloned();
-    let mut entries = match (current, &given) {
-        (Some(current), Some(given)) if Some(given) != current["metadata"].get("managedFields") => {
-            entries(new)?
-        }
-        (Some(current), _) => entries(current)?,
-        (None, _) => Vec::new(),
+    // A create: every field the object has is the writer's (the managedFields a client sends
+    // with it are not kept). Only the paths are needed, not the values behind them.
+    let Some(current) = current else {
+        let mut fields = fields::members(new, shape(rt));
+        fields.retain(|p| !excluded(p, rt, writer.subresource));
+        let entries = match fields.is_empty() {
+            true => Vec::new(),
+            false => vec![Entry {
+                manager: writer.manager.to_owned(),
+                operation: Operation::Update,
+                api_version: rt.api_version(),
+                time: object::now(),
+                subresource: writer.subresource.to_owned(),
+                fields,
+            }],
+        };
+        return store(new, &entries);
     };
-    let empty = Value::Null;
-    let live = owned_fields(current.unwrap_or(&empty), rt, writer.subresource);
+    let given = new["metadata"].get("managedFields");
+    let mut entries = match given {
+        Some(given) if Some(given) != current["metadata"].get("managedFields") => entries(new)?,
+        _ => entries(current)?,
+    };
+    let live = owned_fields(current, rt, writer.subresource);
     let next = owned_fields(new, rt, writer.subresource);
     let change = compare(&live, &next);
     let now = object::now();

@@ -1,0 +1,255 @@
+//! The cost of one API request against the same call on the bare store, for profiling by
+//! instruction count (`valgrind --tool=callgrind`).
+//!
+//! ```text
+//! request_cost <mode> <op> <n>
+//!   mode: store (the bench's store calls) | api (Api::serve) | router (the HTTP app, no
+//!         socket) | https (TLS over loopback with keep-alive, as `flotilla bench` does)
+//!   op:   get | create | update
+//! ```
+//!
+//! Setup is the same whatever `n` is (1,000 ConfigMaps for get and update), so the
+//! difference of two runs' counts divided by the difference of their `n` is the cost of
+//! one request.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use bytes::Bytes;
+use flotilla_apiserver::Api;
+use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::server::{self, Auth};
+use flotilla_store::Store;
+use flotilla_store_sqlite::SqliteStore;
+use http_body_util::{BodyExt, Full};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const OBJECTS: usize = 1_000;
+const NAMESPACE: &str = "bench";
+
+fn configmap(name: &str, n: usize) -> Bytes {
+    Bytes::from(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NAMESPACE},
+            "data": {"n": n.to_string(), "payload": "x".repeat(1024)}})
+        .to_string(),
+    )
+}
+
+fn name(i: usize) -> String {
+    format!("cm-{i:06}")
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("/core/configmaps/root/{NAMESPACE}/{}", name(i)).into_bytes()
+}
+
+/// One request: method, path, body, the status expected.
+type Call = (Method, String, Bytes, StatusCode);
+
+fn call(op: &str, i: usize) -> Call {
+    match op {
+        "get" => (
+            Method::GET,
+            format!(
+                "/api/v1/namespaces/{NAMESPACE}/configmaps/{}",
+                name(i % OBJECTS)
+            ),
+            Bytes::new(),
+            StatusCode::OK,
+        ),
+        "create" => (
+            Method::POST,
+            format!("/api/v1/namespaces/{NAMESPACE}/configmaps"),
+            configmap(&name(OBJECTS + i), 0),
+            StatusCode::CREATED,
+        ),
+        "update" => (
+            Method::PUT,
+            format!(
+                "/api/v1/namespaces/{NAMESPACE}/configmaps/{}",
+                name(i % OBJECTS)
+            ),
+            configmap(&name(i % OBJECTS), i + 1),
+            StatusCode::OK,
+        ),
+        other => panic!("unknown op {other}"),
+    }
+}
+
+async fn store_op(store: &dyn Store, op: &str, i: usize) {
+    match op {
+        "get" => {
+            let kv = store.get(&key(i % OBJECTS), None).await.unwrap().unwrap();
+            serde_json::from_slice::<Value>(&kv.value).unwrap();
+        }
+        "create" => {
+            store
+                .create(&key(OBJECTS + i), configmap(&name(OBJECTS + i), 0))
+                .await
+                .unwrap();
+        }
+        "update" => {
+            let k = key(i % OBJECTS);
+            let current = store.get(&k, None).await.unwrap().unwrap();
+            store
+                .update(
+                    &k,
+                    configmap(&name(i % OBJECTS), i + 1),
+                    current.mod_revision,
+                )
+                .await
+                .unwrap();
+        }
+        other => panic!("unknown op {other}"),
+    }
+}
+
+fn headers(token: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1"));
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    headers
+}
+
+fn request(token: &str, (method, uri, body, _): Call) -> axum::http::Request<Full<Bytes>> {
+    let mut request = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Full::new(body))
+        .unwrap();
+    *request.headers_mut() = headers(token);
+    request
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (mode, op, n) = match args.as_slice() {
+        [_, mode, op, n] => (mode.clone(), op.clone(), n.parse::<usize>().unwrap()),
+        _ => panic!("usage: request_cost store|api|router|https get|create|update N"),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
+    if mode == "store" {
+        if op != "create" {
+            for i in 0..OBJECTS {
+                store.create(&key(i), configmap(&name(i), 0)).await.unwrap();
+            }
+        }
+        for i in 0..n {
+            store_op(&*store, &op, i).await;
+        }
+        return;
+    }
+    let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1");
+    api.bootstrap().await.unwrap();
+    let token = "t0ken".to_owned();
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+    let setup = |i: usize| {
+        (
+            Method::POST,
+            format!("/api/v1/namespaces/{NAMESPACE}/configmaps"),
+            configmap(&name(i), 0),
+            StatusCode::CREATED,
+        )
+    };
+    let mut calls: Vec<Call> = vec![(
+        Method::POST,
+        "/api/v1/namespaces".to_owned(),
+        Bytes::from(ns.to_string()),
+        StatusCode::CREATED,
+    )];
+    if op != "create" {
+        calls.extend((0..OBJECTS).map(setup));
+    }
+    calls.extend((0..n).map(|i| call(&op, i)));
+    match mode.as_str() {
+        "api" => {
+            let headers = headers(&token);
+            for (method, uri, body, code) in calls {
+                let response = api.serve(method, &uri, None, &headers, body).await;
+                assert_eq!(response.status(), code);
+                response.into_body().collect().await.unwrap();
+            }
+        }
+        "router" => {
+            let check = token.clone();
+            let app = server::router(
+                api,
+                Auth {
+                    check: Arc::new(move |t| t == check),
+                },
+                Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            );
+            for call in calls {
+                let code = call.3;
+                let response = app.clone().oneshot(request(&token, call)).await.unwrap();
+                assert_eq!(response.status(), code);
+                response.into_body().collect().await.unwrap();
+            }
+        }
+        "https" => https(api, dir.path(), calls).await,
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>) {
+    let identity =
+        flotilla_pki::load_or_create(&dir.join("pki"), &["127.0.0.1".to_owned()]).unwrap();
+    let check = identity.admin_token.clone();
+    let app = server::router(
+        api,
+        Auth {
+            check: Arc::new(move |t| t == check),
+        },
+        Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server::serve_tls(
+        listener,
+        Arc::new(identity.server_config().unwrap()),
+        app,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(identity.client_config().unwrap()))
+        .connect(
+            rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    let driver = tokio::spawn(connection);
+    for call in calls {
+        let code = call.3;
+        sender.ready().await.unwrap();
+        let response = sender
+            .send_request(request(&identity.admin_token, call))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), code);
+        response.into_body().collect().await.unwrap();
+    }
+    drop(sender);
+    let _ = driver.await;
+    let _ = stop.send(());
+    let _ = serving.await;
+}
