@@ -73,6 +73,13 @@ fn call(op: &str, i: usize) -> Call {
             configmap(&name(i % OBJECTS), i + 1),
             StatusCode::OK,
         ),
+        // The HTTP layer alone: no token, no API.
+        "healthz" => (
+            Method::GET,
+            "/healthz".to_owned(),
+            Bytes::new(),
+            StatusCode::OK,
+        ),
         other => panic!("unknown op {other}"),
     }
 }
@@ -145,8 +152,13 @@ async fn main() {
                 store.create(&key(i), configmap(&name(i), 0)).await.unwrap();
             }
         }
+        let started = std::time::Instant::now();
         for i in 0..n {
             store_op(&*store, &op, i).await;
+        }
+        if std::env::var_os("REQUEST_COST_TIME").is_some() {
+            let each = started.elapsed() / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+            eprintln!("{n} store calls, {each:?} each");
         }
         return;
     }
@@ -171,6 +183,7 @@ async fn main() {
     if op != "create" {
         calls.extend((0..OBJECTS).map(setup));
     }
+    let setup_calls = calls.len();
     calls.extend((0..n).map(|i| call(&op, i)));
     match mode.as_str() {
         "api" => {
@@ -197,12 +210,12 @@ async fn main() {
                 response.into_body().collect().await.unwrap();
             }
         }
-        "https" => https(api, dir.path(), calls).await,
+        "https" => https(api, dir.path(), calls, setup_calls).await,
         other => panic!("unknown mode {other}"),
     }
 }
 
-async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>) {
+async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>, setup_calls: usize) {
     let identity =
         flotilla_pki::load_or_create(&dir.join("pki"), &["127.0.0.1".to_owned()]).unwrap();
     let check = identity.admin_token.clone();
@@ -238,7 +251,12 @@ async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>) {
             .await
             .unwrap();
     let driver = tokio::spawn(connection);
-    for call in calls {
+    let mut started = std::time::Instant::now();
+    let measured = calls.len() - setup_calls;
+    for (i, call) in calls.into_iter().enumerate() {
+        if i == setup_calls {
+            started = std::time::Instant::now();
+        }
         let code = call.3;
         sender.ready().await.unwrap();
         let response = sender
@@ -247,6 +265,10 @@ async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>) {
             .unwrap();
         assert_eq!(response.status(), code);
         response.into_body().collect().await.unwrap();
+    }
+    if std::env::var_os("REQUEST_COST_TIME").is_some() {
+        let each = started.elapsed() / u32::try_from(measured.max(1)).unwrap_or(u32::MAX);
+        eprintln!("{measured} requests, {each:?} each");
     }
     drop(sender);
     let _ = driver.await;

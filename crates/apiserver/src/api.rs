@@ -641,17 +641,16 @@ impl Api {
             (Method::GET, Some(name)) => {
                 let rt = &target.rt;
                 let key = keys::key(rt, &self.cluster, &namespace, &name);
-                let kv = self
-                    .store
-                    .get(&key, None)
+                let (value, revision) = self
+                    .read(&key)
                     .await?
                     .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
-                let object = stored_with_version(&kv.value, kv.mod_revision, rt)?;
+                let object = stored_with_version(&value, revision, rt)?;
                 if table::wants_table(accept) {
                     let object: Value = serde_json::from_slice(&object).map_err(|e| {
                         ApiError::internal(format!("a stored object is not JSON: {e}"))
                     })?;
-                    let rv = kv.mod_revision.get().to_string();
+                    let rv = revision.get().to_string();
                     return Ok(json_response(
                         StatusCode::OK,
                         &self.table(rt, &[object], &rv, query),
@@ -722,6 +721,16 @@ impl Api {
         }
     }
 
+    /// The stored JSON and revision of the object under `key`, by a consistent read: from
+    /// the watch cache when it is up to date with the store, else from the store.
+    async fn read(&self, key: &[u8]) -> ApiResult<Option<(Bytes, Revision)>> {
+        if let Some(found) = self.watch_cache.get(key).await {
+            return Ok(found);
+        }
+        let kv = self.store.get(key, None).await?;
+        Ok(kv.map(|kv| (kv.value, kv.mod_revision)))
+    }
+
     /// An object and its revision.
     pub async fn get(
         &self,
@@ -746,16 +755,15 @@ impl Api {
     async fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
         let rt = self.resource("", "v1", "namespaces")?;
         let key = keys::key(&rt, &self.cluster, "", namespace);
-        let kv = self
-            .store
-            .get(&key, None)
+        let (value, _) = self
+            .read(&key)
             .await?
             .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, namespace))?;
         // Only the deletion timestamp matters: read it without decoding the namespace.
-        let terminating = match object::is_being_deleted(&kv.value) {
+        let terminating = match object::is_being_deleted(&value) {
             Some(terminating) => terminating,
             None => {
-                let ns: Value = serde_json::from_slice(&kv.value).map_err(|e| {
+                let ns: Value = serde_json::from_slice(&value).map_err(|e| {
                     ApiError::internal(format!("stored object {namespace} is not JSON: {e}"))
                 })?;
                 !ns["metadata"]["deletionTimestamp"].is_null()

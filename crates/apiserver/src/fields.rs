@@ -170,7 +170,10 @@ fn is_named_in(node: &Value, key: &str, root: bool) -> bool {
 
 /// `f:<name>`.
 pub fn field(name: &str) -> String {
-    format!("f:{name}")
+    let mut element = String::with_capacity(name.len() + 2);
+    element.push_str("f:");
+    element.push_str(name);
+    element
 }
 
 /// The path element of item `index` of a list: `k:{…}` with the item's key fields for a
@@ -205,33 +208,51 @@ pub struct Fields<'v> {
 
 /// The fields of `object` (a whole object) under `shape`.
 pub fn fields<'v>(object: &'v Value, shape: Shape<'_>) -> Fields<'v> {
+    fields_where(object, shape, &|_| true)
+}
+
+/// The fields of `object` under `shape` whose paths `keep` accepts.
+pub fn fields_where<'v>(
+    object: &'v Value,
+    shape: Shape<'_>,
+    keep: &dyn Fn(&[String]) -> bool,
+) -> Fields<'v> {
     let mut walk = Walk {
         out: Fields::default(),
         leaves: true,
+        keep,
     };
     walk.value(object, shape, true, &mut Vec::new());
     walk.out
 }
 
-/// The member paths of `object` under `shape`: [`fields`] without the leaves.
-pub fn members(object: &Value, shape: Shape<'_>) -> FieldSet {
+/// The member paths of `object` under `shape` that `keep` accepts: [`fields_where`]
+/// without the leaves.
+pub fn members_where(
+    object: &Value,
+    shape: Shape<'_>,
+    keep: &dyn Fn(&[String]) -> bool,
+) -> FieldSet {
     let mut walk = Walk {
         out: Fields::default(),
         leaves: false,
+        keep,
     };
     walk.value(object, shape, true, &mut Vec::new());
     walk.out.members
 }
 
-/// A walk collecting an object's fields (and their leaves' values, if `leaves`).
-struct Walk<'v> {
+/// A walk collecting an object's fields (and their leaves' values, if `leaves`) whose paths
+/// `keep` accepts.
+struct Walk<'v, 'k> {
     out: Fields<'v>,
     leaves: bool,
+    keep: &'k dyn Fn(&[String]) -> bool,
 }
 
-impl<'v> Walk<'v> {
+impl<'v> Walk<'v, '_> {
     fn insert(&mut self, path: &Path, value: &'v Value, leaf: bool) {
-        if path.is_empty() {
+        if path.is_empty() || !(self.keep)(path) {
             return;
         }
         if leaf && self.leaves {

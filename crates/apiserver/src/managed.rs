@@ -191,10 +191,7 @@ fn excluded(path: &[String], rt: &ResourceType, subresource: &str) -> bool {
 
 /// The fields of `object` a write through `writer.subresource` may own.
 fn owned_fields<'v>(object: &'v Value, rt: &ResourceType, subresource: &str) -> Fields<'v> {
-    let mut found = fields::fields(object, shape(rt));
-    found.members.retain(|p| !excluded(p, rt, subresource));
-    found.leaves.retain(|p, _| !excluded(p, rt, subresource));
-    found
+    fields::fields_where(object, shape(rt), &|p| !excluded(p, rt, subresource))
 }
 
 /// What a write changes: the paths it adds or modifies, and the paths it removes.
@@ -239,8 +236,8 @@ pub fn record_update(
     // A create: every field the object has is the writer's (the managedFields a client sends
     // with it are not kept). Only the paths are needed, not the values behind them.
     let Some(current) = current else {
-        let mut fields = fields::members(new, shape(rt));
-        fields.retain(|p| !excluded(p, rt, writer.subresource));
+        let fields =
+            fields::members_where(new, shape(rt), &|p| !excluded(p, rt, writer.subresource));
         let entries = match fields.is_empty() {
             true => Vec::new(),
             false => vec![Entry {

@@ -16,13 +16,26 @@
 //! every change of the store, its processed revision is a safe bookmark for any resource:
 //! an idle watcher's resourceVersion still advances, so it can resume after a restart of
 //! the connection without a relist.
+//!
+//! Consistent reads from the cache (as kube-apiserver serves them since 1.31):
+//!
+//! ```text
+//!  get(key): the store's current revision H (an atomic read, no I/O)
+//!            resource's objects loaded and the feeder has processed H?
+//!              yes ─► the object (or its absence) from memory: every change up to H is in it
+//!              no  ─► None: the caller reads the store (the first read of a resource starts
+//!                     loading its objects: one list, then every routed change is applied)
+//! ```
+//!
+//! A resource's objects are kept only once something has read one of them by key; they are
+//! its objects' stored JSON (shared with the watch events), not decoded values.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bytes::Bytes;
-use flotilla_store::{EventKind, Revision, Store, WatchEvent, WatchStream};
+use flotilla_store::{EventKind, ListOptions, Revision, Store, WatchEvent, WatchStream};
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::sync::broadcast::{self, error::TryRecvError};
@@ -170,6 +183,48 @@ struct ResourceState {
     complete_after: Revision,
     /// The live feed; dropped when the cache is reset, which ends every subscription.
     tx: Option<broadcast::Sender<Arc<Change>>>,
+    /// Whether a client ever watched the resource: until then it keeps no history (its
+    /// cache exists for reads only) and a watch from the past catches up from the store.
+    watched: bool,
+    /// The resource's objects, for reads.
+    objects: Objects,
+}
+
+/// The current objects of one resource, by store key: their stored JSON and revision.
+enum Objects {
+    /// Nobody has read the resource by key yet (or loading it failed).
+    Absent,
+    /// Being listed from the store; the changes routed meanwhile are applied once it is.
+    Loading(Vec<Arc<Change>>),
+    /// Every change up to the feeder's processed revision is applied.
+    Ready {
+        by_key: HashMap<Bytes, (Bytes, Revision)>,
+        /// The revision the objects were listed at (changes up to it are in them).
+        listed_at: Revision,
+    },
+}
+
+impl Objects {
+    /// Applies one routed change (in revision order).
+    fn apply(&mut self, change: &Arc<Change>) {
+        match self {
+            Objects::Absent => {}
+            Objects::Loading(pending) => pending.push(change.clone()),
+            Objects::Ready { by_key, listed_at } => {
+                if change.revision <= *listed_at {
+                    return;
+                }
+                match &change.raw_object {
+                    Some(value) if change.kind == EventKind::Put => {
+                        by_key.insert(change.key.clone(), (value.clone(), change.revision));
+                    }
+                    _ => {
+                        by_key.remove(&change.key);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl WatchCache {
@@ -202,6 +257,92 @@ impl WatchCache {
     /// Every change up to this revision has reached the caches.
     pub fn processed(&self) -> Revision {
         Revision::new(self.inner.processed.load(Ordering::Acquire))
+    }
+
+    /// The object under `key` (its stored JSON and revision, or `None` if there is none) as
+    /// a consistent read finds it, when the cache can tell: the key's resource is loaded and
+    /// every change up to the store's current revision has reached it. `None` when it cannot
+    /// (then read the store); the first such read of a resource starts loading its objects.
+    pub async fn get(&self, key: &[u8]) -> Option<Option<(Bytes, Revision)>> {
+        self.start().await.ok()?;
+        let prefix = resource_of(key)?;
+        // The revision first: whatever the cache holds once it has processed this revision
+        // is at least as new as the store's answer would be.
+        let head = self.store.current_revision().await.ok()?;
+        let resource = self
+            .inner
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(prefix)
+            .cloned();
+        if let Some(resource) = &resource {
+            let state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match &state.objects {
+                Objects::Ready { by_key, .. } => {
+                    return (self.processed() >= head).then(|| by_key.get(key).cloned());
+                }
+                Objects::Loading(_) => return None,
+                Objects::Absent => {}
+            }
+        }
+        self.load(prefix);
+        None
+    }
+
+    /// Starts loading the objects of the resource `prefix` names, unless that has begun.
+    fn load(&self, prefix: &[u8]) {
+        let resource = self.resource(prefix);
+        {
+            let mut state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !matches!(state.objects, Objects::Absent) {
+                return;
+            }
+            // Every change routed from now on is kept until the list is in.
+            state.objects = Objects::Loading(Vec::new());
+        }
+        let store = self.store.clone();
+        let prefix = prefix.to_vec();
+        let task = async move {
+            // Listed at the store's current revision, which the feeder has not passed: the
+            // changes routed since loading began cover everything after it.
+            let listed = store.list(&prefix, ListOptions::default()).await;
+            let mut state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Objects::Loading(pending) = std::mem::replace(&mut state.objects, Objects::Absent)
+            else {
+                return;
+            };
+            match listed {
+                Ok(page) => {
+                    let by_key = page
+                        .kvs
+                        .into_iter()
+                        .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
+                        .collect();
+                    let mut objects = Objects::Ready {
+                        by_key,
+                        listed_at: page.revision,
+                    };
+                    for change in &pending {
+                        objects.apply(change);
+                    }
+                    state.objects = objects;
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot load a resource's objects into the watch cache")
+                }
+            }
+        };
+        tokio::spawn(task.instrument(info_span!("watch_cache_load")));
     }
 
     async fn start(&self) -> flotilla_store::Result<()> {
@@ -240,6 +381,8 @@ impl WatchCache {
                         history: VecDeque::new(),
                         complete_after: Revision::new(self.inner.processed.load(Ordering::Acquire)),
                         tx: Some(tx),
+                        watched: false,
+                        objects: Objects::Absent,
                     }),
                 })
             })
@@ -264,10 +407,11 @@ impl WatchCache {
             .to_vec();
         let resource = self.resource(&resource_prefix);
         let (rx, backlog, complete_after) = {
-            let state = resource
+            let mut state = resource
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            state.watched = true;
             let Some(tx) = &state.tx else {
                 return Err(flotilla_store::Error::Compacted {
                     requested: since,
@@ -384,16 +528,22 @@ impl Feeder {
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            state.objects.apply(&change);
             if revision > state.complete_after {
-                state.history.push_back(change.clone());
-                while state.history.len() > self.config.history {
-                    if let Some(oldest) = state.history.pop_front() {
-                        state.complete_after = oldest.revision;
+                if !state.watched {
+                    // Read, never watched: no history (nothing to send it to either).
+                    state.complete_after = revision;
+                } else {
+                    state.history.push_back(change.clone());
+                    while state.history.len() > self.config.history {
+                        if let Some(oldest) = state.history.pop_front() {
+                            state.complete_after = oldest.revision;
+                        }
                     }
-                }
-                if let Some(tx) = &state.tx {
-                    // No receivers is fine: nobody is watching right now.
-                    let _ = tx.send(change);
+                    if let Some(tx) = &state.tx {
+                        // No receivers is fine: nobody is watching right now.
+                        let _ = tx.send(change);
+                    }
                 }
             }
         }
@@ -558,6 +708,133 @@ mod tests {
             Some(Next::Change(change)) => change,
             other => panic!("expected a change, got {other:?}"),
         }
+    }
+
+    /// Reads `key` from the cache until it answers (it loads the resource first).
+    async fn cached(cache: &WatchCache, key: &[u8]) -> Option<(Bytes, Revision)> {
+        for _ in 0..1_000 {
+            if let Some(found) = cache.get(key).await {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("the cache never answered");
+    }
+
+    #[tokio::test]
+    async fn reads_come_from_memory_once_loaded_and_never_miss_a_write_that_returned() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        let created = store.create(key, value("x", 1)).await.unwrap();
+        store
+            .create(b"/core/configmaps/root/b/y", value("y", 1))
+            .await
+            .unwrap();
+        // The first read starts loading the resource: the store answers it.
+        assert!(cache.get(key).await.is_none());
+        assert_eq!(cached(&cache, key).await, Some((value("x", 1), created)));
+        assert_eq!(cache.get(b"/core/configmaps/root/a/nope").await, Some(None));
+        // Another resource is not loaded by it.
+        assert!(cache.get(b"/core/secrets/root/a/x").await.is_none());
+        let mut revision = created;
+        for n in 2..50 {
+            revision = store.update(key, value("x", n), revision).await.unwrap();
+            // Right after a write the cache answers with it, or not at all.
+            match cache.get(key).await {
+                None => {}
+                Some(found) => assert_eq!(found, Some((value("x", n), revision))),
+            }
+        }
+        assert_eq!(cached(&cache, key).await, Some((value("x", 49), revision)));
+        store.delete(key, None).await.unwrap();
+        assert!(matches!(cache.get(key).await, None | Some(None)));
+        assert_eq!(cached(&cache, key).await, None);
+        let recreated = store.create(key, value("x", 100)).await.unwrap();
+        assert_eq!(
+            cached(&cache, key).await,
+            Some((value("x", 100), recreated))
+        );
+        // Reads neither count as watchers nor keep a history.
+        assert_eq!(cache.watchers(), 0);
+        let resource = cache.resource(b"/core/configmaps/");
+        assert!(resource.state.lock().unwrap().history.is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_made_while_a_resource_loads_are_in_it() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        for i in 0..200 {
+            store
+                .create(
+                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
+                    value("k", i),
+                )
+                .await
+                .unwrap();
+        }
+        assert!(cache.get(b"/core/configmaps/root/a/k0").await.is_none());
+        // Writes race with the load (and the feeder): each key's last write must win.
+        let mut revisions = Vec::new();
+        for i in 0..200 {
+            let key = format!("/core/configmaps/root/a/k{i}");
+            let current = store.get(key.as_bytes(), None).await.unwrap().unwrap();
+            let revision = if i % 3 == 0 {
+                store.delete(key.as_bytes(), None).await.unwrap();
+                None
+            } else {
+                let v = value("k", 1_000 + i);
+                Some((
+                    v.clone(),
+                    store
+                        .update(key.as_bytes(), v, current.mod_revision)
+                        .await
+                        .unwrap(),
+                ))
+            };
+            revisions.push(revision);
+            tokio::task::yield_now().await;
+        }
+        for (i, expected) in revisions.into_iter().enumerate() {
+            let key = format!("/core/configmaps/root/a/k{i}");
+            assert_eq!(cached(&cache, key.as_bytes()).await, expected, "{key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_resource_read_before_it_is_watched_catches_a_watch_up_from_the_store() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let start = store.current_revision().await.unwrap();
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        store.create(key, value("x", 1)).await.unwrap();
+        assert!(cached(&cache, key).await.is_some());
+        store
+            .create(b"/core/configmaps/root/a/y", value("y", 1))
+            .await
+            .unwrap();
+        assert!(cached(&cache, b"/core/configmaps/root/a/y").await.is_some());
+        // The cache kept no history while it was only read: the watch reads the log.
+        let mut sub = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        assert_eq!(cache.store_watches(), 2);
+        store
+            .create(b"/core/configmaps/root/a/z", value("z", 1))
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let change = next_change(&mut sub).await;
+            seen.push(String::from_utf8_lossy(&change.key).into_owned());
+        }
+        assert_eq!(
+            seen,
+            [
+                "/core/configmaps/root/a/x",
+                "/core/configmaps/root/a/y",
+                "/core/configmaps/root/a/z"
+            ]
+        );
     }
 
     #[test]
