@@ -137,8 +137,26 @@ fn request(token: &str, (method, uri, body, _): Call) -> axum::http::Request<Ful
     request
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+fn main() {
+    // One thread by default (steadier counts); `REQUEST_COST_THREADS=2` runs the benchmark's
+    // multi-threaded runtime.
+    let threads: usize = std::env::var("REQUEST_COST_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    let runtime = match threads {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    };
+    runtime.unwrap().block_on(run());
+}
+
+async fn run() {
     let args: Vec<String> = std::env::args().collect();
     let (mode, op, n) = match args.as_slice() {
         [_, mode, op, n] => (mode.clone(), op.clone(), n.parse::<usize>().unwrap()),

@@ -21,10 +21,11 @@
 //!
 //! ```text
 //!  get(key): the store's current revision H (an atomic read, no I/O)
-//!            resource's objects loaded and the feeder has processed H?
+//!            resource's objects loaded? wait (briefly) until the feeder has processed H
 //!              yes ─► the object (or its absence) from memory: every change up to H is in it
 //!              no  ─► None: the caller reads the store (the first read of a resource starts
-//!                     loading its objects: one list, then every routed change is applied)
+//!                     loading its objects: one list, then every routed change is applied;
+//!                     a feeder still behind H after the wait also sends the read to the store)
 //! ```
 //!
 //! A resource's objects are kept only once something has read one of them by key; they are
@@ -171,6 +172,8 @@ struct Shared {
     store_watches: AtomicUsize,
     /// Client watches being served.
     watchers: AtomicUsize,
+    /// Notified whenever `processed` moves.
+    advanced: tokio::sync::Notify,
 }
 
 struct Resource {
@@ -238,6 +241,7 @@ impl WatchCache {
                 processed: AtomicU64::new(0),
                 store_watches: AtomicUsize::new(0),
                 watchers: AtomicUsize::new(0),
+                advanced: tokio::sync::Notify::new(),
             }),
             started: tokio::sync::OnceCell::new(),
         }
@@ -276,21 +280,57 @@ impl WatchCache {
             .unwrap_or_else(PoisonError::into_inner)
             .get(prefix)
             .cloned();
-        if let Some(resource) = &resource {
-            let state = resource
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            match &state.objects {
-                Objects::Ready { by_key, .. } => {
-                    return (self.processed() >= head).then(|| by_key.get(key).cloned());
-                }
-                Objects::Loading(_) => return None,
-                Objects::Absent => {}
+        let Some(resource) = resource else {
+            self.load(prefix);
+            return None;
+        };
+        match resource
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .objects
+        {
+            Objects::Ready { .. } => {}
+            Objects::Loading(_) => return None,
+            Objects::Absent => {
+                self.load(prefix);
+                return None;
             }
         }
-        self.load(prefix);
-        None
+        if !self.caught_up(head).await {
+            return None;
+        }
+        match &resource
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .objects
+        {
+            Objects::Ready { by_key, .. } => Some(by_key.get(key).cloned()),
+            _ => None,
+        }
+    }
+
+    /// Whether the feeder has processed `revision`, waiting a little for it: a write that
+    /// just returned is routed within moments, sooner than the store answers a read.
+    async fn caught_up(&self, revision: Revision) -> bool {
+        const WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+        if self.processed() >= revision {
+            return true;
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let advanced = self.inner.advanced.notified();
+            let mut advanced = std::pin::pin!(advanced);
+            // Registered before the check, so that no advance is missed between the two.
+            advanced.as_mut().enable();
+            if self.processed() >= revision {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, advanced).await.is_err() {
+                return self.processed() >= revision;
+            }
+        }
     }
 
     /// Starts loading the objects of the resource `prefix` names, unless that has begun.
@@ -551,6 +591,7 @@ impl Feeder {
             .processed
             .fetch_max(revision.get(), Ordering::AcqRel);
         drop(resources);
+        self.shared.advanced.notify_waiters();
     }
 }
 
