@@ -150,6 +150,24 @@ impl Query {
     }
 }
 
+/// The `/`-separated segments of a path without its outer slashes, in `buffer` when they
+/// fit (no allocation), else in a vector.
+pub(crate) fn segments<'p, 'b, const N: usize>(
+    path: &'p str,
+    buffer: &'b mut [&'p str; N],
+) -> std::borrow::Cow<'b, [&'p str]> {
+    let trimmed = path.trim_matches('/');
+    let mut count = 0;
+    for segment in trimmed.split('/') {
+        if count == N {
+            return std::borrow::Cow::Owned(trimmed.split('/').collect());
+        }
+        buffer[count] = segment;
+        count += 1;
+    }
+    std::borrow::Cow::Borrowed(&buffer[..count])
+}
+
 /// Percent-decoding of one query component (`+` is a space).
 fn decode(text: &str) -> String {
     let bytes = text.as_bytes();
@@ -437,9 +455,10 @@ impl Api {
     }
 
     fn route(&self, path: &str) -> ApiResult<Route> {
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let mut buffer = [""; 10];
+        let segments = segments(path, &mut buffer);
         let not_found = || ApiError::no_route(path);
-        let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
+        let (group, version, rest): (&str, &str, &[&str]) = match &*segments {
             ["version"] => return Ok(Route::Version),
             ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
             ["openapi", "v2"] => return Ok(Route::OpenApiV2),
@@ -456,19 +475,12 @@ impl Api {
             _ => return Err(not_found()),
         };
         let (namespace, rest) = match rest {
-            ["namespaces", ns, plural, rest @ ..]
-                if *plural != "status" && *plural != "finalize" =>
-            {
-                (
-                    Some((*ns).to_owned()),
-                    std::iter::once(*plural)
-                        .chain(rest.iter().copied())
-                        .collect::<Vec<_>>(),
-                )
+            ["namespaces", ns, plural, ..] if *plural != "status" && *plural != "finalize" => {
+                (Some((*ns).to_owned()), &rest[2..])
             }
-            _ => (None, rest.to_vec()),
+            _ => (None, rest),
         };
-        let (plural, name, sub) = match rest.as_slice() {
+        let (plural, name, sub) = match rest {
             [plural] => (*plural, None, None),
             [plural, name] => (*plural, Some(*name), None),
             [plural, name, sub] => (*plural, Some(*name), Some(*sub)),

@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::fields::{self, FieldSet, Fields, ListType, Path, Shape};
+use crate::fields::{self, FieldSet, Fields, Filter, ListType, Path, Shape};
 use crate::object;
 use crate::openapi;
 use crate::resources::ResourceType;
@@ -171,27 +171,42 @@ fn shape(rt: &ResourceType) -> Shape<'_> {
 
 /// Whether `path` is outside what a write through `subresource` of `rt` may own.
 fn excluded(path: &[String], rt: &ResourceType, subresource: &str) -> bool {
+    ownable(path, rt, subresource) != Filter::Keep
+}
+
+/// Whether a write through `subresource` of `rt` may own `path`; every path under an
+/// excluded one is excluded too, but for `metadata` itself.
+fn ownable(path: &[String], rt: &ResourceType, subresource: &str) -> Filter {
     let first = path.first().map(String::as_str).unwrap_or("");
     if matches!(first, "f:apiVersion" | "f:kind") {
-        return true;
+        return Filter::Prune;
     }
     if first == "f:metadata" {
-        return match path.get(1) {
-            None => true,
-            Some(second) => SERVER_META
+        let server_owned = |second: &String| {
+            SERVER_META
                 .iter()
-                .any(|m| second.strip_prefix("f:") == Some(*m)),
+                .any(|m| second.strip_prefix("f:") == Some(*m))
+        };
+        return match path.get(1) {
+            // Metadata itself is nobody's; its labels, annotations, … are.
+            None => Filter::Drop,
+            Some(second) if server_owned(second) => Filter::Prune,
+            Some(_) => Filter::Keep,
         };
     }
-    if subresource == "status" {
-        return first != "f:status";
+    let excluded = match subresource {
+        "status" => first != "f:status",
+        _ => rt.has_status() && first == "f:status",
+    };
+    match excluded {
+        true => Filter::Prune,
+        false => Filter::Keep,
     }
-    rt.has_status() && first == "f:status"
 }
 
 /// The fields of `object` a write through `writer.subresource` may own.
 fn owned_fields<'v>(object: &'v Value, rt: &ResourceType, subresource: &str) -> Fields<'v> {
-    fields::fields_where(object, shape(rt), &|p| !excluded(p, rt, subresource))
+    fields::fields_where(object, shape(rt), &|p| ownable(p, rt, subresource))
 }
 
 /// What a write changes: the paths it adds or modifies, and the paths it removes.
@@ -236,8 +251,7 @@ pub fn record_update(
     // A create: every field the object has is the writer's (the managedFields a client sends
     // with it are not kept). Only the paths are needed, not the values behind them.
     let Some(current) = current else {
-        let fields =
-            fields::members_where(new, shape(rt), &|p| !excluded(p, rt, writer.subresource));
+        let fields = fields::members_where(new, shape(rt), &|p| ownable(p, rt, writer.subresource));
         let entries = match fields.is_empty() {
             true => Vec::new(),
             false => vec![Entry {

@@ -3,6 +3,8 @@
 //! The store holds each object's JSON without `metadata.resourceVersion`; it is the key's
 //! `mod_revision` and is filled in on every read.
 
+use std::sync::{Mutex, PoisonError};
+
 use serde_json::{Map, Value, json};
 
 use crate::resources::ResourceType;
@@ -12,11 +14,19 @@ use crate::status::{ApiError, ApiResult, Cause};
 /// Kubernetes allows 3 MiB request bodies).
 pub const MAX_OBJECT_BYTES: usize = 3 << 20;
 
-/// The current time as Kubernetes writes timestamps (`2006-01-02T15:04:05Z`).
+/// The current time as Kubernetes writes timestamps (`2006-01-02T15:04:05Z`), formatted
+/// once per second.
 pub fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    static LAST: Mutex<(i64, String)> = Mutex::new((i64::MIN, String::new()));
+    let now = jiff::Timestamp::now();
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    if last.0 != now.as_second() {
+        *last = (
+            now.as_second(),
+            now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        );
+    }
+    last.1.clone()
 }
 
 /// A fresh object UID.
@@ -337,9 +347,14 @@ pub fn has_api_version(json: &[u8], api_version: Option<&str>) -> bool {
 }
 
 /// Whether stored JSON has a `metadata.deletionTimestamp` (not null): the object is being
-/// deleted. Reads only that field (the rest is skipped, not decoded); `None` if the bytes
-/// are not a JSON object.
+/// deleted. Reads only that field (the rest is skipped, not decoded), and nothing at all when
+/// the name appears nowhere in an object's JSON; `None` if the bytes are not a JSON object.
 pub fn is_being_deleted(json: &[u8]) -> Option<bool> {
+    if json.trim_ascii_start().starts_with(b"{")
+        && memchr::memmem::find(json, b"\"deletionTimestamp\"").is_none()
+    {
+        return Some(false);
+    }
     use serde::de::IgnoredAny;
 
     #[derive(serde::Deserialize)]
