@@ -10,7 +10,8 @@
 //!
 //! Setup is the same whatever `n` is (1,000 ConfigMaps for get and update), so the
 //! difference of two runs' counts divided by the difference of their `n` is the cost of
-//! one request.
+//! one request. `REQUEST_COST_CLIENTS=16` makes the `n` requests (store calls) from that
+//! many concurrent connections (tasks), as the benchmark's 16-client phase does.
 
 use std::sync::Arc;
 
@@ -171,8 +172,18 @@ async fn run() {
             }
         }
         let started = std::time::Instant::now();
-        for i in 0..n {
-            store_op(&*store, &op, i).await;
+        let clients = clients();
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let (store, op) = (store.clone(), op.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in (c..n).step_by(clients) {
+                    store_op(&*store, &op, i).await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
         }
         if std::env::var_os("REQUEST_COST_TIME").is_some() {
             let each = started.elapsed() / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
@@ -233,6 +244,45 @@ async fn run() {
     }
 }
 
+/// The number of concurrent clients (`REQUEST_COST_CLIENTS`, 1 by default).
+fn clients() -> usize {
+    std::env::var("REQUEST_COST_CLIENTS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1)
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// One HTTPS connection to `address`, and the task driving it.
+async fn connect(
+    address: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> (Sender, tokio::task::JoinHandle<Result<(), hyper::Error>>) {
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(tls)
+        .connect(
+            rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
+async fn send(sender: &mut Sender, token: &str, call: Call) {
+    let code = call.3;
+    sender.ready().await.unwrap();
+    let response = sender.send_request(request(token, call)).await.unwrap();
+    assert_eq!(response.status(), code);
+    response.into_body().collect().await.unwrap();
+}
+
 async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>, setup_calls: usize) {
     let identity =
         flotilla_pki::load_or_create(&dir.join("pki"), &["127.0.0.1".to_owned()]).unwrap();
@@ -255,34 +305,31 @@ async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>, setup_calls: u
             let _ = stopped.await;
         },
     ));
-    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(identity.client_config().unwrap()))
-        .connect(
-            rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-            .await
-            .unwrap();
-    let driver = tokio::spawn(connection);
-    let mut started = std::time::Instant::now();
+    let tls_config = Arc::new(identity.client_config().unwrap());
+    let (mut sender, driver) = connect(address, tls_config.clone()).await;
     let measured = calls.len() - setup_calls;
-    for (i, call) in calls.into_iter().enumerate() {
-        if i == setup_calls {
-            started = std::time::Instant::now();
-        }
-        let code = call.3;
-        sender.ready().await.unwrap();
-        let response = sender
-            .send_request(request(&identity.admin_token, call))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), code);
-        response.into_body().collect().await.unwrap();
+    let mut calls = calls.into_iter();
+    for call in calls.by_ref().take(setup_calls) {
+        send(&mut sender, &identity.admin_token, call).await;
+    }
+    let started = std::time::Instant::now();
+    let clients = clients();
+    let calls: Vec<Call> = calls.collect();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mine: Vec<Call> = calls.iter().skip(c).step_by(clients).cloned().collect();
+        let (address, tls, token) = (address, tls_config.clone(), identity.admin_token.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut sender, driver) = connect(address, tls).await;
+            for call in mine {
+                send(&mut sender, &token, call).await;
+            }
+            drop(sender);
+            let _ = driver.await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
     }
     if std::env::var_os("REQUEST_COST_TIME").is_some() {
         let each = started.elapsed() / u32::try_from(measured.max(1)).unwrap_or(u32::MAX);

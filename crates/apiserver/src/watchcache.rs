@@ -174,6 +174,10 @@ struct Shared {
     watchers: AtomicUsize,
     /// Notified whenever `processed` moves.
     advanced: tokio::sync::Notify,
+    /// Whether the feeder follows the store: false before it starts, from a failure of its
+    /// store watch until it is restarted (changes in between reach no cache), and once the
+    /// store is closed. Reads are answered from memory only while it does.
+    following: std::sync::atomic::AtomicBool,
 }
 
 struct Resource {
@@ -242,6 +246,7 @@ impl WatchCache {
                 store_watches: AtomicUsize::new(0),
                 watchers: AtomicUsize::new(0),
                 advanced: tokio::sync::Notify::new(),
+                following: std::sync::atomic::AtomicBool::new(false),
             }),
             started: tokio::sync::OnceCell::new(),
         }
@@ -269,6 +274,9 @@ impl WatchCache {
     /// (then read the store); the first such read of a resource starts loading its objects.
     pub async fn get(&self, key: &[u8]) -> Option<Option<(Bytes, Revision)>> {
         self.start().await.ok()?;
+        if !self.inner.following.load(Ordering::Acquire) {
+            return None;
+        }
         let prefix = resource_of(key)?;
         // The revision first: whatever the cache holds once it has processed this revision
         // is at least as new as the store's answer would be.
@@ -335,7 +343,18 @@ impl WatchCache {
 
     /// Starts loading the objects of the resource `prefix` names, unless that has begun.
     fn load(&self, prefix: &[u8]) {
-        let resource = self.resource(prefix);
+        let resource = {
+            let mut resources = self
+                .inner
+                .resources
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Not while the feeder is being restarted: the list could miss changes it skips.
+            if !self.inner.following.load(Ordering::Acquire) {
+                return;
+            }
+            self.resource_in(&mut resources, prefix)
+        };
         {
             let mut state = resource
                 .state
@@ -391,6 +410,7 @@ impl WatchCache {
                 let head = self.store.current_revision().await?;
                 let stream = self.store.watch(b"/", head).await?;
                 self.inner.processed.store(head.get(), Ordering::Release);
+                self.inner.following.store(true, Ordering::Release);
                 self.inner.store_watches.fetch_add(1, Ordering::Relaxed);
                 let feeder = Feeder {
                     store: self.store.clone(),
@@ -410,6 +430,16 @@ impl WatchCache {
             .resources
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.resource_in(&mut resources, prefix)
+    }
+
+    /// The cache of the resource `prefix` names in `resources` (the locked map), created if
+    /// missing.
+    fn resource_in(
+        &self,
+        resources: &mut HashMap<Vec<u8>, Arc<Resource>>,
+        prefix: &[u8],
+    ) -> Arc<Resource> {
         resources
             .entry(prefix.to_vec())
             .or_insert_with(|| {
@@ -519,6 +549,7 @@ impl Feeder {
                     };
                 }
                 None => {
+                    self.shared.following.store(false, Ordering::Release);
                     self.shared.store_watches.fetch_sub(1, Ordering::Relaxed);
                     return;
                 }
@@ -530,22 +561,27 @@ impl Feeder {
         let head = self.store.current_revision().await?;
         let stream = self.store.watch(b"/", head).await?;
         self.shared.processed.store(head.get(), Ordering::Release);
+        self.shared.following.store(true, Ordering::Release);
+        self.shared.advanced.notify_waiters();
         Ok(stream)
     }
 
-    /// Drops every cache: their watchers end with Expired and relist.
+    /// Drops every cache: their watchers end with Expired and relist; reads go to the store
+    /// until the feeder follows it again.
     fn reset(&self) {
         let mut resources = self
             .shared
             .resources
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.shared.following.store(false, Ordering::Release);
         for resource in resources.values() {
-            resource
+            let mut state = resource
                 .state
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .tx = None;
+                .unwrap_or_else(PoisonError::into_inner);
+            state.tx = None;
+            state.objects = Objects::Absent;
         }
         resources.clear();
     }
