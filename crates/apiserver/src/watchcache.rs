@@ -292,15 +292,21 @@ impl WatchCache {
             self.load(prefix);
             return None;
         };
-        match resource
+        // Read under the lock, acted on without it (loading takes the lock again).
+        let objects = match &resource
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .objects
         {
-            Objects::Ready { .. } => {}
-            Objects::Loading(_) => return None,
-            Objects::Absent => {
+            Objects::Ready { .. } => Some(true),
+            Objects::Loading(_) => Some(false),
+            Objects::Absent => None,
+        };
+        match objects {
+            Some(true) => {}
+            Some(false) => return None,
+            None => {
                 self.load(prefix);
                 return None;
             }
@@ -836,6 +842,24 @@ mod tests {
         assert_eq!(cache.watchers(), 0);
         let resource = cache.resource(b"/core/configmaps/");
         assert!(resource.state.lock().unwrap().history.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_resource_watched_before_it_is_read_loads_on_its_first_read() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        let created = store.create(key, value("x", 1)).await.unwrap();
+        let head = store.current_revision().await.unwrap();
+        let mut sub = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(10), cached(&cache, key));
+        assert_eq!(
+            read.await.expect("no deadlock"),
+            Some((value("x", 1), created))
+        );
+        let updated = store.update(key, value("x", 2), created).await.unwrap();
+        assert_eq!(next_change(&mut sub).await.revision, updated);
+        assert_eq!(cached(&cache, key).await, Some((value("x", 2), updated)));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
