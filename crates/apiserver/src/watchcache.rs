@@ -862,6 +862,61 @@ mod tests {
         assert_eq!(cached(&cache, key).await, Some((value("x", 2), updated)));
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_read_sees_the_writes_that_returned_before_it_whatever_races() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = Arc::new(WatchCache::new(store.clone(), Config::default()));
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let (store, cache) = (store.clone(), cache.clone());
+            tasks.push(tokio::spawn(async move {
+                // What a read may answer: the cache's view, or (None) "ask the store".
+                let check = |found: Option<Option<(Bytes, Revision)>>,
+                             expected: Option<(Bytes, Revision)>,
+                             what: &str| {
+                    if let Some(found) = found {
+                        assert_eq!(found, expected, "{what}");
+                    }
+                };
+                for i in 0..100u64 {
+                    let key = format!("/core/configmaps/root/t{t}/k{}", i % 7);
+                    let key = key.as_bytes();
+                    let current = store.get(key, None).await.unwrap();
+                    match (i % 3, current) {
+                        (2, Some(_)) => {
+                            store.delete(key, None).await.unwrap();
+                            check(cache.get(key).await, None, "after a delete");
+                        }
+                        (_, Some(kv)) => {
+                            let v = value("k", i);
+                            let r = store.update(key, v.clone(), kv.mod_revision).await.unwrap();
+                            check(cache.get(key).await, Some((v, r)), "after an update");
+                        }
+                        (_, None) => {
+                            let v = value("k", i);
+                            let r = store.create(key, v.clone()).await.unwrap();
+                            check(cache.get(key).await, Some((v, r)), "after a create");
+                        }
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        // By now the resource is loaded: the cache answers, and agrees with the store.
+        for t in 0..8 {
+            for k in 0..7 {
+                let key = format!("/core/configmaps/root/t{t}/k{k}");
+                let stored = store.get(key.as_bytes(), None).await.unwrap();
+                assert_eq!(
+                    cached(&cache, key.as_bytes()).await,
+                    stored.map(|kv| (kv.value, kv.mod_revision))
+                );
+            }
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn writes_made_while_a_resource_loads_are_in_it() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
