@@ -20,12 +20,14 @@
 //! Consistent reads from the cache (as kube-apiserver serves them since 1.31):
 //!
 //! ```text
-//!  get(key): the store's current revision H (an atomic read, no I/O)
-//!            resource's objects loaded? wait (briefly) until the feeder has processed H
-//!              yes ─► the object (or its absence) from memory: every change up to H is in it
-//!              no  ─► None: the caller reads the store (the first read of a resource starts
-//!                     loading its objects: one list, then every routed change is applied;
-//!                     a feeder still behind H after the wait also sends the read to the store)
+//!  get(key): the store's current revision H (an atomic read, no I/O); the resource's
+//!            objects loaded? (the first read of a resource starts loading them: one list,
+//!            then every routed change is applied; until then the caller reads the store)
+//!              feeder has processed H ─► the object (or its absence) from memory
+//!              else the store's index says the key is at the cached revision (or absent,
+//!                as cached) ─► from memory too: one revision is one write
+//!              else wait (briefly) for the feeder to reach H ─► from memory, or None: the
+//!                caller reads the store
 //! ```
 //!
 //! A resource's objects are kept only once something has read one of them by key; they are
@@ -270,7 +272,8 @@ impl WatchCache {
 
     /// The object under `key` (its stored JSON and revision, or `None` if there is none) as
     /// a consistent read finds it, when the cache can tell: the key's resource is loaded and
-    /// every change up to the store's current revision has reached it. `None` when it cannot
+    /// either every change up to the store's current revision has reached it, or the store's
+    /// index says the key is still at the revision the cache holds. `None` when it cannot
     /// (then read the store); the first such read of a resource starts loading its objects.
     pub async fn get(&self, key: &[u8]) -> Option<Option<(Bytes, Revision)>> {
         self.start().await.ok()?;
@@ -292,25 +295,39 @@ impl WatchCache {
             self.load(prefix);
             return None;
         };
+        // Checked before the object is read, so that the object is at least that new.
+        let caught_up = self.processed() >= head;
         // Read under the lock, acted on without it (loading takes the lock again).
-        let objects = match &resource
+        let cached = match &resource
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .objects
         {
-            Objects::Ready { .. } => Some(true),
-            Objects::Loading(_) => Some(false),
-            Objects::Absent => None,
+            Objects::Ready { by_key, .. } => Ok(by_key.get(key).cloned()),
+            Objects::Loading(_) => Err(false),
+            Objects::Absent => Err(true),
         };
-        match objects {
-            Some(true) => {}
-            Some(false) => return None,
-            None => {
-                self.load(prefix);
+        let cached = match cached {
+            Ok(cached) => cached,
+            Err(absent) => {
+                if absent {
+                    self.load(prefix);
+                }
                 return None;
             }
+        };
+        if caught_up {
+            return Some(cached);
         }
+        // The feeder is behind the store, but if the key is still at the revision the cache
+        // holds (or still absent), the store holds what the cache does: one revision is one
+        // write. The store answers that from its index, without reading a value.
+        let latest = self.store.mod_revision(key).await.ok()?;
+        if latest == cached.as_ref().map(|(_, revision)| *revision) {
+            return Some(cached);
+        }
+        // The key changed lately: its change is about to be routed.
         if !self.caught_up(head).await {
             return None;
         }
@@ -864,7 +881,19 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn every_read_sees_the_writes_that_returned_before_it_whatever_races() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        reads_see_the_writes_before_them(Arc::new(MemoryStore::new())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_read_sees_the_writes_before_it_on_sqlite_whose_index_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = flotilla_store_sqlite::SqliteStore::open(dir.path().join("s.db"))
+            .await
+            .unwrap();
+        reads_see_the_writes_before_them(Arc::new(store)).await;
+    }
+
+    async fn reads_see_the_writes_before_them(store: Arc<dyn Store>) {
         let cache = Arc::new(WatchCache::new(store.clone(), Config::default()));
         let mut tasks = Vec::new();
         for t in 0..8 {
