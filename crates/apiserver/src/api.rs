@@ -257,9 +257,12 @@ impl Answer {
 
 /// The JSON the store holds for `object`.
 fn stored_json(object: &Value) -> ApiResult<Bytes> {
-    serde_json::to_vec(object)
-        .map(Bytes::from)
-        .map_err(|e| ApiError::internal(format!("cannot serialise the object: {e}")))
+    let mut json = Vec::with_capacity(1024);
+    serde_json::to_writer(&mut json, object)
+        .map_err(|e| ApiError::internal(format!("cannot serialise the object: {e}")))?;
+    // The bytes live on in the watch cache: not with the spare room of the last growth.
+    json.shrink_to_fit();
+    Ok(Bytes::from(json))
 }
 
 impl Api {

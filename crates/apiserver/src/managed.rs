@@ -80,18 +80,18 @@ impl Entry {
     }
 
     fn to_value(&self) -> Value {
-        let mut entry = json!({
-            "manager": self.manager,
-            "operation": self.operation.as_str(),
-            "apiVersion": self.api_version,
-            "time": self.time,
-            "fieldsType": "FieldsV1",
-            "fieldsV1": fields::encode(&self.fields),
-        });
+        let text = |s: &str| Value::String(s.to_owned());
+        let mut entry = Map::new();
+        entry.insert("manager".into(), text(&self.manager));
+        entry.insert("operation".into(), text(self.operation.as_str()));
+        entry.insert("apiVersion".into(), text(&self.api_version));
+        entry.insert("time".into(), text(&self.time));
+        entry.insert("fieldsType".into(), text("FieldsV1"));
+        entry.insert("fieldsV1".into(), fields::encode(&self.fields));
         if !self.subresource.is_empty() {
-            entry["subresource"] = json!(self.subresource);
+            entry.insert("subresource".into(), text(&self.subresource));
         }
-        entry
+        Value::Object(entry)
     }
 }
 
