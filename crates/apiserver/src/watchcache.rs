@@ -190,11 +190,14 @@ struct ResourceState {
     history: VecDeque<Arc<Change>>,
     /// The history holds every change of the resource after this revision.
     complete_after: Revision,
-    /// The live feed; dropped when the cache is reset, which ends every subscription.
+    /// The live feed, made by the first watch (its buffer is allocated whole); dropped when
+    /// the cache is reset, which ends every subscription.
     tx: Option<broadcast::Sender<Arc<Change>>>,
     /// Whether a client ever watched the resource: until then it keeps no history (its
     /// cache exists for reads only) and a watch from the past catches up from the store.
     watched: bool,
+    /// Reset: no watch may start on it any more.
+    closed: bool,
     /// The resource's objects, for reads.
     objects: Objects,
 }
@@ -466,15 +469,15 @@ impl WatchCache {
         resources
             .entry(prefix.to_vec())
             .or_insert_with(|| {
-                let (tx, _) = broadcast::channel(self.config.buffer.max(1));
                 // Under the map lock the feeder has routed exactly the changes up to
                 // `processed`: every later change of this resource reaches its history.
                 Arc::new(Resource {
                     state: Mutex::new(ResourceState {
                         history: VecDeque::new(),
                         complete_after: Revision::new(self.inner.processed.load(Ordering::Acquire)),
-                        tx: Some(tx),
+                        tx: None,
                         watched: false,
+                        closed: false,
                         objects: Objects::Absent,
                     }),
                 })
@@ -504,14 +507,22 @@ impl WatchCache {
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            state.watched = true;
-            let Some(tx) = &state.tx else {
+            if state.closed {
                 return Err(flotilla_store::Error::Compacted {
                     requested: since,
                     compacted: since,
                 });
+            }
+            state.watched = true;
+            let buffer = self.config.buffer.max(1);
+            let rx = match &state.tx {
+                Some(tx) => tx.subscribe(),
+                None => {
+                    let (tx, rx) = broadcast::channel(buffer);
+                    state.tx = Some(tx);
+                    rx
+                }
             };
-            let rx = tx.subscribe();
             let backlog: VecDeque<Arc<Change>> = state
                 .history
                 .iter()
@@ -604,6 +615,7 @@ impl Feeder {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             state.tx = None;
+            state.closed = true;
             state.objects = Objects::Absent;
         }
         resources.clear();
@@ -855,10 +867,11 @@ mod tests {
             cached(&cache, key).await,
             Some((value("x", 100), recreated))
         );
-        // Reads neither count as watchers nor keep a history.
+        // Reads neither count as watchers nor keep a history (nor a feed's buffer).
         assert_eq!(cache.watchers(), 0);
         let resource = cache.resource(b"/core/configmaps/");
-        assert!(resource.state.lock().unwrap().history.is_empty());
+        let state = resource.state.lock().unwrap();
+        assert!(state.history.is_empty() && state.tx.is_none());
     }
 
     #[tokio::test]
