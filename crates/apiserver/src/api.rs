@@ -150,6 +150,24 @@ impl Query {
     }
 }
 
+/// The `/`-separated segments of a path without its outer slashes, in `buffer` when they
+/// fit (no allocation), else in a vector.
+pub(crate) fn segments<'p, 'b, const N: usize>(
+    path: &'p str,
+    buffer: &'b mut [&'p str; N],
+) -> std::borrow::Cow<'b, [&'p str]> {
+    let trimmed = path.trim_matches('/');
+    let mut count = 0;
+    for segment in trimmed.split('/') {
+        if count == N {
+            return std::borrow::Cow::Owned(trimmed.split('/').collect());
+        }
+        buffer[count] = segment;
+        count += 1;
+    }
+    std::borrow::Cow::Borrowed(&buffer[..count])
+}
+
 /// Percent-decoding of one query component (`+` is a space).
 fn decode(text: &str) -> String {
     let bytes = text.as_bytes();
@@ -200,12 +218,51 @@ fn parse_resource_version(text: &str) -> ApiResult<u64> {
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {
-    let mut response = (code, serde_json::to_vec(value).unwrap_or_default()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
+    json_bytes_response(code, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// The object a write answers with.
+enum Answer {
+    /// An object as it is (not stored, or already carrying its resourceVersion).
+    Object(Value),
+    /// An object as stored at `revision` (without its resourceVersion) and its stored JSON,
+    /// from which the answer is made without serialising the object again.
+    Stored {
+        object: Value,
+        json: Bytes,
+        revision: Revision,
+    },
+}
+
+impl Answer {
+    /// The object, with its resourceVersion.
+    fn into_value(self) -> Value {
+        match self {
+            Answer::Object(object) => object,
+            Answer::Stored {
+                object, revision, ..
+            } => object::with_resource_version(object, revision.get()),
+        }
+    }
+
+    fn response(self, code: StatusCode) -> Response {
+        if let Answer::Stored { json, revision, .. } = &self
+            && let Some(body) = object::with_resource_version_raw(json, revision.get())
+        {
+            return json_bytes_response(code, body);
+        }
+        json_response(code, &self.into_value())
+    }
+}
+
+/// The JSON the store holds for `object`.
+fn stored_json(object: &Value) -> ApiResult<Bytes> {
+    let mut json = Vec::with_capacity(1024);
+    serde_json::to_writer(&mut json, object)
+        .map_err(|e| ApiError::internal(format!("cannot serialise the object: {e}")))?;
+    // The bytes live on in the watch cache: not with the spare room of the last growth.
+    json.shrink_to_fit();
+    Ok(Bytes::from(json))
 }
 
 impl Api {
@@ -401,9 +458,10 @@ impl Api {
     }
 
     fn route(&self, path: &str) -> ApiResult<Route> {
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let mut buffer = [""; 10];
+        let segments = segments(path, &mut buffer);
         let not_found = || ApiError::no_route(path);
-        let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
+        let (group, version, rest): (&str, &str, &[&str]) = match &*segments {
             ["version"] => return Ok(Route::Version),
             ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
             ["openapi", "v2"] => return Ok(Route::OpenApiV2),
@@ -420,19 +478,12 @@ impl Api {
             _ => return Err(not_found()),
         };
         let (namespace, rest) = match rest {
-            ["namespaces", ns, plural, rest @ ..]
-                if *plural != "status" && *plural != "finalize" =>
-            {
-                (
-                    Some((*ns).to_owned()),
-                    std::iter::once(*plural)
-                        .chain(rest.iter().copied())
-                        .collect::<Vec<_>>(),
-                )
+            ["namespaces", ns, plural, ..] if *plural != "status" && *plural != "finalize" => {
+                (Some((*ns).to_owned()), &rest[2..])
             }
-            _ => (None, rest.to_vec()),
+            _ => (None, rest),
         };
-        let (plural, name, sub) = match rest.as_slice() {
+        let (plural, name, sub) = match rest {
             [plural] => (*plural, None, None),
             [plural, name] => (*plural, Some(*name), None),
             [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
@@ -605,17 +656,16 @@ impl Api {
             (Method::GET, Some(name)) => {
                 let rt = &target.rt;
                 let key = keys::key(rt, &self.cluster, &namespace, &name);
-                let kv = self
-                    .store
-                    .get(&key, None)
+                let (value, revision) = self
+                    .read(&key)
                     .await?
                     .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
-                let object = stored_with_version(&kv.value, kv.mod_revision, rt)?;
+                let object = stored_with_version(&value, revision, rt)?;
                 if table::wants_table(accept) {
                     let object: Value = serde_json::from_slice(&object).map_err(|e| {
                         ApiError::internal(format!("a stored object is not JSON: {e}"))
                     })?;
-                    let rv = kv.mod_revision.get().to_string();
+                    let rv = revision.get().to_string();
                     return Ok(json_response(
                         StatusCode::OK,
                         &self.table(rt, &[object], &rv, query),
@@ -624,9 +674,9 @@ impl Api {
                 Ok(json_bytes_response(StatusCode::OK, object))
             }
             (Method::POST, None) => {
-                let (object, warnings) = self.create(&target, query, headers, &body).await?;
+                let (answer, warnings) = self.create(&target, query, headers, &body).await?;
                 Ok(with_warnings(
-                    json_response(StatusCode::CREATED, &object),
+                    answer.response(StatusCode::CREATED),
                     &warnings,
                 ))
             }
@@ -659,7 +709,7 @@ impl Api {
                 } else {
                     StatusCode::OK
                 };
-                Ok(with_warnings(json_response(code, &object), &warnings))
+                Ok(with_warnings(object.response(code), &warnings))
             }
             (Method::PATCH, Some(name)) => {
                 let (object, created, warnings) =
@@ -668,7 +718,7 @@ impl Api {
                     true => StatusCode::CREATED,
                     false => StatusCode::OK,
                 };
-                Ok(with_warnings(json_response(code, &object), &warnings))
+                Ok(with_warnings(object.response(code), &warnings))
             }
             (Method::DELETE, Some(name)) => {
                 let body = delete_options(body, headers)?;
@@ -684,6 +734,16 @@ impl Api {
                 &target.rt.plural,
             )),
         }
+    }
+
+    /// The stored JSON and revision of the object under `key`, by a consistent read: from
+    /// the watch cache when it is up to date with the store, else from the store.
+    async fn read(&self, key: &[u8]) -> ApiResult<Option<(Bytes, Revision)>> {
+        if let Some(found) = self.watch_cache.get(key).await {
+            return Ok(found);
+        }
+        let kv = self.store.get(key, None).await?;
+        Ok(kv.map(|kv| (kv.value, kv.mod_revision)))
     }
 
     /// An object and its revision.
@@ -709,8 +769,22 @@ impl Api {
 
     async fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
         let rt = self.resource("", "v1", "namespaces")?;
-        let (ns, _) = self.get(&rt, "", namespace).await?;
-        if !ns["metadata"]["deletionTimestamp"].is_null() {
+        let key = keys::key(&rt, &self.cluster, "", namespace);
+        let (value, _) = self
+            .read(&key)
+            .await?
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, namespace))?;
+        // Only the deletion timestamp matters: read it without decoding the namespace.
+        let terminating = match object::is_being_deleted(&value) {
+            Some(terminating) => terminating,
+            None => {
+                let ns: Value = serde_json::from_slice(&value).map_err(|e| {
+                    ApiError::internal(format!("stored object {namespace} is not JSON: {e}"))
+                })?;
+                !ns["metadata"]["deletionTimestamp"].is_null()
+            }
+        };
+        if terminating {
             return Err(ApiError::forbidden(format!(
                 "unable to create new content in namespace {namespace} because it is being terminated"
             )));
@@ -724,7 +798,7 @@ impl Api {
         query: &Query,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> ApiResult<(Value, Vec<String>)> {
+    ) -> ApiResult<(Answer, Vec<String>)> {
         let rt = &target.rt;
         if target.sub.is_some() {
             return Err(ApiError::method_not_allowed("POST", "a subresource"));
@@ -737,7 +811,7 @@ impl Api {
         }
         let object = parse_body(body, headers)?;
         if let Some(answer) = review::answer(rt, &object) {
-            return Ok((answer, Vec::new()));
+            return Ok((Answer::Object(answer), Vec::new()));
         }
         let manager = field_manager(query, headers)?;
         self.insert(target, query, object, FieldOwner::Update(&manager))
@@ -751,7 +825,7 @@ impl Api {
         query: &Query,
         mut object: Value,
         owner: FieldOwner<'_>,
-    ) -> ApiResult<(Value, Vec<String>)> {
+    ) -> ApiResult<(Answer, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
         let warnings = admit_fields(rt, &mut object, None, query)?;
@@ -784,12 +858,13 @@ impl Api {
             managed::record_update(None, &mut object, rt, writer)?;
         }
         if query.dry_run()? {
-            return Ok((object, warnings));
+            return Ok((Answer::Object(object), warnings));
         }
         let key = keys::key(rt, &self.cluster, &namespace, &name);
+        let json = stored_json(&object)?;
         let revision = self
             .store
-            .create(&key, Bytes::from(object.to_string()))
+            .create(&key, json.clone())
             .await
             .map_err(|e| match e {
                 flotilla_store::Error::AlreadyExists { .. } => {
@@ -802,7 +877,11 @@ impl Api {
             crd::register(&self.registry, &definition);
         }
         Ok((
-            object::with_resource_version(object, revision.get()),
+            Answer::Stored {
+                object,
+                json,
+                revision,
+            },
             warnings,
         ))
     }
@@ -816,7 +895,7 @@ impl Api {
         query: &Query,
         mut object: Value,
         owner: FieldOwner<'_>,
-    ) -> ApiResult<(Value, bool, Vec<String>)> {
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
         if meta_str(&object, "name") != name {
@@ -863,7 +942,7 @@ impl Api {
         };
         if query.dry_run()? {
             return Ok((
-                object::with_resource_version(object, revision.get()),
+                Answer::Object(object::with_resource_version(object, revision.get())),
                 false,
                 warnings,
             ));
@@ -887,25 +966,30 @@ impl Api {
                 rt.namespaced.then_some(namespace.as_str()),
             );
             return Ok((
-                object::with_resource_version(object, deleted_at.get()),
+                Answer::Object(object::with_resource_version(object, deleted_at.get())),
                 false,
                 warnings,
             ));
         }
         // A write that changes nothing is not made: the object keeps its resourceVersion.
         if object::without_resource_version(&current) == object {
-            return Ok((current, false, warnings));
+            return Ok((Answer::Object(current), false, warnings));
         }
+        let json = stored_json(&object)?;
         let new = self
             .store
-            .update(&key, Bytes::from(object.to_string()), revision)
+            .update(&key, json.clone(), revision)
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
         if let Some((definition, true)) = &definition {
             crd::register(&self.registry, definition);
         }
         Ok((
-            object::with_resource_version(object, new.get()),
+            Answer::Stored {
+                object,
+                json,
+                revision: new,
+            },
             false,
             warnings,
         ))
@@ -996,6 +1080,7 @@ impl Api {
                 .await
             {
                 Ok((object, _, _)) => {
+                    let object = object.into_value();
                     return Ok(json_response(StatusCode::OK, &scale::view(&object, &paths)));
                 }
                 Err(e) if e.reason == "Conflict" && !conditional => tokio::task::yield_now().await,
@@ -1077,7 +1162,7 @@ impl Api {
         query: &Query,
         headers: &HeaderMap,
         body: &Bytes,
-    ) -> ApiResult<(Value, bool, Vec<String>)> {
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
         let rt = &target.rt;
         let builtin_schema = openapi::builtin_definition(&rt.group, &rt.version, &rt.kind)
             .filter(|_| rt.schema.is_none())
@@ -1150,7 +1235,7 @@ impl Api {
         name: &str,
         query: &Query,
         body: &Bytes,
-    ) -> ApiResult<(Value, bool, Vec<String>)> {
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
         let rt = &target.rt;
         let manager = query.get("fieldManager").ok_or_else(|| {
             invalid_option(

@@ -76,13 +76,17 @@ impl<'a> Shape<'a> {
 
     /// The schema of field `key` of this object (`metadata` of a root is ObjectMeta).
     pub fn field(&self, key: &str, root: bool) -> Shape<'a> {
+        self.field_of(self.resolved(), key, root)
+    }
+
+    /// [`Shape::field`] with this shape's node already resolved (`node`).
+    fn field_of(&self, node: &'a Value, key: &str, root: bool) -> Shape<'a> {
         if root && key == "metadata" {
             return Shape {
-                node: &openapi::builtin_schemas()[OBJECT_META],
+                node: openapi::builtin_schema(OBJECT_META).unwrap_or(&NULL),
                 builtin: true,
             };
         }
-        let node = self.resolved();
         let child = node["properties"]
             .get(key)
             .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))
@@ -95,8 +99,7 @@ impl<'a> Shape<'a> {
 
     /// Whether `key` is a declared field of this struct (not a key of a map).
     pub fn is_named(&self, key: &str, root: bool) -> bool {
-        (root && matches!(key, "metadata" | "apiVersion" | "kind"))
-            || self.resolved()["properties"].get(key).is_some()
+        is_named_in(self.resolved(), key, root)
     }
 
     /// The schema of this list's items.
@@ -109,8 +112,12 @@ impl<'a> Shape<'a> {
 
     /// Whether this object is replaced whole (`x-kubernetes-map-type: atomic`).
     pub fn atomic_map(&self) -> bool {
-        self.node["x-kubernetes-map-type"] == "atomic"
-            || self.resolved()["x-kubernetes-map-type"] == "atomic"
+        self.atomic_map_of(self.resolved())
+    }
+
+    /// [`Shape::atomic_map`] with this shape's node already resolved (`node`).
+    fn atomic_map_of(&self, node: &Value) -> bool {
+        self.node["x-kubernetes-map-type"] == "atomic" || node["x-kubernetes-map-type"] == "atomic"
     }
 
     /// How this list merges.
@@ -155,9 +162,18 @@ impl<'a> Shape<'a> {
     }
 }
 
+/// Whether `key` is a declared field of the struct whose resolved schema is `node`.
+fn is_named_in(node: &Value, key: &str, root: bool) -> bool {
+    (root && matches!(key, "metadata" | "apiVersion" | "kind"))
+        || node["properties"].get(key).is_some()
+}
+
 /// `f:<name>`.
 pub fn field(name: &str) -> String {
-    format!("f:{name}")
+    let mut element = String::with_capacity(name.len() + 2);
+    element.push_str("f:");
+    element.push_str(name);
+    element
 }
 
 /// The path element of item `index` of a list: `k:{…}` with the item's key fields for a
@@ -190,63 +206,113 @@ pub struct Fields<'v> {
     pub leaves: BTreeMap<Path, &'v Value>,
 }
 
+/// Which paths a walk collects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Filter {
+    /// This path.
+    Keep,
+    /// Not this path (paths under it are asked about in turn).
+    Drop,
+    /// Neither this path nor any path under it: the walk does not go there.
+    Prune,
+}
+
 /// The fields of `object` (a whole object) under `shape`.
 pub fn fields<'v>(object: &'v Value, shape: Shape<'_>) -> Fields<'v> {
-    let mut out = Fields::default();
-    let mut path = Vec::new();
-    walk(object, shape, true, &mut path, &mut out);
-    out
+    fields_where(object, shape, &|_| Filter::Keep)
 }
 
-fn insert<'v>(out: &mut Fields<'v>, path: &Path, value: &'v Value, leaf: bool) {
-    if path.is_empty() {
-        return;
-    }
-    out.members.insert(path.clone());
-    if leaf {
-        out.leaves.insert(path.clone(), value);
-    }
-}
-
-/// Walks `value`; returns whether it was a leaf.
-fn walk<'v>(
-    value: &'v Value,
+/// The fields of `object` under `shape` whose paths `keep` keeps.
+pub fn fields_where<'v>(
+    object: &'v Value,
     shape: Shape<'_>,
-    root: bool,
-    path: &mut Path,
-    out: &mut Fields<'v>,
-) -> bool {
-    match value {
-        Value::Object(map) if !shape.atomic_map() && !map.is_empty() => {
-            for (key, child) in map {
-                path.push(field(key));
-                let leaf = walk(child, shape.field(key, root), false, path, out);
-                if leaf || !shape.is_named(key, root) {
-                    insert(out, path, child, leaf);
+    keep: &dyn Fn(&[String]) -> Filter,
+) -> Fields<'v> {
+    let mut walk = Walk {
+        out: Fields::default(),
+        leaves: true,
+        keep,
+    };
+    walk.value(object, shape, true, &mut Vec::new());
+    walk.out
+}
+
+/// The member paths of `object` under `shape` that `keep` keeps: [`fields_where`] without
+/// the leaves.
+pub fn members_where(
+    object: &Value,
+    shape: Shape<'_>,
+    keep: &dyn Fn(&[String]) -> Filter,
+) -> FieldSet {
+    let mut walk = Walk {
+        out: Fields::default(),
+        leaves: false,
+        keep,
+    };
+    walk.value(object, shape, true, &mut Vec::new());
+    walk.out.members
+}
+
+/// A walk collecting an object's fields (and their leaves' values, if `leaves`) whose paths
+/// `keep` keeps.
+struct Walk<'v, 'k> {
+    out: Fields<'v>,
+    leaves: bool,
+    keep: &'k dyn Fn(&[String]) -> Filter,
+}
+
+impl<'v> Walk<'v, '_> {
+    fn insert(&mut self, path: &Path, value: &'v Value, leaf: bool) {
+        if leaf && self.leaves {
+            self.out.leaves.insert(path.clone(), value);
+        }
+        self.out.members.insert(path.clone());
+    }
+
+    /// Walks `value` (whose own path its parent records); returns whether it was a leaf.
+    fn value(&mut self, value: &'v Value, shape: Shape<'_>, root: bool, path: &mut Path) -> bool {
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                // The schema node is resolved once for every key of the object.
+                let node = shape.resolved();
+                if shape.atomic_map_of(node) {
+                    return true;
                 }
-                path.pop();
+                for (key, child) in map {
+                    path.push(field(key));
+                    let filter = (self.keep)(path);
+                    if filter != Filter::Prune {
+                        let leaf = self.value(child, shape.field_of(node, key, root), false, path);
+                        if filter == Filter::Keep && (leaf || !is_named_in(node, key, root)) {
+                            self.insert(path, child, leaf);
+                        }
+                    }
+                    path.pop();
+                }
+                false
             }
-            false
-        }
-        Value::Array(items) => {
-            let list = shape.list_type();
-            // An empty list is owned as a whole, like an empty map: applying `[]` keeps it.
-            if list == ListType::Atomic || items.is_empty() {
-                insert(out, path, value, true);
-                return true;
+            Value::Array(items) => {
+                let list = shape.list_type();
+                // An empty list is owned as a whole, like an empty map: applying `[]` keeps it.
+                if list == ListType::Atomic || items.is_empty() {
+                    return true;
+                }
+                let item_shape = shape.items();
+                for (index, item) in items.iter().enumerate() {
+                    path.push(item_element(item, index, &list));
+                    let filter = (self.keep)(path);
+                    if filter != Filter::Prune {
+                        let leaf = self.value(item, item_shape, false, path);
+                        if filter == Filter::Keep {
+                            self.insert(path, item, leaf);
+                        }
+                    }
+                    path.pop();
+                }
+                false
             }
-            let item_shape = shape.items();
-            for (index, item) in items.iter().enumerate() {
-                path.push(item_element(item, index, &list));
-                let leaf = walk(item, item_shape, false, path, out);
-                insert(out, path, item, leaf);
-                path.pop();
-            }
-            false
-        }
-        _ => {
-            insert(out, path, value, true);
-            true
+            // Scalars, and empty or atomic objects.
+            _ => true,
         }
     }
 }
@@ -425,7 +491,145 @@ pub fn remove(value: &mut Value, path: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// The walk as first written (every path collected, then filtered): what the pruning
+    /// walk must agree with.
+    fn reference<'v>(object: &'v Value, shape: Shape<'_>) -> Fields<'v> {
+        fn insert<'v>(out: &mut Fields<'v>, path: &Path, value: &'v Value, leaf: bool) {
+            if path.is_empty() {
+                return;
+            }
+            out.members.insert(path.clone());
+            if leaf {
+                out.leaves.insert(path.clone(), value);
+            }
+        }
+        fn walk<'v>(
+            value: &'v Value,
+            shape: Shape<'_>,
+            root: bool,
+            path: &mut Path,
+            out: &mut Fields<'v>,
+        ) -> bool {
+            match value {
+                Value::Object(map) if !shape.atomic_map() && !map.is_empty() => {
+                    for (key, child) in map {
+                        path.push(field(key));
+                        let leaf = walk(child, shape.field(key, root), false, path, out);
+                        if leaf || !shape.is_named(key, root) {
+                            insert(out, path, child, leaf);
+                        }
+                        path.pop();
+                    }
+                    false
+                }
+                Value::Array(items) => {
+                    let list = shape.list_type();
+                    if list == ListType::Atomic || items.is_empty() {
+                        insert(out, path, value, true);
+                        return true;
+                    }
+                    let item_shape = shape.items();
+                    for (index, item) in items.iter().enumerate() {
+                        path.push(item_element(item, index, &list));
+                        let leaf = walk(item, item_shape, false, path, out);
+                        insert(out, path, item, leaf);
+                        path.pop();
+                    }
+                    false
+                }
+                _ => {
+                    insert(out, path, value, true);
+                    true
+                }
+            }
+        }
+        let mut out = Fields::default();
+        walk(object, shape, true, &mut Vec::new(), &mut out);
+        out
+    }
+
+    fn any_object() -> impl Strategy<Value = Value> {
+        let key = prop::sample::select(vec![
+            "spec",
+            "metadata",
+            "labels",
+            "annotations",
+            "name",
+            "uid",
+            "template",
+            "containers",
+            "image",
+            "ports",
+            "containerPort",
+            "protocol",
+            "replicas",
+            "status",
+            "conditions",
+            "type",
+            "env",
+            "value",
+            "selector",
+            "matchLabels",
+            "finalizers",
+            "apiVersion",
+            "kind",
+            "x",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (0..4i64).prop_map(|n| json!(n)),
+            prop::sample::select(vec!["a", "web", "TCP"]).prop_map(|s| json!(s)),
+        ];
+        let value = leaf.prop_recursive(5, 64, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(key.clone(), inner, 0..5).prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        });
+        value.prop_map(|v| match v {
+            Value::Object(_) => v,
+            other => json!({"spec": other}),
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn the_pruning_walk_finds_what_the_full_walk_finds(object in any_object()) {
+            let schemas = [
+                deployment_shape(),
+                Shape::root(openapi::builtin_kind_schema("", "v1", "ConfigMap").unwrap(), true),
+                Shape::unknown(),
+            ];
+            // Drops `metadata` alone, prunes `spec.template` and `status` whole.
+            let keep = |p: &[String]| match p {
+                [m] if m == "f:metadata" => Filter::Drop,
+                [s, ..] if s == "f:status" => Filter::Prune,
+                [s, t, ..] if s == "f:spec" && t == "f:template" => Filter::Prune,
+                _ => Filter::Keep,
+            };
+            for shape in schemas {
+                let full = reference(&object, shape);
+                let walked = fields(&object, shape);
+                prop_assert_eq!(&walked.members, &full.members);
+                prop_assert_eq!(&walked.leaves, &full.leaves);
+                let kept = |p: &Path| keep(p) == Filter::Keep && !(p.len() > 1 && keep(&p[..1]) == Filter::Prune)
+                    && !(p.len() > 2 && keep(&p[..2]) == Filter::Prune);
+                let filtered = fields_where(&object, shape, &keep);
+                let expected: FieldSet = full.members.iter().filter(|p| kept(p)).cloned().collect();
+                prop_assert_eq!(&filtered.members, &expected);
+                let leaves: BTreeMap<Path, &Value> =
+                    full.leaves.iter().filter(|(p, _)| kept(p)).map(|(p, v)| (p.clone(), *v)).collect();
+                prop_assert_eq!(&filtered.leaves, &leaves);
+                prop_assert_eq!(members_where(&object, shape, &keep), expected);
+            }
+        }
+    }
 
     fn deployment_shape() -> Shape<'static> {
         let name = openapi::builtin_definition("apps", "v1", "Deployment").unwrap();

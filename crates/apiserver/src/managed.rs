@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::fields::{self, FieldSet, Fields, ListType, Path, Shape};
+use crate::fields::{self, FieldSet, Fields, Filter, ListType, Path, Shape};
 use crate::object;
 use crate::openapi;
 use crate::resources::ResourceType;
@@ -80,18 +80,18 @@ impl Entry {
     }
 
     fn to_value(&self) -> Value {
-        let mut entry = json!({
-            "manager": self.manager,
-            "operation": self.operation.as_str(),
-            "apiVersion": self.api_version,
-            "time": self.time,
-            "fieldsType": "FieldsV1",
-            "fieldsV1": fields::encode(&self.fields),
-        });
+        let text = |s: &str| Value::String(s.to_owned());
+        let mut entry = Map::new();
+        entry.insert("manager".into(), text(&self.manager));
+        entry.insert("operation".into(), text(self.operation.as_str()));
+        entry.insert("apiVersion".into(), text(&self.api_version));
+        entry.insert("time".into(), text(&self.time));
+        entry.insert("fieldsType".into(), text("FieldsV1"));
+        entry.insert("fieldsV1".into(), fields::encode(&self.fields));
         if !self.subresource.is_empty() {
-            entry["subresource"] = json!(self.subresource);
+            entry.insert("subresource".into(), text(&self.subresource));
         }
-        entry
+        Value::Object(entry)
     }
 }
 
@@ -163,38 +163,50 @@ fn shape(rt: &ResourceType) -> Shape<'_> {
     if let Some(schema) = &rt.schema {
         return Shape::root(&schema.0, false);
     }
-    match openapi::builtin_definition(&rt.group, &rt.version, &rt.kind) {
-        Some(name) => Shape::root(&openapi::builtin_schemas()[name], true),
+    match openapi::builtin_kind_schema(&rt.group, &rt.version, &rt.kind) {
+        Some(schema) => Shape::root(schema, true),
         None => Shape::unknown(),
     }
 }
 
 /// Whether `path` is outside what a write through `subresource` of `rt` may own.
 fn excluded(path: &[String], rt: &ResourceType, subresource: &str) -> bool {
+    ownable(path, rt, subresource) != Filter::Keep
+}
+
+/// Whether a write through `subresource` of `rt` may own `path`; every path under an
+/// excluded one is excluded too, but for `metadata` itself.
+fn ownable(path: &[String], rt: &ResourceType, subresource: &str) -> Filter {
     let first = path.first().map(String::as_str).unwrap_or("");
     if matches!(first, "f:apiVersion" | "f:kind") {
-        return true;
+        return Filter::Prune;
     }
     if first == "f:metadata" {
-        return match path.get(1) {
-            None => true,
-            Some(second) => SERVER_META
+        let server_owned = |second: &String| {
+            SERVER_META
                 .iter()
-                .any(|m| second.strip_prefix("f:") == Some(*m)),
+                .any(|m| second.strip_prefix("f:") == Some(*m))
+        };
+        return match path.get(1) {
+            // Metadata itself is nobody's; its labels, annotations, … are.
+            None => Filter::Drop,
+            Some(second) if server_owned(second) => Filter::Prune,
+            Some(_) => Filter::Keep,
         };
     }
-    if subresource == "status" {
-        return first != "f:status";
+    let excluded = match subresource {
+        "status" => first != "f:status",
+        _ => rt.has_status() && first == "f:status",
+    };
+    match excluded {
+        true => Filter::Prune,
+        false => Filter::Keep,
     }
-    rt.has_status() && first == "f:status"
 }
 
 /// The fields of `object` a write through `writer.subresource` may own.
 fn owned_fields<'v>(object: &'v Value, rt: &ResourceType, subresource: &str) -> Fields<'v> {
-    let mut found = fields::fields(object, shape(rt));
-    found.members.retain(|p| !excluded(p, rt, subresource));
-    found.leaves.retain(|p, _| !excluded(p, rt, subresource));
-    found
+    fields::fields_where(object, shape(rt), &|p| ownable(p, rt, subresource))
 }
 
 /// What a write changes: the paths it adds or modifies, and the paths it removes.
@@ -236,16 +248,29 @@ pub fn record_update(
     rt: &ResourceType,
     writer: Writer<'_>,
 ) -> ApiResult<()> {
-    let given = new["metadata"].get("managedFields").cloned();
-    let mut entries = match (current, &given) {
-        (Some(current), Some(given)) if Some(given) != current["metadata"].get("managedFields") => {
-            entries(new)?
-        }
-        (Some(current), _) => entries(current)?,
-        (None, _) => Vec::new(),
+    // A create: every field the object has is the writer's (the managedFields a client sends
+    // with it are not kept). Only the paths are needed, not the values behind them.
+    let Some(current) = current else {
+        let fields = fields::members_where(new, shape(rt), &|p| ownable(p, rt, writer.subresource));
+        let entries = match fields.is_empty() {
+            true => Vec::new(),
+            false => vec![Entry {
+                manager: writer.manager.to_owned(),
+                operation: Operation::Update,
+                api_version: rt.api_version(),
+                time: object::now(),
+                subresource: writer.subresource.to_owned(),
+                fields,
+            }],
+        };
+        return store(new, &entries);
     };
-    let empty = Value::Null;
-    let live = owned_fields(current.unwrap_or(&empty), rt, writer.subresource);
+    let given = new["metadata"].get("managedFields");
+    let mut entries = match given {
+        Some(given) if Some(given) != current["metadata"].get("managedFields") => entries(new)?,
+        _ => entries(current)?,
+    };
+    let live = owned_fields(current, rt, writer.subresource);
     let next = owned_fields(new, rt, writer.subresource);
     let change = compare(&live, &next);
     let now = object::now();

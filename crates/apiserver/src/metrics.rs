@@ -6,9 +6,15 @@
 //!  scrape  ─► gauges read at that moment (watchers, store watches, store revision) ─► text
 //! ```
 //!
+//! A request's counter and histogram are looked up by its labels as borrowed from the path
+//! (`observe_request`): the label strings are allocated once per label set, not per request.
+//!
 //! `prometheus-client` (the Prometheus project's Rust client) does the encoding.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::AtomicI64;
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -56,6 +62,55 @@ pub struct Metrics {
     watchers: Family<ResourceLabels, Gauge<i64, AtomicI64>>,
     store_watches: Gauge<i64, AtomicI64>,
     revision: Gauge<i64, AtomicI64>,
+    /// The metrics of each label set and code seen, by a hash of them (handles shared with
+    /// the families above).
+    interned: RwLock<HashMap<u64, Vec<Interned>>>,
+    hasher: RandomState,
+}
+
+/// One label set and code, with its metrics.
+struct Interned {
+    code: u16,
+    labels: RequestLabels,
+    requests: Counter,
+    /// `None` for watches, which are not timed.
+    duration: Option<Histogram>,
+}
+
+/// A request's labels, borrowed from its method and path.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct Classified<'a> {
+    verb: &'a str,
+    group: &'a str,
+    plural: &'a str,
+    sub: Option<&'a str>,
+}
+
+impl Classified<'_> {
+    fn is(&self, labels: &RequestLabels) -> bool {
+        let resource = match self.sub {
+            None => labels.resource == self.plural,
+            Some(sub) => {
+                labels
+                    .resource
+                    .strip_prefix(self.plural)
+                    .and_then(|r| r.strip_prefix('/'))
+                    == Some(sub)
+            }
+        };
+        resource && labels.verb == self.verb && labels.group == self.group
+    }
+
+    fn labels(&self) -> RequestLabels {
+        RequestLabels {
+            verb: self.verb.to_owned(),
+            group: self.group.to_owned(),
+            resource: match self.sub {
+                None => self.plural.to_owned(),
+                Some(sub) => format!("{}/{sub}", self.plural),
+            },
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -106,12 +161,77 @@ impl Metrics {
             watchers,
             store_watches,
             revision,
+            interned: RwLock::default(),
+            hasher: RandomState::new(),
         }
     }
 
     /// The registry, for the embedding program to add its own metrics to.
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
+    }
+
+    /// Counts a finished request by its method, path and query (and times it, unless it was
+    /// a watch), as [`classify`] labels it.
+    pub fn observe_request(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        code: u16,
+        elapsed: Duration,
+    ) {
+        let classified = classify_parts(method, path, query);
+        let hash = self.hasher.hash_one((classified, code));
+        let observe = |interned: &Interned| {
+            if let Some(duration) = &interned.duration {
+                duration.observe(elapsed.as_secs_f64());
+            }
+            interned.requests.inc();
+        };
+        let find = |list: &Vec<Interned>| {
+            list.iter()
+                .position(|i| i.code == code && classified.is(&i.labels))
+        };
+        {
+            let interned = self.interned.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(list) = interned.get(&hash)
+                && let Some(at) = find(list)
+            {
+                observe(&list[at]);
+                return;
+            }
+        }
+        let mut interned = self
+            .interned
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let list = interned.entry(hash).or_default();
+        let at = match find(list) {
+            Some(at) => at,
+            None => {
+                let labels = classified.labels();
+                let requests = self
+                    .requests
+                    .get_or_create(&CodeLabels {
+                        verb: labels.verb.clone(),
+                        group: labels.group.clone(),
+                        resource: labels.resource.clone(),
+                        code: code.to_string(),
+                    })
+                    .clone();
+                let duration =
+                    (labels.verb != "WATCH").then(|| self.durations.get_or_create(&labels).clone());
+                list.push(Interned {
+                    code,
+                    labels,
+                    requests,
+                    duration,
+                });
+                list.len() - 1
+            }
+        };
+        observe(&list[at]);
     }
 
     /// Counts a finished request (and times it, unless it was a watch).
@@ -156,33 +276,39 @@ impl Metrics {
 
 /// The verb, group and resource of a request, as the metrics label it.
 pub fn classify(method: &str, path: &str, query: Option<&str>) -> RequestLabels {
+    classify_parts(method, path, query).labels()
+}
+
+fn classify_parts<'a>(method: &'a str, path: &'a str, query: Option<&str>) -> Classified<'a> {
     // A logical cluster's requests count with the same labels as the root's.
     let path = match path.strip_prefix("/clusters/") {
         Some(rest) => rest.split_once('/').map_or("/", |(_, rest)| rest),
         None => path,
     };
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rest: Option<(&str, &[&str])> = match segments.as_slice() {
+    let mut buffer = [""; 10];
+    let segments = crate::api::segments(path, &mut buffer);
+    let rest: Option<(&str, &[&str])> = match &*segments {
         ["api", _version, rest @ ..] if !rest.is_empty() => Some(("", rest)),
         ["apis", group, _version, rest @ ..] if !rest.is_empty() => Some((group, rest)),
         _ => None,
     };
     let Some((group, rest)) = rest else {
-        return RequestLabels {
-            verb: method.to_owned(),
-            group: String::new(),
-            resource: String::new(),
+        return Classified {
+            verb: method,
+            group: "",
+            plural: "",
+            sub: None,
         };
     };
     let rest = match rest {
         ["namespaces", _ns, more @ ..] if !more.is_empty() => more,
         other => other,
     };
-    let (resource, named) = match rest {
-        [plural] => ((*plural).to_owned(), false),
-        [plural, _name] => ((*plural).to_owned(), true),
-        [plural, _name, sub, ..] => (format!("{plural}/{sub}"), true),
-        [] => (String::new(), false),
+    let (plural, sub, named) = match rest {
+        [plural] => (*plural, None, false),
+        [plural, _name] => (*plural, None, true),
+        [plural, _name, sub, ..] => (*plural, Some(*sub), true),
+        [] => ("", None, false),
     };
     let watch = query.is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
     let verb = match (method, named) {
@@ -191,10 +317,11 @@ pub fn classify(method: &str, path: &str, query: Option<&str>) -> RequestLabels 
         ("DELETE", false) => "DELETECOLLECTION",
         (other, _) => other,
     };
-    RequestLabels {
-        verb: verb.to_owned(),
-        group: group.to_owned(),
-        resource,
+    Classified {
+        verb,
+        group,
+        plural,
+        sub,
     }
 }
 
@@ -257,6 +384,53 @@ mod tests {
             classify("GET", "/apis/apps/v1", None),
             labels("GET", "", "")
         );
+    }
+
+    #[test]
+    fn requests_observed_by_path_count_as_their_labels_do() {
+        let metrics = Metrics::new();
+        for _ in 0..3 {
+            metrics.observe_request(
+                "GET",
+                "/api/v1/namespaces/a/configmaps/x",
+                None,
+                200,
+                Duration::from_millis(1),
+            );
+        }
+        metrics.observe_request(
+            "GET",
+            "/api/v1/namespaces/a/configmaps/x",
+            None,
+            404,
+            Duration::ZERO,
+        );
+        metrics.observe_request(
+            "PUT",
+            "/apis/apps/v1/namespaces/a/deployments/web/status",
+            None,
+            200,
+            Duration::ZERO,
+        );
+        metrics.observe_request(
+            "GET",
+            "/api/v1/configmaps",
+            Some("watch=1"),
+            200,
+            Duration::ZERO,
+        );
+        metrics.observe(labels("GET", "", "configmaps"), 200, Duration::ZERO);
+        let text = metrics.render(0, 0, 0);
+        for line in [
+            r#"apiserver_request_total{verb="GET",group="",resource="configmaps",code="200"} 4"#,
+            r#"apiserver_request_total{verb="GET",group="",resource="configmaps",code="404"} 1"#,
+            r#"apiserver_request_total{verb="PUT",group="apps",resource="deployments/status",code="200"} 1"#,
+            r#"apiserver_request_total{verb="WATCH",group="",resource="configmaps",code="200"} 1"#,
+            r#"apiserver_request_duration_seconds_count{verb="GET",group="",resource="configmaps"} 5"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!text.contains(r#"apiserver_request_duration_seconds_count{verb="WATCH""#));
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! The store holds each object's JSON without `metadata.resourceVersion`; it is the key's
 //! `mod_revision` and is filled in on every read.
 
+use std::sync::{Mutex, PoisonError};
+
 use serde_json::{Map, Value, json};
 
 use crate::resources::ResourceType;
@@ -12,11 +14,19 @@ use crate::status::{ApiError, ApiResult, Cause};
 /// Kubernetes allows 3 MiB request bodies).
 pub const MAX_OBJECT_BYTES: usize = 3 << 20;
 
-/// The current time as Kubernetes writes timestamps (`2006-01-02T15:04:05Z`).
+/// The current time as Kubernetes writes timestamps (`2006-01-02T15:04:05Z`), formatted
+/// once per second.
 pub fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    static LAST: Mutex<(i64, String)> = Mutex::new((i64::MIN, String::new()));
+    let now = jiff::Timestamp::now();
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    if last.0 != now.as_second() {
+        *last = (
+            now.as_second(),
+            now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        );
+    }
+    last.1.clone()
 }
 
 /// A fresh object UID.
@@ -280,28 +290,31 @@ pub fn with_resource_version_raw(json: &[u8], revision: u64) -> Option<Vec<u8>> 
 }
 
 /// The index of the `{` that opens the value of `key` in the outermost object.
+///
+/// Strings are skipped with `memchr` (to their closing quote or next escape), so a large
+/// string value costs a vectorised search rather than a step per byte.
 fn top_level_object_start(json: &[u8], key: &[u8]) -> Option<usize> {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    let mut string_start = 0;
+    let mut depth = 0usize;
     let mut last_key: Option<(usize, usize)> = None;
-    for (i, &byte) in json.iter().enumerate() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                in_string = false;
-                if depth == 1 {
-                    last_key = Some((string_start + 1, i));
-                }
-            }
-            continue;
-        }
-        match byte {
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
             b'"' => {
-                in_string = true;
-                string_start = i;
+                let start = i + 1;
+                let mut at = start;
+                let end = loop {
+                    let found = at + memchr::memchr2(b'"', b'\\', json.get(at..)?)?;
+                    if json[found] == b'"' {
+                        break found;
+                    }
+                    // An escape: the next byte is part of it, whatever it is.
+                    at = found + 2;
+                };
+                if depth == 1 {
+                    last_key = Some((start, end));
+                }
+                i = end + 1;
+                continue;
             }
             b'{' | b'[' => depth += 1,
             b'}' | b']' => depth = depth.checked_sub(1)?,
@@ -319,6 +332,7 @@ fn top_level_object_start(json: &[u8], key: &[u8]) -> Option<usize> {
             }
             _ => {}
         }
+        i += 1;
     }
     None
 }
@@ -332,7 +346,35 @@ pub fn has_api_version(json: &[u8], api_version: Option<&str>) -> bool {
     }
 }
 
-/// The object as read: its stored JSON with `resourceVersion` filled in.
+/// Whether stored JSON has a `metadata.deletionTimestamp` (not null): the object is being
+/// deleted. Reads only that field (the rest is skipped, not decoded), and nothing at all when
+/// the name appears nowhere in an object's JSON; `None` if the bytes are not a JSON object.
+pub fn is_being_deleted(json: &[u8]) -> Option<bool> {
+    if json.trim_ascii_start().starts_with(b"{")
+        && memchr::memmem::find(json, b"\"deletionTimestamp\"").is_none()
+    {
+        return Some(false);
+    }
+    use serde::de::IgnoredAny;
+
+    #[derive(serde::Deserialize)]
+    struct Object {
+        #[serde(default)]
+        metadata: Option<Metadata>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        #[serde(rename = "deletionTimestamp", default)]
+        deletion_timestamp: Option<IgnoredAny>,
+    }
+    let object: Object = serde_json::from_slice(json).ok()?;
+    Some(
+        object
+            .metadata
+            .is_some_and(|m| m.deletion_timestamp.is_some()),
+    )
+}
+
 /// A copy of `object` without `metadata.resourceVersion` (as the store holds it).
 pub fn without_resource_version(object: &Value) -> Value {
     let mut object = object.clone();
@@ -403,6 +445,11 @@ mod tests {
                 r#"{"data":{"k":"a \\\" \"metadata\":{ b"},"metadata":{"name":"e"}}"#,
                 99,
             ),
+            (
+                r#"{"a":"\\","b":["\\\"",{"metadata":{}}],"metadata":{"name":"\"f\""}}"#,
+                5,
+            ),
+            (r#"{"metadata":{"name":"x"},"data":{"y":"z"}}"#, 6),
         ];
         for (text, rv) in cases {
             let raw =
@@ -421,6 +468,41 @@ mod tests {
         assert_eq!(with_resource_version_raw(br#"{"metadata":"x"}"#, 1), None);
         assert_eq!(with_resource_version_raw(b"[]", 1), None);
         assert_eq!(with_resource_version_raw(b"}{", 1), None);
+        assert_eq!(with_resource_version_raw(br#"{"a":"\"#, 1), None);
+        assert_eq!(with_resource_version_raw(br#"{"a":"x\""#, 1), None);
+        assert_eq!(with_resource_version_raw(br#"{"metadata""#, 1), None);
+    }
+
+    #[test]
+    fn a_deletion_timestamp_is_found_without_decoding_the_rest() {
+        let cases: [(&str, Option<bool>); 7] = [
+            (r#"{"metadata":{"name":"a"}}"#, Some(false)),
+            (
+                r#"{"metadata":{"name":"a","deletionTimestamp":null}}"#,
+                Some(false),
+            ),
+            (
+                r#"{"spec":{"metadata":{"deletionTimestamp":"x"}},"metadata":{"name":"a"}}"#,
+                Some(false),
+            ),
+            (
+                r#"{"metadata":{"deletionTimestamp":"2024-01-01T00:00:00Z","name":"a"}}"#,
+                Some(true),
+            ),
+            (r#"{"kind":"Namespace"}"#, Some(false)),
+            (r#"{"metadata":null}"#, Some(false)),
+            ("not json", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(is_being_deleted(text.as_bytes()), expected, "{text}");
+            if let Ok(value) = serde_json::from_str::<Value>(text) {
+                assert_eq!(
+                    Some(!value["metadata"]["deletionTimestamp"].is_null()),
+                    expected,
+                    "{text}"
+                );
+            }
+        }
     }
 
     #[test]

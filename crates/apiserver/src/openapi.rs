@@ -44,26 +44,53 @@ pub fn builtin_schemas() -> &'static Map<String, Value> {
     })
 }
 
+/// A built-in schema by definition name, through an index (the map of every definition is
+/// ordered, so a lookup in it compares many long names that share a prefix).
+pub fn builtin_schema(name: &str) -> Option<&'static Value> {
+    static BY_NAME: OnceLock<HashMap<&'static str, &'static Value>> = OnceLock::new();
+    BY_NAME
+        .get_or_init(|| {
+            builtin_schemas()
+                .iter()
+                .map(|(name, schema)| (name.as_str(), schema))
+                .collect()
+        })
+        .get(name)
+        .copied()
+}
+
 /// The definition name of a built-in kind's schema, if the generated table has it.
 pub fn builtin_definition(group: &str, version: &str, kind: &str) -> Option<&'static str> {
-    static BY_GVK: OnceLock<HashMap<(String, String, String), String>> = OnceLock::new();
-    let by_gvk = BY_GVK.get_or_init(|| {
-        let mut map = HashMap::new();
+    /// (group, version, definition name) of each kind.
+    type ByKind = HashMap<&'static str, Vec<(&'static str, &'static str, &'static str)>>;
+    static BY_KIND: OnceLock<ByKind> = OnceLock::new();
+    let by_kind = BY_KIND.get_or_init(|| {
+        let mut map: ByKind = HashMap::new();
         for (name, schema) in builtin_schemas() {
             for gvk in schema["x-kubernetes-group-version-kind"]
                 .as_array()
                 .into_iter()
                 .flatten()
             {
-                let part = |k: &str| gvk[k].as_str().unwrap_or_default().to_owned();
-                map.insert((part("group"), part("version"), part("kind")), name.clone());
+                let part = |k: &str| gvk[k].as_str().unwrap_or_default();
+                let versions = map.entry(part("kind")).or_default();
+                // As a map by (group, version, kind) would, the last definition wins.
+                versions.retain(|(g, v, _)| (*g, *v) != (part("group"), part("version")));
+                versions.push((part("group"), part("version"), name.as_str()));
             }
         }
         map
     });
-    by_gvk
-        .get(&(group.to_owned(), version.to_owned(), kind.to_owned()))
-        .map(String::as_str)
+    by_kind
+        .get(kind)?
+        .iter()
+        .find(|(g, v, _)| *g == group && *v == version)
+        .map(|(_, _, name)| *name)
+}
+
+/// The schema of a built-in kind, if the generated table has it.
+pub fn builtin_kind_schema(group: &str, version: &str, kind: &str) -> Option<&'static Value> {
+    builtin_schema(builtin_definition(group, version, kind)?)
 }
 
 /// The component name of a custom resource's schema, as Kubernetes names it: the group

@@ -65,9 +65,8 @@ impl<'a> Schema<'a> {
                 builtin: false,
             });
         }
-        let name = openapi::builtin_definition(&rt.group, &rt.version, &rt.kind)?;
         Some(Schema {
-            root: &openapi::builtin_schemas()[name],
+            root: openapi::builtin_kind_schema(&rt.group, &rt.version, &rt.kind)?,
             builtin: true,
         })
     }
@@ -80,7 +79,7 @@ impl<'a> Schema<'a> {
             return unknown;
         };
         let properties = resolve(self.root)["properties"].as_object();
-        let meta = &openapi::builtin_schemas()[OBJECT_META];
+        let meta = openapi::builtin_schema(OBJECT_META).unwrap_or(&Value::Null);
         let mut path = String::new();
         map.retain(|key, value| {
             let field = match key.as_str() {
@@ -121,7 +120,7 @@ pub(crate) fn resolve(schema: &Value) -> &Value {
             .as_str()
             .or_else(|| schema["allOf"][0]["$ref"].as_str())
             .and_then(|r| r.strip_prefix("#/components/schemas/"));
-        match target.and_then(|name| openapi::builtin_schemas().get(name)) {
+        match target.and_then(openapi::builtin_schema) {
             Some(next) => schema = next,
             None => break,
         }

@@ -15,7 +15,7 @@ use tower::ServiceExt;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::Api;
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::object::MAX_OBJECT_BYTES;
 use crate::status::ApiError;
 
@@ -61,10 +61,10 @@ pub fn router_with(
 
 async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let path = parts.uri.path().to_owned();
-    let span = info_span!("request", method = %parts.method, path = %path);
+    let span = info_span!("request", method = %parts.method, path = %parts.uri.path());
     async move {
-        match path.as_str() {
+        let path = parts.uri.path();
+        match path {
             "/healthz" | "/livez" => return text(StatusCode::OK, "ok"),
             "/readyz" => {
                 return if shared.ready.load(Ordering::Acquire) {
@@ -82,9 +82,14 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
         let started = std::time::Instant::now();
-        let labels = metrics::classify(parts.method.as_str(), &path, parts.uri.query());
+        let observe = |code: u16| {
+            let (method, query) = (parts.method.as_str(), parts.uri.query());
+            shared
+                .metrics
+                .observe_request(method, path, query, code, started.elapsed());
+        };
         if !token.is_some_and(|t| (shared.auth.check)(t)) {
-            shared.metrics.observe(labels, 401, started.elapsed());
+            observe(401);
             return ApiError::unauthorized().into_response();
         }
         if path == "/metrics" {
@@ -113,11 +118,15 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         };
         let response = shared
             .api
-            .serve(parts.method, &path, parts.uri.query(), &parts.headers, body)
+            .serve(
+                parts.method.clone(),
+                path,
+                parts.uri.query(),
+                &parts.headers,
+                body,
+            )
             .await;
-        shared
-            .metrics
-            .observe(labels, response.status().as_u16(), started.elapsed());
+        observe(response.status().as_u16());
         debug!(status = response.status().as_u16(), "answered");
         response
     }

@@ -16,13 +16,29 @@
 //! every change of the store, its processed revision is a safe bookmark for any resource:
 //! an idle watcher's resourceVersion still advances, so it can resume after a restart of
 //! the connection without a relist.
+//!
+//! Consistent reads from the cache (as kube-apiserver serves them since 1.31):
+//!
+//! ```text
+//!  get(key): the store's current revision H (an atomic read, no I/O); the resource's
+//!            objects loaded? (the first read of a resource starts loading them: one list,
+//!            then every routed change is applied; until then the caller reads the store)
+//!              feeder has processed H ─► the object (or its absence) from memory
+//!              else the store's index says the key is at the cached revision (or absent,
+//!                as cached) ─► from memory too: one revision is one write
+//!              else wait (briefly) for the feeder to reach H ─► from memory, or None: the
+//!                caller reads the store
+//! ```
+//!
+//! A resource's objects are kept only once something has read one of them by key; they are
+//! its objects' stored JSON (shared with the watch events), not decoded values.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bytes::Bytes;
-use flotilla_store::{EventKind, Revision, Store, WatchEvent, WatchStream};
+use flotilla_store::{EventKind, ListOptions, Revision, Store, WatchEvent, WatchStream};
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::sync::broadcast::{self, error::TryRecvError};
@@ -158,6 +174,12 @@ struct Shared {
     store_watches: AtomicUsize,
     /// Client watches being served.
     watchers: AtomicUsize,
+    /// Notified whenever `processed` moves.
+    advanced: tokio::sync::Notify,
+    /// Whether the feeder follows the store: false before it starts, from a failure of its
+    /// store watch until it is restarted (changes in between reach no cache), and once the
+    /// store is closed. Reads are answered from memory only while it does.
+    following: std::sync::atomic::AtomicBool,
 }
 
 struct Resource {
@@ -168,8 +190,53 @@ struct ResourceState {
     history: VecDeque<Arc<Change>>,
     /// The history holds every change of the resource after this revision.
     complete_after: Revision,
-    /// The live feed; dropped when the cache is reset, which ends every subscription.
+    /// The live feed, made by the first watch (its buffer is allocated whole); dropped when
+    /// the cache is reset, which ends every subscription.
     tx: Option<broadcast::Sender<Arc<Change>>>,
+    /// Whether a client ever watched the resource: until then it keeps no history (its
+    /// cache exists for reads only) and a watch from the past catches up from the store.
+    watched: bool,
+    /// Reset: no watch may start on it any more.
+    closed: bool,
+    /// The resource's objects, for reads.
+    objects: Objects,
+}
+
+/// The current objects of one resource, by store key: their stored JSON and revision.
+enum Objects {
+    /// Nobody has read the resource by key yet (or loading it failed).
+    Absent,
+    /// Being listed from the store; the changes routed meanwhile are applied once it is.
+    Loading(Vec<Arc<Change>>),
+    /// Every change up to the feeder's processed revision is applied.
+    Ready {
+        by_key: HashMap<Bytes, (Bytes, Revision)>,
+        /// The revision the objects were listed at (changes up to it are in them).
+        listed_at: Revision,
+    },
+}
+
+impl Objects {
+    /// Applies one routed change (in revision order).
+    fn apply(&mut self, change: &Arc<Change>) {
+        match self {
+            Objects::Absent => {}
+            Objects::Loading(pending) => pending.push(change.clone()),
+            Objects::Ready { by_key, listed_at } => {
+                if change.revision <= *listed_at {
+                    return;
+                }
+                match &change.raw_object {
+                    Some(value) if change.kind == EventKind::Put => {
+                        by_key.insert(change.key.clone(), (value.clone(), change.revision));
+                    }
+                    _ => {
+                        by_key.remove(&change.key);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl WatchCache {
@@ -183,6 +250,8 @@ impl WatchCache {
                 processed: AtomicU64::new(0),
                 store_watches: AtomicUsize::new(0),
                 watchers: AtomicUsize::new(0),
+                advanced: tokio::sync::Notify::new(),
+                following: std::sync::atomic::AtomicBool::new(false),
             }),
             started: tokio::sync::OnceCell::new(),
         }
@@ -204,12 +273,170 @@ impl WatchCache {
         Revision::new(self.inner.processed.load(Ordering::Acquire))
     }
 
+    /// The object under `key` (its stored JSON and revision, or `None` if there is none) as
+    /// a consistent read finds it, when the cache can tell: the key's resource is loaded and
+    /// either every change up to the store's current revision has reached it, or the store's
+    /// index says the key is still at the revision the cache holds. `None` when it cannot
+    /// (then read the store); the first such read of a resource starts loading its objects.
+    pub async fn get(&self, key: &[u8]) -> Option<Option<(Bytes, Revision)>> {
+        self.start().await.ok()?;
+        if !self.inner.following.load(Ordering::Acquire) {
+            return None;
+        }
+        let prefix = resource_of(key)?;
+        // The revision first: whatever the cache holds once it has processed this revision
+        // is at least as new as the store's answer would be.
+        let head = self.store.current_revision().await.ok()?;
+        let resource = self
+            .inner
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(prefix)
+            .cloned();
+        let Some(resource) = resource else {
+            self.load(prefix);
+            return None;
+        };
+        // Checked before the object is read, so that the object is at least that new.
+        let caught_up = self.processed() >= head;
+        // Read under the lock, acted on without it (loading takes the lock again).
+        let cached = match &resource
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .objects
+        {
+            Objects::Ready { by_key, .. } => Ok(by_key.get(key).cloned()),
+            Objects::Loading(_) => Err(false),
+            Objects::Absent => Err(true),
+        };
+        let cached = match cached {
+            Ok(cached) => cached,
+            Err(absent) => {
+                if absent {
+                    self.load(prefix);
+                }
+                return None;
+            }
+        };
+        if caught_up {
+            return Some(cached);
+        }
+        // The feeder is behind the store, but if the key is still at the revision the cache
+        // holds (or still absent), the store holds what the cache does: one revision is one
+        // write. The store answers that from its index, without reading a value.
+        let latest = self.store.mod_revision(key).await.ok()?;
+        if latest == cached.as_ref().map(|(_, revision)| *revision) {
+            return Some(cached);
+        }
+        // The key changed lately: its change is about to be routed.
+        if !self.caught_up(head).await {
+            return None;
+        }
+        match &resource
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .objects
+        {
+            Objects::Ready { by_key, .. } => Some(by_key.get(key).cloned()),
+            _ => None,
+        }
+    }
+
+    /// Whether the feeder has processed `revision`, waiting a little for it: a write that
+    /// just returned is routed within moments, sooner than the store answers a read.
+    async fn caught_up(&self, revision: Revision) -> bool {
+        const WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+        if self.processed() >= revision {
+            return true;
+        }
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let advanced = self.inner.advanced.notified();
+            let mut advanced = std::pin::pin!(advanced);
+            // Registered before the check, so that no advance is missed between the two.
+            advanced.as_mut().enable();
+            if self.processed() >= revision {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, advanced).await.is_err() {
+                return self.processed() >= revision;
+            }
+        }
+    }
+
+    /// Starts loading the objects of the resource `prefix` names, unless that has begun.
+    fn load(&self, prefix: &[u8]) {
+        let resource = {
+            let mut resources = self
+                .inner
+                .resources
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Not while the feeder is being restarted: the list could miss changes it skips.
+            if !self.inner.following.load(Ordering::Acquire) {
+                return;
+            }
+            self.resource_in(&mut resources, prefix)
+        };
+        {
+            let mut state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !matches!(state.objects, Objects::Absent) {
+                return;
+            }
+            // Every change routed from now on is kept until the list is in.
+            state.objects = Objects::Loading(Vec::new());
+        }
+        let store = self.store.clone();
+        let prefix = prefix.to_vec();
+        let task = async move {
+            // Listed at the store's current revision, which the feeder has not passed: the
+            // changes routed since loading began cover everything after it.
+            let listed = store.list(&prefix, ListOptions::default()).await;
+            let mut state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Objects::Loading(pending) = std::mem::replace(&mut state.objects, Objects::Absent)
+            else {
+                return;
+            };
+            match listed {
+                Ok(page) => {
+                    let by_key = page
+                        .kvs
+                        .into_iter()
+                        .map(|kv| (kv.key, (kv.value, kv.mod_revision)))
+                        .collect();
+                    let mut objects = Objects::Ready {
+                        by_key,
+                        listed_at: page.revision,
+                    };
+                    for change in &pending {
+                        objects.apply(change);
+                    }
+                    state.objects = objects;
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot load a resource's objects into the watch cache")
+                }
+            }
+        };
+        tokio::spawn(task.instrument(info_span!("watch_cache_load")));
+    }
+
     async fn start(&self) -> flotilla_store::Result<()> {
         self.started
             .get_or_try_init(|| async {
                 let head = self.store.current_revision().await?;
                 let stream = self.store.watch(b"/", head).await?;
                 self.inner.processed.store(head.get(), Ordering::Release);
+                self.inner.following.store(true, Ordering::Release);
                 self.inner.store_watches.fetch_add(1, Ordering::Relaxed);
                 let feeder = Feeder {
                     store: self.store.clone(),
@@ -229,17 +456,29 @@ impl WatchCache {
             .resources
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.resource_in(&mut resources, prefix)
+    }
+
+    /// The cache of the resource `prefix` names in `resources` (the locked map), created if
+    /// missing.
+    fn resource_in(
+        &self,
+        resources: &mut HashMap<Vec<u8>, Arc<Resource>>,
+        prefix: &[u8],
+    ) -> Arc<Resource> {
         resources
             .entry(prefix.to_vec())
             .or_insert_with(|| {
-                let (tx, _) = broadcast::channel(self.config.buffer.max(1));
                 // Under the map lock the feeder has routed exactly the changes up to
                 // `processed`: every later change of this resource reaches its history.
                 Arc::new(Resource {
                     state: Mutex::new(ResourceState {
                         history: VecDeque::new(),
                         complete_after: Revision::new(self.inner.processed.load(Ordering::Acquire)),
-                        tx: Some(tx),
+                        tx: None,
+                        watched: false,
+                        closed: false,
+                        objects: Objects::Absent,
                     }),
                 })
             })
@@ -264,17 +503,26 @@ impl WatchCache {
             .to_vec();
         let resource = self.resource(&resource_prefix);
         let (rx, backlog, complete_after) = {
-            let state = resource
+            let mut state = resource
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let Some(tx) = &state.tx else {
+            if state.closed {
                 return Err(flotilla_store::Error::Compacted {
                     requested: since,
                     compacted: since,
                 });
+            }
+            state.watched = true;
+            let buffer = self.config.buffer.max(1);
+            let rx = match &state.tx {
+                Some(tx) => tx.subscribe(),
+                None => {
+                    let (tx, rx) = broadcast::channel(buffer);
+                    state.tx = Some(tx);
+                    rx
+                }
             };
-            let rx = tx.subscribe();
             let backlog: VecDeque<Arc<Change>> = state
                 .history
                 .iter()
@@ -335,6 +583,7 @@ impl Feeder {
                     };
                 }
                 None => {
+                    self.shared.following.store(false, Ordering::Release);
                     self.shared.store_watches.fetch_sub(1, Ordering::Relaxed);
                     return;
                 }
@@ -346,22 +595,28 @@ impl Feeder {
         let head = self.store.current_revision().await?;
         let stream = self.store.watch(b"/", head).await?;
         self.shared.processed.store(head.get(), Ordering::Release);
+        self.shared.following.store(true, Ordering::Release);
+        self.shared.advanced.notify_waiters();
         Ok(stream)
     }
 
-    /// Drops every cache: their watchers end with Expired and relist.
+    /// Drops every cache: their watchers end with Expired and relist; reads go to the store
+    /// until the feeder follows it again.
     fn reset(&self) {
         let mut resources = self
             .shared
             .resources
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        self.shared.following.store(false, Ordering::Release);
         for resource in resources.values() {
-            resource
+            let mut state = resource
                 .state
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .tx = None;
+                .unwrap_or_else(PoisonError::into_inner);
+            state.tx = None;
+            state.closed = true;
+            state.objects = Objects::Absent;
         }
         resources.clear();
     }
@@ -384,16 +639,22 @@ impl Feeder {
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            state.objects.apply(&change);
             if revision > state.complete_after {
-                state.history.push_back(change.clone());
-                while state.history.len() > self.config.history {
-                    if let Some(oldest) = state.history.pop_front() {
-                        state.complete_after = oldest.revision;
+                if !state.watched {
+                    // Read, never watched: no history (nothing to send it to either).
+                    state.complete_after = revision;
+                } else {
+                    state.history.push_back(change.clone());
+                    while state.history.len() > self.config.history {
+                        if let Some(oldest) = state.history.pop_front() {
+                            state.complete_after = oldest.revision;
+                        }
                     }
-                }
-                if let Some(tx) = &state.tx {
-                    // No receivers is fine: nobody is watching right now.
-                    let _ = tx.send(change);
+                    if let Some(tx) = &state.tx {
+                        // No receivers is fine: nobody is watching right now.
+                        let _ = tx.send(change);
+                    }
                 }
             }
         }
@@ -401,6 +662,7 @@ impl Feeder {
             .processed
             .fetch_max(revision.get(), Ordering::AcqRel);
         drop(resources);
+        self.shared.advanced.notify_waiters();
     }
 }
 
@@ -558,6 +820,219 @@ mod tests {
             Some(Next::Change(change)) => change,
             other => panic!("expected a change, got {other:?}"),
         }
+    }
+
+    /// Reads `key` from the cache until it answers (it loads the resource first).
+    async fn cached(cache: &WatchCache, key: &[u8]) -> Option<(Bytes, Revision)> {
+        for _ in 0..1_000 {
+            if let Some(found) = cache.get(key).await {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("the cache never answered");
+    }
+
+    #[tokio::test]
+    async fn reads_come_from_memory_once_loaded_and_never_miss_a_write_that_returned() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        let created = store.create(key, value("x", 1)).await.unwrap();
+        store
+            .create(b"/core/configmaps/root/b/y", value("y", 1))
+            .await
+            .unwrap();
+        // The first read starts loading the resource: the store answers it.
+        assert!(cache.get(key).await.is_none());
+        assert_eq!(cached(&cache, key).await, Some((value("x", 1), created)));
+        assert_eq!(cache.get(b"/core/configmaps/root/a/nope").await, Some(None));
+        // Another resource is not loaded by it.
+        assert!(cache.get(b"/core/secrets/root/a/x").await.is_none());
+        let mut revision = created;
+        for n in 2..50 {
+            revision = store.update(key, value("x", n), revision).await.unwrap();
+            // Right after a write the cache answers with it, or not at all.
+            match cache.get(key).await {
+                None => {}
+                Some(found) => assert_eq!(found, Some((value("x", n), revision))),
+            }
+        }
+        assert_eq!(cached(&cache, key).await, Some((value("x", 49), revision)));
+        store.delete(key, None).await.unwrap();
+        assert!(matches!(cache.get(key).await, None | Some(None)));
+        assert_eq!(cached(&cache, key).await, None);
+        let recreated = store.create(key, value("x", 100)).await.unwrap();
+        assert_eq!(
+            cached(&cache, key).await,
+            Some((value("x", 100), recreated))
+        );
+        // Reads neither count as watchers nor keep a history (nor a feed's buffer).
+        assert_eq!(cache.watchers(), 0);
+        let resource = cache.resource(b"/core/configmaps/");
+        let state = resource.state.lock().unwrap();
+        assert!(state.history.is_empty() && state.tx.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_resource_watched_before_it_is_read_loads_on_its_first_read() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        let created = store.create(key, value("x", 1)).await.unwrap();
+        let head = store.current_revision().await.unwrap();
+        let mut sub = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(10), cached(&cache, key));
+        assert_eq!(
+            read.await.expect("no deadlock"),
+            Some((value("x", 1), created))
+        );
+        let updated = store.update(key, value("x", 2), created).await.unwrap();
+        assert_eq!(next_change(&mut sub).await.revision, updated);
+        assert_eq!(cached(&cache, key).await, Some((value("x", 2), updated)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_read_sees_the_writes_that_returned_before_it_whatever_races() {
+        reads_see_the_writes_before_them(Arc::new(MemoryStore::new())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn every_read_sees_the_writes_before_it_on_sqlite_whose_index_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = flotilla_store_sqlite::SqliteStore::open(dir.path().join("s.db"))
+            .await
+            .unwrap();
+        reads_see_the_writes_before_them(Arc::new(store)).await;
+    }
+
+    async fn reads_see_the_writes_before_them(store: Arc<dyn Store>) {
+        let cache = Arc::new(WatchCache::new(store.clone(), Config::default()));
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let (store, cache) = (store.clone(), cache.clone());
+            tasks.push(tokio::spawn(async move {
+                // What a read may answer: the cache's view, or (None) "ask the store".
+                let check = |found: Option<Option<(Bytes, Revision)>>,
+                             expected: Option<(Bytes, Revision)>,
+                             what: &str| {
+                    if let Some(found) = found {
+                        assert_eq!(found, expected, "{what}");
+                    }
+                };
+                for i in 0..100u64 {
+                    let key = format!("/core/configmaps/root/t{t}/k{}", i % 7);
+                    let key = key.as_bytes();
+                    let current = store.get(key, None).await.unwrap();
+                    match (i % 3, current) {
+                        (2, Some(_)) => {
+                            store.delete(key, None).await.unwrap();
+                            check(cache.get(key).await, None, "after a delete");
+                        }
+                        (_, Some(kv)) => {
+                            let v = value("k", i);
+                            let r = store.update(key, v.clone(), kv.mod_revision).await.unwrap();
+                            check(cache.get(key).await, Some((v, r)), "after an update");
+                        }
+                        (_, None) => {
+                            let v = value("k", i);
+                            let r = store.create(key, v.clone()).await.unwrap();
+                            check(cache.get(key).await, Some((v, r)), "after a create");
+                        }
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        // By now the resource is loaded: the cache answers, and agrees with the store.
+        for t in 0..8 {
+            for k in 0..7 {
+                let key = format!("/core/configmaps/root/t{t}/k{k}");
+                let stored = store.get(key.as_bytes(), None).await.unwrap();
+                assert_eq!(
+                    cached(&cache, key.as_bytes()).await,
+                    stored.map(|kv| (kv.value, kv.mod_revision))
+                );
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_made_while_a_resource_loads_are_in_it() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        for i in 0..200 {
+            store
+                .create(
+                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
+                    value("k", i),
+                )
+                .await
+                .unwrap();
+        }
+        assert!(cache.get(b"/core/configmaps/root/a/k0").await.is_none());
+        // Writes race with the load (and the feeder): each key's last write must win.
+        let mut revisions = Vec::new();
+        for i in 0..200 {
+            let key = format!("/core/configmaps/root/a/k{i}");
+            let current = store.get(key.as_bytes(), None).await.unwrap().unwrap();
+            let revision = if i % 3 == 0 {
+                store.delete(key.as_bytes(), None).await.unwrap();
+                None
+            } else {
+                let v = value("k", 1_000 + i);
+                Some((
+                    v.clone(),
+                    store
+                        .update(key.as_bytes(), v, current.mod_revision)
+                        .await
+                        .unwrap(),
+                ))
+            };
+            revisions.push(revision);
+            tokio::task::yield_now().await;
+        }
+        for (i, expected) in revisions.into_iter().enumerate() {
+            let key = format!("/core/configmaps/root/a/k{i}");
+            assert_eq!(cached(&cache, key.as_bytes()).await, expected, "{key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_resource_read_before_it_is_watched_catches_a_watch_up_from_the_store() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let start = store.current_revision().await.unwrap();
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        store.create(key, value("x", 1)).await.unwrap();
+        assert!(cached(&cache, key).await.is_some());
+        store
+            .create(b"/core/configmaps/root/a/y", value("y", 1))
+            .await
+            .unwrap();
+        assert!(cached(&cache, b"/core/configmaps/root/a/y").await.is_some());
+        // The cache kept no history while it was only read: the watch reads the log.
+        let mut sub = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        assert_eq!(cache.store_watches(), 2);
+        store
+            .create(b"/core/configmaps/root/a/z", value("z", 1))
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let change = next_change(&mut sub).await;
+            seen.push(String::from_utf8_lossy(&change.key).into_owned());
+        }
+        assert_eq!(
+            seen,
+            [
+                "/core/configmaps/root/a/x",
+                "/core/configmaps/root/a/y",
+                "/core/configmaps/root/a/z"
+            ]
+        );
     }
 
     #[test]

@@ -372,6 +372,14 @@ impl Store for SqliteStore {
         page
     }
 
+    async fn mod_revision(&self, key: &[u8]) -> Result<Option<Revision>> {
+        check_key(key)?;
+        // The index alone: no value is read, no reader is waited for.
+        let at = self.inner.progress.head();
+        let version = read::read_index(&self.inner.index).live_at(key, at);
+        Ok(version.map(|v| v.revision))
+    }
+
     async fn count(&self, prefix: &[u8]) -> Result<u64> {
         let at = self.inner.progress.head();
         Ok(read::read_index(&self.inner.index).count(prefix, at))

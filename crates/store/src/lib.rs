@@ -153,6 +153,13 @@ pub trait Store: Send + Sync + 'static {
     /// [`Error::FutureRevision`] if it is ahead of the current revision.
     async fn get(&self, key: &[u8], revision: Option<Revision>) -> Result<Option<KeyValue>>;
 
+    /// The `mod_revision` of `key` at the latest revision, or `None` if it does not exist
+    /// then: what [`Store::get`] reports of it, without the value. A backend that keeps an
+    /// index of its keys answers from it, without reading a value (the default reads one).
+    async fn mod_revision(&self, key: &[u8]) -> Result<Option<Revision>> {
+        Ok(self.get(key, None).await?.map(|kv| kv.mod_revision))
+    }
+
     /// The keys starting with `prefix`, in ascending byte order, read at one revision.
     ///
     /// `options.after` is a lower bound (exclusive); one that sorts before `prefix` has no
