@@ -4,7 +4,8 @@
 //! ```text
 //!  store.watch("/", from head) ─► feeder task ─► per resource (`/{group}/{plural}/`):
 //!                                   │             decode once ─► history ring (bounded)
-//!                                   │                          ─► broadcast ─► client watches
+//!                                   │                          ─► the feed of the change's
+//!                                   │                             logical cluster ─► its watches
 //!                                   └─ processed revision (every change up to it is routed)
 //!
 //!  client watch from N: subscribe, then history (N, …] ─► live events (> last seen)
@@ -49,7 +50,8 @@ use tracing::{Instrument, info_span, warn};
 pub struct Config {
     /// Events kept per resource for watches that start in the past.
     pub history: usize,
-    /// Events buffered per resource for live watchers; one further behind is caught up
+    /// Events buffered per live feed (a logical cluster's part of a resource: each watch
+    /// is woken only by its own cluster's changes); a watcher further behind is caught up
     /// from the history, or ended with Expired.
     pub buffer: usize,
 }
@@ -58,7 +60,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             history: 10_000,
-            buffer: 4_096,
+            buffer: 256,
         }
     }
 }
@@ -158,6 +160,66 @@ pub fn resource_of(key: &[u8]) -> Option<&[u8]> {
     None
 }
 
+/// The part of a key that names its logical cluster's share of a resource:
+/// `/{group}/{plural}/{cluster}/`, the unit of the live feeds (`None` if `key` is shorter).
+fn part_of(key: &[u8]) -> Option<&[u8]> {
+    let mut slashes = 0;
+    for (i, byte) in key.iter().enumerate() {
+        if *byte == b'/' {
+            slashes += 1;
+            if slashes == 4 {
+                return Some(&key[..=i]);
+            }
+        }
+    }
+    None
+}
+
+/// The live feeds of one resource, made by the first watch of each (a feed's buffer is
+/// allocated whole). A change goes to the feed of its logical cluster and to the feed of
+/// watches wider than one cluster, so that a watch is not woken by other clusters' changes.
+#[derive(Default)]
+struct Feeds {
+    /// For watches of a prefix wider than one logical cluster.
+    all: Option<broadcast::Sender<Arc<Change>>>,
+    /// Per `/{group}/{plural}/{cluster}/`.
+    parts: HashMap<Box<[u8]>, broadcast::Sender<Arc<Change>>>,
+}
+
+impl Feeds {
+    /// A receiver of every change under `prefix` (and possibly more) from now on.
+    fn subscribe(&mut self, prefix: &[u8], buffer: usize) -> broadcast::Receiver<Arc<Change>> {
+        let sender = match part_of(prefix) {
+            Some(part) => self
+                .parts
+                .entry(part.into())
+                .or_insert_with(|| broadcast::channel(buffer).0),
+            None => self.all.get_or_insert_with(|| broadcast::channel(buffer).0),
+        };
+        sender.subscribe()
+    }
+
+    /// Sends `change` to the feeds it concerns; a cluster's feed nobody receives any more
+    /// is dropped.
+    fn send(&mut self, change: &Arc<Change>) {
+        if let Some(all) = &self.all {
+            // No receivers is fine: nobody is watching right now.
+            let _ = all.send(change.clone());
+        }
+        if let Some(part) = part_of(&change.key)
+            && let Some(sender) = self.parts.get(part)
+            && sender.send(change.clone()).is_err()
+        {
+            self.parts.remove(part);
+        }
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.all.is_none() && self.parts.is_empty()
+    }
+}
+
 /// The cache of every resource, fed by one store watch.
 pub struct WatchCache {
     store: Arc<dyn Store>,
@@ -190,9 +252,8 @@ struct ResourceState {
     history: VecDeque<Arc<Change>>,
     /// The history holds every change of the resource after this revision.
     complete_after: Revision,
-    /// The live feed, made by the first watch (its buffer is allocated whole); dropped when
-    /// the cache is reset, which ends every subscription.
-    tx: Option<broadcast::Sender<Arc<Change>>>,
+    /// The live feeds; dropped when the cache is reset, which ends every subscription.
+    feeds: Feeds,
     /// Whether a client ever watched the resource: until then it keeps no history (its
     /// cache exists for reads only) and a watch from the past catches up from the store.
     watched: bool,
@@ -475,7 +536,7 @@ impl WatchCache {
                     state: Mutex::new(ResourceState {
                         history: VecDeque::new(),
                         complete_after: Revision::new(self.inner.processed.load(Ordering::Acquire)),
-                        tx: None,
+                        feeds: Feeds::default(),
                         watched: false,
                         closed: false,
                         objects: Objects::Absent,
@@ -514,15 +575,7 @@ impl WatchCache {
                 });
             }
             state.watched = true;
-            let buffer = self.config.buffer.max(1);
-            let rx = match &state.tx {
-                Some(tx) => tx.subscribe(),
-                None => {
-                    let (tx, rx) = broadcast::channel(buffer);
-                    state.tx = Some(tx);
-                    rx
-                }
-            };
+            let rx = state.feeds.subscribe(prefix, self.config.buffer.max(1));
             let backlog: VecDeque<Arc<Change>> = state
                 .history
                 .iter()
@@ -614,7 +667,7 @@ impl Feeder {
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            state.tx = None;
+            state.feeds = Feeds::default();
             state.closed = true;
             state.objects = Objects::Absent;
         }
@@ -651,10 +704,7 @@ impl Feeder {
                             state.complete_after = oldest.revision;
                         }
                     }
-                    if let Some(tx) = &state.tx {
-                        // No receivers is fine: nobody is watching right now.
-                        let _ = tx.send(change);
-                    }
+                    state.feeds.send(&change);
                 }
             }
         }
@@ -871,7 +921,7 @@ mod tests {
         assert_eq!(cache.watchers(), 0);
         let resource = cache.resource(b"/core/configmaps/");
         let state = resource.state.lock().unwrap();
-        assert!(state.history.is_empty() && state.tx.is_none());
+        assert!(state.history.is_empty() && state.feeds.is_empty());
     }
 
     #[tokio::test]
@@ -1258,6 +1308,43 @@ mod tests {
                 head.get() + 1 + i
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_watch_is_fed_only_its_own_logical_clusters_changes() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let head = store.current_revision().await.unwrap();
+        let mut a = cache.watch(b"/core/configmaps/a/", head).await.unwrap();
+        let mut b = cache.watch(b"/core/configmaps/b/ns/", head).await.unwrap();
+        let mut every = cache.watch(b"/core/configmaps/", head).await.unwrap();
+        let mut last = head;
+        for i in 0..5 {
+            let key = format!("/core/configmaps/a/ns/k{i}");
+            last = store.create(key.as_bytes(), value("k", i)).await.unwrap();
+            assert_eq!(next_change(&mut a).await.revision, last);
+            assert_eq!(next_change(&mut every).await.revision, last);
+        }
+        // Nothing of cluster a reached b's feed: it was never woken.
+        assert!(b.rx.is_empty());
+        let written = store
+            .create(b"/core/configmaps/b/ns/x", value("x", 0))
+            .await
+            .unwrap();
+        assert_eq!(next_change(&mut b).await.revision, written);
+        assert_eq!(next_change(&mut every).await.revision, written);
+        assert!(written > last);
+        // A cluster's feed goes once nobody watches it.
+        drop(a);
+        let after = store
+            .create(b"/core/configmaps/a/ns/y", value("y", 0))
+            .await
+            .unwrap();
+        assert_eq!(next_change(&mut every).await.revision, after);
+        let resource = cache.resource(b"/core/configmaps/");
+        let state = resource.state.lock().unwrap();
+        let parts: Vec<&[u8]> = state.feeds.parts.keys().map(|k| &k[..]).collect();
+        assert_eq!(parts, vec![&b"/core/configmaps/b/"[..]]);
     }
 
     #[tokio::test]

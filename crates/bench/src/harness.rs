@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use flotilla_fleet::runtime::Pools;
 use futures_util::{StreamExt, TryStreamExt};
 use kube::Client;
 use tokio::process::{Child, Command};
@@ -34,6 +35,8 @@ pub(crate) struct Processes {
     hub_kubeconfig: PathBuf,
     sim_dir: PathBuf,
     clusters: usize,
+    /// The member clients' connections, as the hub shares them.
+    pools: Pools,
 }
 
 fn free_port() -> Result<u16, Error> {
@@ -64,10 +67,12 @@ async fn wait_for(path: &Path) -> Result<(), Error> {
 }
 
 /// A client of the cluster `kubeconfig` names, made as the hub makes its member clients
-/// (no Nagle delay), so that the bare-apply baseline and the hub send alike.
-pub(crate) async fn client(kubeconfig: &Path) -> Result<Client, Error> {
+/// (no Nagle delay; connections shared with every client made from `pools`), so that the
+/// bare-apply baseline and the hub send alike.
+pub(crate) async fn client(kubeconfig: &Path, pools: &Pools) -> Result<Client, Error> {
     let bytes = std::fs::read(kubeconfig)?;
-    flotilla_fleet::runtime::client_from_kubeconfig(&bytes, Duration::from_secs(60))
+    pools
+        .client(&bytes, Duration::from_secs(60))
         .await
         .map_err(|e| check("client", e))
 }
@@ -128,6 +133,7 @@ impl Processes {
             hub_kubeconfig: hub_dir.join("admin.kubeconfig"),
             sim_dir,
             clusters,
+            pools: Pools::default(),
         };
         wait_for(&processes.hub_kubeconfig).await?;
         wait_for(&processes.member_kubeconfig(clusters)).await?;
@@ -155,12 +161,12 @@ impl Processes {
 
     /// A new client of the hub (admin).
     pub(crate) async fn hub_client(&self) -> Result<Client, Error> {
-        client(&self.hub_kubeconfig).await
+        client(&self.hub_kubeconfig, &Pools::default()).await
     }
 
     /// A new client of member `i`.
     pub(crate) async fn member_client(&self, i: usize) -> Result<Client, Error> {
-        client(&self.member_kubeconfig(i)).await
+        client(&self.member_kubeconfig(i), &self.pools).await
     }
 
     /// Joins every member with `flotilla join NAME --labels LABELS`, a few at a time;

@@ -23,7 +23,7 @@ mod placement;
 mod push;
 mod templates;
 
-pub use members::{KUBECONFIG_KEY, MEMBER_CONCURRENCY, client_from_kubeconfig};
+pub use members::{KUBECONFIG_KEY, MEMBER_CONCURRENCY, Pools, client_from_kubeconfig};
 pub use metrics::Metrics;
 pub use push::{PUSH_CONCURRENCY, UNJOIN_ANNOTATION};
 

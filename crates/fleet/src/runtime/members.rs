@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::Cluster;
 use flotilla_delivery::Member;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::Secret;
@@ -34,6 +35,7 @@ pub(super) struct Members {
     hub: Client,
     timeout: Duration,
     members: Mutex<HashMap<String, Built>>,
+    pools: Pools,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
@@ -43,6 +45,7 @@ impl Members {
             hub,
             timeout,
             members: Mutex::default(),
+            pools: Pools::default(),
             turns: Mutex::default(),
         }
     }
@@ -101,7 +104,9 @@ impl Members {
             .and_then(|d| d.get(KUBECONFIG_KEY))
             .map(|b| b.0.clone())
             .ok_or_else(|| fail(format!("its Secret has no {KUBECONFIG_KEY:?} key")))?;
-        let client = client_from_kubeconfig(&bytes, self.timeout)
+        let client = self
+            .pools
+            .client(&bytes, self.timeout)
             .await
             .map_err(fail)?;
         let member = Arc::new(Member::new(client));
@@ -124,19 +129,118 @@ impl Members {
 }
 
 /// A client for the cluster a kubeconfig describes (its current context), whose calls
-/// give up after `timeout`. The error is one readable line.
+/// give up after `timeout`, with a connection pool of its own. The error is one readable
+/// line.
 pub async fn client_from_kubeconfig(bytes: &[u8], timeout: Duration) -> Result<Client, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "the kubeconfig is not UTF-8".to_owned())?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(text).map_err(|e| format!("the kubeconfig does not parse: {e}"))?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| format!("the kubeconfig cannot be used: {e}"))?;
-    config.connect_timeout = Some(timeout);
-    config.read_timeout = None;
-    config.write_timeout = Some(timeout);
-    let cannot = |e: kube::Error| format!("cannot make a client from the kubeconfig: {e}");
+    Pools::default().client(bytes, timeout).await
+}
+
+/// A hyper client: connections kept per host.
+type Pool = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, kube::client::Body>;
+
+/// Connection pools shared by the member clients that trust the same certificates and
+/// present no client identity of their own (a bearer token goes in each request's
+/// header, not in the connection): one TLS configuration and session cache for them all,
+/// instead of one per member (~25 KiB each), and connections per host, so members served
+/// by one server (logical clusters) reuse each other's connections.
+#[derive(Default)]
+pub struct Pools {
+    pools: Mutex<HashMap<Vec<u8>, Pool>>,
+}
+
+impl Pools {
+    /// A client for the cluster `kubeconfig` describes (its current context), whose calls
+    /// give up after `timeout`. The error is one readable line.
+    pub async fn client(&self, kubeconfig: &[u8], timeout: Duration) -> Result<Client, String> {
+        let text = std::str::from_utf8(kubeconfig)
+            .map_err(|_| "the kubeconfig is not UTF-8".to_owned())?;
+        let kubeconfig = Kubeconfig::from_yaml(text)
+            .map_err(|e| format!("the kubeconfig does not parse: {e}"))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("the kubeconfig cannot be used: {e}"))?;
+        let pool = match sharing_key(&config) {
+            Some(key) => {
+                let mut pools = self.pools.lock().expect("lock");
+                match pools.get(&key) {
+                    Some(pool) => pool.clone(),
+                    None => {
+                        let pool = pool(&config, timeout)?;
+                        pools.insert(key, pool.clone());
+                        pool
+                    }
+                }
+            }
+            None => pool(&config, timeout)?,
+        };
+        let service = tower::ServiceBuilder::new()
+            .layer(config.base_uri_layer())
+            .option_layer(config.auth_layer().map_err(cannot)?)
+            .map_err(tower::BoxError::from)
+            .service(pool);
+        Ok(Client::new(service, config.default_namespace))
+    }
+
+    /// How many distinct pools are kept.
+    pub fn len(&self) -> usize {
+        self.pools.lock().expect("lock").len()
+    }
+
+    /// Whether no pool is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn cannot(e: kube::Error) -> String {
+    format!("cannot make a client from the kubeconfig: {e}")
+}
+
+/// What connections made for `config` depend on, if they may be shared: everything its
+/// TLS configuration is made of, when it presents no client certificate (nor gets one from
+/// a command or a provider) and trusts no CA file that may be rotated.
+fn sharing_key(config: &kube::Config) -> Option<Vec<u8>> {
+    let auth = &config.auth_info;
+    if auth.client_certificate.is_some()
+        || auth.client_certificate_data.is_some()
+        || auth.client_key.is_some()
+        || auth.client_key_data.is_some()
+        || auth.exec.is_some()
+        || auth.auth_provider.is_some()
+        || config.root_cert_file.is_some()
+    {
+        return None;
+    }
+    let mut key = Vec::new();
+    let mut part = |bytes: &[u8]| {
+        key.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        key.extend_from_slice(bytes);
+    };
+    for cert in config.root_cert.iter().flatten() {
+        part(cert);
+    }
+    part(&[u8::from(config.accept_invalid_certs)]);
+    part(
+        config
+            .tls_server_name
+            .as_deref()
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    part(
+        config
+            .proxy_url
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    Some(key)
+}
+
+/// A connection pool for `config`'s server (and any other with the same TLS setup).
+fn pool(config: &kube::Config, timeout: Duration) -> Result<Pool, String> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     // A request's head and body leave at once, not the body after the peer's delayed ack
@@ -146,13 +250,64 @@ pub async fn client_from_kubeconfig(bytes: &[u8], timeout: Duration) -> Result<C
     let https = config
         .rustls_https_connector_with_connector(http)
         .map_err(cannot)?;
-    let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(MEMBER_CONCURRENCY)
-        .build::<_, kube::client::Body>(https);
-    let service = tower::ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer().map_err(cannot)?)
-        .map_err(tower::BoxError::from)
-        .service(pool);
-    Ok(Client::new(service, config.default_namespace))
+    // Idle connections kept per host: as many as syncs may run at once, so that members
+    // served by one host keep theirs between bursts.
+    Ok(
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(super::PUSH_CONCURRENCY)
+            .build(https),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(cluster: &str, user: &str, insecure: bool) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:9/clusters/{cluster}', insecure-skip-tls-verify: {insecure}}}}}]\n\
+             users: [{{name: u, user: {user}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
+        )
+    }
+
+    async fn config(text: &str) -> kube::Config {
+        let kubeconfig = Kubeconfig::from_yaml(text).unwrap();
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn members_with_the_same_tls_setup_share_one_pool_and_a_client_identity_never_does() {
+        let pools = Pools::default();
+        for (cluster, token) in [("a", "t1"), ("b", "t2"), ("c", "t3")] {
+            let text = kubeconfig(cluster, &format!("{{token: {token}}}"), true);
+            pools
+                .client(text.as_bytes(), Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        assert_eq!(pools.len(), 1);
+        // Another trust setting: another pool.
+        let verified = kubeconfig("d", "{token: t4}", false);
+        pools
+            .client(verified.as_bytes(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(pools.len(), 2);
+        // A client certificate belongs to its connections: nothing is shared.
+        let with_cert = config(&kubeconfig(
+            "e",
+            "{client-certificate-data: Zm9v, client-key-data: YmFy}",
+            true,
+        ))
+        .await;
+        assert_eq!(sharing_key(&with_cert), None);
+        let with_token = config(&kubeconfig("e", "{token: t5}", true)).await;
+        let same = config(&kubeconfig("f", "{token: t6}", true)).await;
+        assert!(sharing_key(&with_token).is_some());
+        assert_eq!(sharing_key(&with_token), sharing_key(&same));
+    }
 }
