@@ -119,6 +119,9 @@ pub struct Point {
     /// The same for the change through the hub: what the fleet costs per change, which
     /// the load on a shared machine does not distort as it does times.
     pub hub_cpu: Cpu,
+    /// The hub's writes caused by the change (its store's revision before it and once the
+    /// hub and the simulator are idle again), the status coming back included.
+    pub hub_writes: u64,
 }
 
 /// CPU seconds used in a phase, per process.
@@ -161,6 +164,11 @@ impl Point {
     /// The fleet overhead: hub p99 / baseline p99.
     pub fn overhead_p99(&self) -> f64 {
         ratio(self.hub.p99_ms, self.baseline.p99_ms)
+    }
+
+    /// The hub's writes per member for one change.
+    pub fn writes_per_member(&self) -> f64 {
+        ratio(self.hub_writes as f64, self.clusters as f64)
     }
 
     /// Hub p50 / baseline p50.
@@ -221,6 +229,8 @@ impl Report {
             "hub_rss_placed_mib": p.hub_rss_placed_mib,
             "sim_rss_joined_mib": p.sim_rss_joined_mib,
             "cpu_s": {"baseline": p.baseline_cpu.json(), "hub": p.hub_cpu.json()},
+            "hub_writes": p.hub_writes,
+            "hub_writes_per_member": p.writes_per_member(),
         })).collect::<Vec<_>>()})
     }
 
@@ -259,10 +269,14 @@ impl Report {
                 "propagation",
                 format!("N={}: CPU s hub+sim", p.clusters),
                 format!(
-                    "through the hub {:.2}+{:.2}, bare {:.2}+{:.2}",
-                    h.hub, h.sim, b.hub, b.sim
+                    "through the hub {:.2}+{:.2}, bare {:.2}+{:.2}; hub writes {:.1}/member",
+                    h.hub,
+                    h.sim,
+                    b.hub,
+                    b.sim,
+                    p.writes_per_member()
                 ),
-                "per change, until every member saw it",
+                "per change, until every member saw it (writes: until idle)",
             ));
         }
         rows
@@ -583,6 +597,12 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
     progress.step("template change through the hub");
     let watchers = Watchers::start(&processes, n, "web", "nginx:2").await?;
+    let revision = || async {
+        crate::resync::metric(&hub_client, "flotilla_store_revision")
+            .await
+            .map(Option::unwrap_or_default)
+    };
+    let writes_before = revision().await?;
     let before = ticks(hub_pid, sim_pid)?;
     let t0 = Instant::now();
     deployments_on_hub
@@ -591,6 +611,9 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         .map_err(|e| check("image change", e))?;
     let hub = watchers.collect(t0).await?;
     let hub_cpu = used(before, ticks(hub_pid, sim_pid)?);
+    // Every write the change caused on the hub, its status coming back included.
+    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    let hub_writes = (revision().await? - writes_before).max(0.0) as u64;
     Ok(Point {
         clusters: n,
         join,
@@ -603,6 +626,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         sim_rss_joined_mib,
         baseline_cpu,
         hub_cpu,
+        hub_writes,
     })
 }
 
@@ -661,6 +685,7 @@ mod tests {
                 sim: 1.0,
                 bench: 0.5,
             },
+            hub_writes: 3 * n as u64,
             ..Point::default()
         };
         let report = Report {
@@ -671,6 +696,7 @@ mod tests {
         assert_eq!(json["points"][0]["overhead_p99"], 1.5);
         assert_eq!(json["points"][1]["baseline"]["samples"], 10);
         assert_eq!(json["points"][1]["cpu_s"]["hub"]["sim"], 1.0);
+        assert_eq!(json["points"][1]["hub_writes_per_member"], 3.0);
         // Per fleet size: latency, memory and CPU.
         assert_eq!(report.summary().len(), 6);
         let charts = report.charts();

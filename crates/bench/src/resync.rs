@@ -251,6 +251,14 @@ pub fn gauge(text: &str, name: &str) -> Option<f64> {
 
 /// The hub's `flotilla_works_in_sync`, or `None` if its `/metrics` has no such gauge.
 async fn works_in_sync(client: &Client) -> Result<Option<u64>, Error> {
+    Ok(metric(client, GAUGE)
+        .await?
+        .map(|v| v.max(0.0).round() as u64))
+}
+
+/// Metric `name` on the `/metrics` of `client`'s server (summed over its label sets), or
+/// `None` if it has no such metric.
+pub(crate) async fn metric(client: &Client, name: &str) -> Result<Option<f64>, Error> {
     let request = hyper::Request::get("/metrics")
         .body(Vec::new())
         .map_err(|e| check("metrics request", e))?;
@@ -258,7 +266,7 @@ async fn works_in_sync(client: &Client) -> Result<Option<u64>, Error> {
         .await
         .map_err(|_| Error::Check("/metrics did not answer within 10 s".into()))?
         .map_err(|e| check("/metrics", e))?;
-    Ok(gauge(&text, GAUGE).map(|v| v.max(0.0).round() as u64))
+    Ok(gauge(&text, name))
 }
 
 /// Polls the gauge until it reaches `works`; returns its readings (seconds since `since`,

@@ -260,6 +260,30 @@ impl Fleet {
     }
 }
 
+/// Patches the object `name` of `K` in `namespace` (its `subresource` if given) and reads
+/// nothing back: the answer, a whole object, is not decoded, since the caches see the
+/// change through their watches anyway.
+async fn patch_only<K, P>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    subresource: Option<&str>,
+    params: &kube::api::PatchParams,
+    patch: &kube::api::Patch<P>,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = ()>,
+    P: serde::Serialize + std::fmt::Debug,
+{
+    let request = kube::core::Request::new(K::url_path(&(), Some(namespace)));
+    let request = match subresource {
+        Some(subresource) => request.patch_subresource(subresource, name, params, patch),
+        None => request.patch(name, params, patch),
+    }
+    .map_err(kube::Error::BuildRequest)?;
+    client.request_text(request).await.map(drop)
+}
+
 /// A JSON patch that replaces an object's whole `status` with `status` (a merge patch
 /// would keep fields the new status leaves out).
 fn status_patch<S: serde::Serialize>(status: &S) -> kube::api::Patch<()> {
@@ -270,6 +294,41 @@ fn status_patch<S: serde::Serialize>(status: &S) -> kube::api::Patch<()> {
             value,
         },
     )]))
+}
+
+/// A stream of what `rx` receives, gathered: from the first item received, for `every`,
+/// then each distinct item once (in no particular order).
+fn gathered_stream<T>(mut rx: mpsc::UnboundedReceiver<T>, every: Duration) -> impl Stream<Item = T>
+where
+    T: Eq + std::hash::Hash + Send + 'static,
+{
+    let (tx, out) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut gathered = std::collections::HashSet::new();
+        while let Some(first) = rx.recv().await {
+            gathered.insert(first);
+            let until = tokio::time::sleep(every);
+            tokio::pin!(until);
+            let open = loop {
+                tokio::select! {
+                    () = &mut until => break true,
+                    item = rx.recv() => match item {
+                        Some(item) => { gathered.insert(item); }
+                        None => break false,
+                    },
+                }
+            };
+            for item in gathered.drain() {
+                if tx.send(item).is_err() {
+                    return;
+                }
+            }
+            if !open {
+                return;
+            }
+        }
+    });
+    receiver_stream(out)
 }
 
 /// A stream of what `rx` receives.
@@ -310,6 +369,11 @@ fn reflect<K: Cached>(client: &Client) -> (Store<K>, reflector::store::Writer<K>
 
 /// How often the Works' changes are brought back to their placements' status.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
+
+/// How long a member's changes are gathered before the Works that delivered them sync
+/// again: a rollout's status updates on a member cost one sync and status write per Work,
+/// not one each, and they wait behind the deliveries a template change started.
+const FEEDBACK_EVERY: Duration = Duration::from_secs(1);
 
 /// How many changes a shared cache holds for its controller before its watch waits.
 const SHARED_BUFFER: usize = 1024;
@@ -512,7 +576,30 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             changed_cluster_placements,
             receiver_stream(cluster_placement_rx)
         ),
-        push::run(fleet.clone(), changed_works, receiver_stream(work_rx)),
+        push::run(
+            fleet.clone(),
+            changed_works,
+            gathered_stream(work_rx, FEEDBACK_EVERY)
+        ),
         health::run(fleet.clone(), changed_clusters),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn gathered_items_come_once_each_and_the_stream_ends_with_its_channel() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for item in ["a", "b", "a", "a", "c", "b"] {
+            tx.send(item).unwrap();
+        }
+        drop(tx);
+        let mut items: Vec<&str> = gathered_stream(rx, Duration::from_secs(3600))
+            .collect()
+            .await;
+        items.sort_unstable();
+        assert_eq!(items, ["a", "b", "c"]);
+    }
 }

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::{Error, FIELD_MANAGER, Fleet, status_patch, templates};
+use super::{Error, FIELD_MANAGER, Fleet, patch_only, status_patch, templates};
 use crate::plan::{self, Inputs, OverrideRef, PlacementKey, work_namespace};
 use crate::status::{self, WorkView};
 
@@ -186,18 +186,19 @@ async fn place<P: PlacementObject>(
         }
         let mut work = Work::new(&name, desired.clone());
         work.metadata.namespace = Some(namespace.clone());
-        let api: Api<Work> = Api::namespaced(fleet.client.clone(), &namespace);
-        let name = name.clone();
+        let (client, name) = (fleet.client.clone(), name.clone());
         writes.push(
             async move {
                 debug!(work = %name, namespace = %namespace, "writing Work");
-                api.patch(
+                patch_only::<Work, _>(
+                    &client,
+                    &namespace,
                     &name,
+                    None,
                     &PatchParams::apply(FIELD_MANAGER).force(),
                     &Patch::Apply(&work),
                 )
                 .await
-                .map(|_| ())
             }
             .boxed(),
         );

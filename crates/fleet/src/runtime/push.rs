@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
-use super::{Error, Fleet, status_patch};
+use super::{Error, Fleet, patch_only, status_patch};
 use crate::model;
 use crate::plan::WORK_NAMESPACE_PREFIX;
 
@@ -149,10 +149,11 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     drop(turn);
     fleet.metrics.synced(&key(work), applied);
     if work.status.as_ref() != Some(&status) {
-        let api: Api<Work> =
-            Api::namespaced(fleet.client.clone(), &work.namespace().unwrap_or_default());
-        api.patch_status(
+        patch_only::<Work, _>(
+            &fleet.client,
+            &work.namespace().unwrap_or_default(),
             &work.name_any(),
+            Some("status"),
             &PatchParams::default(),
             &status_patch(&status),
         )
