@@ -164,6 +164,31 @@ impl Processes {
         client(&self.hub_kubeconfig, &Pools::default()).await
     }
 
+    /// A client of the simulator's own endpoints (`/metrics`): member 1's credentials, at
+    /// the server's root instead of the member's path.
+    pub(crate) async fn sim_client(&self) -> Result<Client, Error> {
+        let text = std::fs::read_to_string(self.member_kubeconfig(1))?;
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&text).map_err(|e| check("member-1", e))?;
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| check("member-1", e))?;
+        let root = format!(
+            "{}://{}/",
+            config.cluster_url.scheme_str().unwrap_or("https"),
+            config
+                .cluster_url
+                .authority()
+                .map(|a| a.as_str())
+                .unwrap_or_default()
+        );
+        config.cluster_url = root.parse().map_err(|e| check("the simulator's URL", e))?;
+        Client::try_from(config).map_err(|e| check("simulator client", e))
+    }
+
     /// A new client of member `i`.
     pub(crate) async fn member_client(&self, i: usize) -> Result<Client, Error> {
         client(&self.member_kubeconfig(i), &self.pools).await

@@ -22,6 +22,7 @@
 //! neither pays for the other's trailing work. The baseline runs first: the members'
 //! `web-bare` is invisible to the hub (it carries no provenance label).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +38,7 @@ use tokio::sync::mpsc;
 
 use crate::harness::Processes;
 use crate::plot::Chart;
+use crate::resync::metrics_text;
 use crate::system::{cpu_ticks, rss_mib, settle};
 use crate::{Error, Latency, Progress, Row, check, ratio};
 
@@ -122,6 +124,9 @@ pub struct Point {
     /// The hub's writes caused by the change (its store's revision before it and once the
     /// hub and the simulator are idle again), the status coming back included.
     pub hub_writes: u64,
+    /// Requests the simulator served from the start of each phase (baseline, then through
+    /// the hub) until the hub and the simulator were idle again, by verb and resource.
+    pub sim_requests: [BTreeMap<String, u64>; 2],
 }
 
 /// CPU seconds used in a phase, per process.
@@ -231,6 +236,7 @@ impl Report {
             "cpu_s": {"baseline": p.baseline_cpu.json(), "hub": p.hub_cpu.json()},
             "hub_writes": p.hub_writes,
             "hub_writes_per_member": p.writes_per_member(),
+            "sim_requests": {"baseline": p.sim_requests[0], "hub": p.sim_requests[1]},
         })).collect::<Vec<_>>()})
     }
 
@@ -277,6 +283,25 @@ impl Report {
                     p.writes_per_member()
                 ),
                 "per change, until every member saw it (writes: until idle)",
+            ));
+            // Watches are left out: the bench's own watchers may still be starting theirs.
+            let per_member = |counts: &BTreeMap<String, u64>| {
+                let sum: u64 = counts
+                    .iter()
+                    .filter(|(key, _)| !key.starts_with("WATCH "))
+                    .map(|(_, n)| n)
+                    .sum();
+                ratio(sum as f64, p.clusters as f64)
+            };
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: sim requests", p.clusters),
+                format!(
+                    "{:.1}/member through the hub, {:.1} bare",
+                    per_member(&p.sim_requests[1]),
+                    per_member(&p.sim_requests[0])
+                ),
+                "per change, until idle (by verb in the JSON)",
             ));
         }
         rows
@@ -585,6 +610,9 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     apply_everywhere(&members, bare.clone(), options.concurrency).await?;
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
     let watchers = Watchers::start(&processes, n, "web-bare", "nginx:2").await?;
+    let sim_client = processes.sim_client().await?;
+    let sim_requests = || async { Ok::<_, Error>(requests(&metrics_text(&sim_client).await?)) };
+    let sim_before = sim_requests().await?;
     let changed = with_image(bare, "nginx:2")?;
     let before = ticks(hub_pid, sim_pid)?;
     let t0 = Instant::now();
@@ -595,6 +623,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
 
     // (a) Through the hub.
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    let baseline_sim_requests = difference(&sim_before, &sim_requests().await?);
     progress.step("template change through the hub");
     let watchers = Watchers::start(&processes, n, "web", "nginx:2").await?;
     let revision = || async {
@@ -603,6 +632,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
             .map(Option::unwrap_or_default)
     };
     let writes_before = revision().await?;
+    let sim_before = sim_requests().await?;
     let before = ticks(hub_pid, sim_pid)?;
     let t0 = Instant::now();
     deployments_on_hub
@@ -614,6 +644,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     // Every write the change caused on the hub, its status coming back included.
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
     let hub_writes = (revision().await? - writes_before).max(0.0) as u64;
+    let hub_sim_requests = difference(&sim_before, &sim_requests().await?);
     Ok(Point {
         clusters: n,
         join,
@@ -627,7 +658,50 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         baseline_cpu,
         hub_cpu,
         hub_writes,
+        sim_requests: [baseline_sim_requests, hub_sim_requests],
     })
+}
+
+/// Requests served by verb and resource (`GET deployments`), from `apiserver_request_total`
+/// in a `/metrics` text.
+fn requests(text: &str) -> BTreeMap<String, f64> {
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix("=\""))
+                .map(|v| v.trim_end_matches('"'))
+                .unwrap_or_default()
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        *counts
+            .entry(format!("{} {}", label("verb"), label("resource")))
+            .or_insert(0.0) += value;
+    }
+    counts
+}
+
+/// What grew from `before` to `after`.
+fn difference(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(key, value)| {
+            let grown = value - before.get(key).copied().unwrap_or(0.0);
+            (grown >= 1.0).then(|| (key.clone(), grown.round() as u64))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -664,6 +738,26 @@ mod tests {
     }
 
     #[test]
+    fn requests_are_counted_by_verb_and_resource_and_differences_keep_what_grew() {
+        let before = requests(
+            "# HELP apiserver_request_total x\n\
+             apiserver_request_total{verb=\"GET\",group=\"\",resource=\"nodes\",code=\"200\"} 4\n\
+             apiserver_request_total{verb=\"GET\",group=\"\",resource=\"nodes\",code=\"404\"} 1\n\
+             apiserver_request_duration_seconds_count{verb=\"GET\",group=\"\",resource=\"nodes\"} 5\n",
+        );
+        assert_eq!(before, BTreeMap::from([("GET nodes".to_owned(), 5.0)]));
+        let after = requests(
+            "apiserver_request_total{verb=\"GET\",group=\"\",resource=\"nodes\",code=\"200\"} 4\n\
+             apiserver_request_total{verb=\"GET\",group=\"\",resource=\"nodes\",code=\"404\"} 1\n\
+             apiserver_request_total{verb=\"PATCH\",group=\"apps\",resource=\"deployments\",code=\"200\"} 7\n",
+        );
+        assert_eq!(
+            difference(&before, &after),
+            BTreeMap::from([("PATCH deployments".to_owned(), 7)])
+        );
+    }
+
+    #[test]
     fn the_report_gives_ratios_rows_and_one_line_per_series() {
         let point = |n: usize, hub: f64, base: f64| Point {
             clusters: n,
@@ -697,8 +791,8 @@ mod tests {
         assert_eq!(json["points"][1]["baseline"]["samples"], 10);
         assert_eq!(json["points"][1]["cpu_s"]["hub"]["sim"], 1.0);
         assert_eq!(json["points"][1]["hub_writes_per_member"], 3.0);
-        // Per fleet size: latency, memory and CPU.
-        assert_eq!(report.summary().len(), 6);
+        // Per fleet size: latency, memory, CPU and requests.
+        assert_eq!(report.summary().len(), 8);
         let charts = report.charts();
         assert_eq!(charts.len(), 2);
         for (_, chart) in charts {

@@ -256,17 +256,21 @@ async fn works_in_sync(client: &Client) -> Result<Option<u64>, Error> {
         .map(|v| v.max(0.0).round() as u64))
 }
 
-/// Metric `name` on the `/metrics` of `client`'s server (summed over its label sets), or
-/// `None` if it has no such metric.
-pub(crate) async fn metric(client: &Client, name: &str) -> Result<Option<f64>, Error> {
+/// The text of `/metrics` on `client`'s server.
+pub(crate) async fn metrics_text(client: &Client) -> Result<String, Error> {
     let request = hyper::Request::get("/metrics")
         .body(Vec::new())
         .map_err(|e| check("metrics request", e))?;
-    let text = tokio::time::timeout(Duration::from_secs(10), client.request_text(request))
+    tokio::time::timeout(Duration::from_secs(10), client.request_text(request))
         .await
         .map_err(|_| Error::Check("/metrics did not answer within 10 s".into()))?
-        .map_err(|e| check("/metrics", e))?;
-    Ok(gauge(&text, name))
+        .map_err(|e| check("/metrics", e))
+}
+
+/// Metric `name` on the `/metrics` of `client`'s server (summed over its label sets), or
+/// `None` if it has no such metric.
+pub(crate) async fn metric(client: &Client, name: &str) -> Result<Option<f64>, Error> {
+    Ok(gauge(&metrics_text(client).await?, name))
 }
 
 /// Polls the gauge until it reaches `works`; returns its readings (seconds since `since`,

@@ -100,6 +100,7 @@ pub struct Member {
     client: kube::Client,
     kinds: kinds::Kinds,
     live: live::Live,
+    shared: sync::SharedSeen,
 }
 
 impl std::fmt::Debug for Member {
@@ -115,6 +116,7 @@ impl Member {
             client,
             kinds: kinds::Kinds::default(),
             live: live::Live::default(),
+            shared: sync::SharedSeen::default(),
         }
     }
 

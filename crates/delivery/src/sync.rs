@@ -1,6 +1,10 @@
 //! One manifest brought in line on the member (conflict check, drift, server-side
 //! apply, availability), and objects released when they leave a Work.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use flotilla_api::condition::{APPLIED, AVAILABLE};
 use flotilla_api::{
     ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy, ManifestStatus,
@@ -30,6 +34,44 @@ const SERVER_METADATA: [&str; 9] = [
 ];
 
 /// What became of one manifest.
+/// How long a shared object (a namespace several placements need) seen on the member is
+/// taken to exist without asking again. A later apply into a namespace found missing
+/// forgets it at once.
+const SHARED_FRESH: Duration = Duration::from_secs(30);
+
+/// `(apiVersion, kind, namespace, name)` of an object on the member.
+type ObjectKey = (String, String, Option<String>, String);
+
+/// Shared objects recently seen on the member, and when: they carry no provenance, so the
+/// change watches do not see them, and every sync of every Work that needs one would ask
+/// the member for it again.
+#[derive(Clone, Default)]
+pub(crate) struct SharedSeen {
+    seen: Arc<Mutex<HashMap<ObjectKey, (Instant, Value)>>>,
+}
+
+impl SharedSeen {
+    fn get(&self, key: &ObjectKey) -> Option<Value> {
+        let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(key)
+            .filter(|(at, _)| at.elapsed() < SHARED_FRESH)
+            .map(|(_, object)| object.clone())
+    }
+
+    fn put(&self, key: ObjectKey, object: &Value) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|_, (at, _)| at.elapsed() < SHARED_FRESH);
+        seen.insert(key, (Instant::now(), object.clone()));
+    }
+
+    fn forget_namespace(&self, namespace: &str) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.retain(|(api_version, kind, _, name), _| {
+            !(api_version == "v1" && kind == "Namespace" && name == namespace)
+        });
+    }
+}
+
 enum Outcome {
     /// The object as the member has it: applied now, or left alone with its drift
     /// reported (`drift: Report`).
@@ -161,6 +203,19 @@ impl Member {
             .namespaced
             .then(|| status.namespace.clone().unwrap_or_else(|| "default".into()));
         let api = kind.api(&self.client, status.namespace.as_deref());
+        let shared = is_shared(manifest);
+        let key: ObjectKey = (
+            status.api_version.clone(),
+            status.kind.clone(),
+            status.namespace.clone(),
+            status.name.clone(),
+        );
+        if shared && let Some(object) = self.shared.get(&key) {
+            return Outcome::Live {
+                object,
+                drift: Vec::new(),
+            };
+        }
         // This hub's object as the change watch last saw it; otherwise (not watched, or
         // not this hub's) the member is asked.
         let seen = self.live.get(
@@ -177,7 +232,6 @@ impl Member {
             },
         };
         let provenance = cx.provenance;
-        let shared = is_shared(manifest);
         if let Some(live) = &live
             && !shared
             && !provenance.owns(live)
@@ -194,6 +248,7 @@ impl Member {
         }
         // A shared object (a namespace several placements need) only has to exist.
         if shared && let Some(live) = live {
+            self.shared.put(key, &live);
             return Outcome::Live {
                 object: live,
                 drift: Vec::new(),
@@ -242,8 +297,12 @@ impl Member {
         {
             Ok(applied) => {
                 debug!("applied");
+                let object = serde_json::to_value(applied).unwrap_or_default();
+                if shared {
+                    self.shared.put(key, &object);
+                }
                 Outcome::Live {
-                    object: serde_json::to_value(applied).unwrap_or_default(),
+                    object,
                     drift: Vec::new(),
                 }
             }
@@ -251,6 +310,7 @@ impl Member {
                 if s.code == 404 && s.details.as_ref().is_some_and(|d| d.kind == "namespaces") =>
             {
                 let namespace = status.namespace.as_deref().unwrap_or_default();
+                self.shared.forget_namespace(namespace);
                 Outcome::failed(
                     "NamespaceMissing",
                     format!("the namespace {namespace} does not exist on the member"),

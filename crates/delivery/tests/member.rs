@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -891,5 +891,68 @@ async fn a_shared_namespace_is_never_claimed_nor_deleted() -> anyhow::Result<()>
         .get_opt("default")
         .await?;
     assert!(left.is_some_and(|ns| ns.metadata.deletion_timestamp.is_none()));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_namespace_seen_lately_is_not_asked_for_until_an_apply_finds_it_missing()
+-> anyhow::Result<()> {
+    let (c, requests) = counted_cluster().await?;
+    let p = provenance();
+    let shared = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "shop", "annotations": {"flotilla.io/shared": "true"}}});
+    let w = work(vec![shared, config_map("web", "hi")], None);
+    let first = c.member.sync(&w, Some(1), &p, &[]).await;
+    assert_all_applied(&first);
+    // As the hub watches: the kinds it delivers, not the shared ones.
+    let kinds = [("v1".to_owned(), "ConfigMap".to_owned())];
+    let mut changes = Box::pin(c.member.changes(&kinds, &p));
+    let wait = Duration::from_secs(10);
+    let listed = tokio::time::timeout(wait, changes.next()).await?;
+    assert_eq!(listed, Some(Change::Listed));
+    requests.store(0, Ordering::SeqCst);
+    let again = c.member.sync(&w, Some(1), &p, &first.manifests).await;
+    assert_eq!(again, first);
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        0,
+        "the shared namespace was asked for again"
+    );
+
+    // Someone deletes the namespace: the apply into it fails once, then it is made again.
+    Api::<Namespace>::all(c.client.clone())
+        .delete("shop", &DeleteParams::default())
+        .await?;
+    let deadline = std::time::Instant::now() + wait;
+    while Api::<Namespace>::all(c.client.clone())
+        .get_opt("shop")
+        .await?
+        .is_some()
+    {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "shop never went");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The config map went with it: its watch says so.
+    let gone = tokio::time::timeout(wait, changes.next()).await?;
+    assert_eq!(
+        gone,
+        Some(Change::Object {
+            work: Some("web".into())
+        })
+    );
+    let mut status = again;
+    for _ in 0..3 {
+        status = c.member.sync(&w, Some(1), &p, &status.manifests).await;
+        if condition(&status.conditions, APPLIED).status == "True" {
+            break;
+        }
+    }
+    assert_all_applied(&status);
+    assert!(
+        Api::<Namespace>::all(c.client.clone())
+            .get_opt("shop")
+            .await?
+            .is_some()
+    );
     Ok(())
 }
