@@ -61,9 +61,9 @@ pub const INITIAL_NAMESPACES: [&str; 4] =
 pub struct Api {
     store: Arc<dyn Store>,
     registry: Arc<Registry>,
-    cluster: String,
+    cluster: Arc<str>,
     /// The address clients reach the server at, for legacy discovery.
-    address: String,
+    address: Arc<str>,
     /// How often a watch that allows bookmarks gets one.
     bookmark_interval: Duration,
     /// The OpenAPI documents of the registry's current generation.
@@ -218,7 +218,7 @@ fn parse_resource_version(text: &str) -> ApiResult<u64> {
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {
-    json_bytes_response(code, serde_json::to_vec(value).unwrap_or_default())
+    json_bytes_response(code, crate::json::to_vec(value))
 }
 
 /// The object a write answers with.
@@ -258,8 +258,7 @@ impl Answer {
 /// The JSON the store holds for `object`.
 fn stored_json(object: &Value) -> ApiResult<Bytes> {
     let mut json = Vec::with_capacity(1024);
-    serde_json::to_writer(&mut json, object)
-        .map_err(|e| ApiError::internal(format!("cannot serialise the object: {e}")))?;
+    crate::json::write(&mut json, object);
     // The bytes live on in the watch cache: not with the spare room of the last growth.
     json.shrink_to_fit();
     Ok(Bytes::from(json))
@@ -271,8 +270,8 @@ impl Api {
         Api {
             store: store.clone(),
             registry,
-            cluster: ROOT_CLUSTER.to_owned(),
-            address: address.into(),
+            cluster: Arc::from(ROOT_CLUSTER),
+            address: Arc::from(address.into()),
             bookmark_interval: Duration::from_secs(60),
             openapi: Arc::default(),
             watch_cache: Arc::new(WatchCache::new(store, watchcache::Config::default())),
@@ -311,7 +310,7 @@ impl Api {
         }
         let view = Api {
             registry: Arc::new(Registry::builtin()),
-            cluster: name.to_owned(),
+            cluster: Arc::from(name),
             openapi: Arc::default(),
             collector: Arc::default(),
             ..self.clone()
@@ -393,7 +392,7 @@ impl Api {
                 self.spawn_cleanup(Cleanup::Namespace(meta_str(&object, "name").to_owned()));
             }
         }
-        if self.cluster == ROOT_CLUSTER
+        if &*self.cluster == ROOT_CLUSTER
             && self
                 .registry
                 .get(tenancy::GROUP, tenancy::VERSION, tenancy::PLURAL)
@@ -434,7 +433,7 @@ impl Api {
         body: Bytes,
     ) -> Response {
         if let Some(rest) = path.strip_prefix("/clusters/") {
-            if self.cluster != ROOT_CLUSTER {
+            if &*self.cluster != ROOT_CLUSTER {
                 return ApiError::no_route(path).into_response();
             }
             let (name, rest) = rest.split_once('/').unwrap_or((rest, ""));
@@ -1567,7 +1566,7 @@ impl Api {
                 if let Some(api_version) = reads_as(rt) {
                     object["apiVersion"] = json!(api_version);
                 }
-                items.push(serde_json::to_vec(&object).unwrap_or_default());
+                items.push(crate::json::to_vec(&object));
             }
         }
         let mut metadata = json!({"resourceVersion": page.revision.get().to_string()});
@@ -1598,7 +1597,7 @@ impl Listed {
         let mut out = Vec::with_capacity(size + 128);
         let head =
             json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": self.metadata});
-        let head = serde_json::to_vec(&head).unwrap_or_default();
+        let head = crate::json::to_vec(&head);
         // `{…head fields…,"items":[…]}`
         out.extend_from_slice(&head[..head.len() - 1]);
         out.extend_from_slice(b",\"items\":[");
@@ -1634,10 +1633,10 @@ fn stored_with_version(value: &[u8], revision: Revision, rt: &ResourceType) -> A
     if let Some(api_version) = wanted {
         object["apiVersion"] = json!(api_version);
     }
-    Ok(
-        serde_json::to_vec(&object::with_resource_version(object, revision.get()))
-            .unwrap_or_default(),
-    )
+    Ok(crate::json::to_vec(&object::with_resource_version(
+        object,
+        revision.get(),
+    )))
 }
 
 /// The apiVersion objects of `rt` are shown with when it may differ from the stored one

@@ -12,6 +12,7 @@ pub mod crd;
 pub mod discovery;
 pub mod fields;
 pub mod gc;
+pub mod json;
 pub mod keys;
 pub mod managed;
 pub mod metrics;

@@ -169,8 +169,13 @@ impl WatchFeed {
 }
 
 pub(super) fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    line.push(b'\n');
+    // `{"object":…,"type":…}`, as the map of the two would be written (keys in order).
+    let mut line = Vec::with_capacity(256);
+    line.extend_from_slice(b"{\"object\":");
+    crate::json::write(&mut line, object);
+    line.extend_from_slice(b",\"type\":");
+    crate::json::write_str(&mut line, kind);
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
