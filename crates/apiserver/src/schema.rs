@@ -289,6 +289,9 @@ struct CompiledRules {
     root_reads_status: bool,
     /// Every rule below the root.
     nested: Option<kube_cel::CompiledSchema>,
+    /// The top-level properties whose schemas hold rules, when every rule below the root
+    /// is under one (`None`: some other part of the schema holds rules).
+    ruled: Option<Vec<String>>,
 }
 
 impl CompiledRules {
@@ -316,13 +319,20 @@ impl CompiledRules {
                 .then(|| kube_cel::compile_schema(&root)),
             root_reads_status: root_rules.to_string().contains("status"),
             nested: has_rules(&nested).then(|| kube_cel::compile_schema(&nested)),
+            ruled: ruled_properties(&nested),
         })
     }
 
+    /// The errors of the rules on `object`; on an update (`old` given), rules whose value
+    /// did not change are not evaluated again (ratcheting, as Kubernetes does since 1.30:
+    /// an unchanged value is not rejected), so that a status write does not evaluate the
+    /// spec's rules.
     fn validate(&self, object: &Value, old: Option<&Value>) -> Vec<kube_cel::ValidationError> {
         let mut errors = Vec::new();
         VALIDATOR.with(|v| {
-            if let Some(root) = &self.root {
+            let root_unchanged =
+                old.is_some_and(|old| root_view_equal(object, old, self.root_reads_status));
+            if let Some(root) = self.root.as_ref().filter(|_| !root_unchanged) {
                 let result = if self.root_reads_status {
                     v.validate_compiled(root, object, old)
                 } else {
@@ -332,12 +342,97 @@ impl CompiledRules {
                 errors.extend(result.err().map(|e| e.into_vec()).unwrap_or_default());
             }
             if let Some(nested) = &self.nested {
-                let result = v.validate_compiled(nested, object, old);
+                let result = match (&self.ruled, old) {
+                    (Some(ruled), Some(old)) => {
+                        let (changed, before) = changed_properties(ruled, object, old);
+                        if changed.is_empty() {
+                            Ok(())
+                        } else {
+                            v.validate_compiled(
+                                nested,
+                                &Value::Object(changed),
+                                Some(&Value::Object(before)),
+                            )
+                        }
+                    }
+                    _ => v.validate_compiled(nested, object, old),
+                };
                 errors.extend(result.err().map(|e| e.into_vec()).unwrap_or_default());
             }
         });
         errors
     }
+}
+
+/// Whether what root rules can see of `object` and `old` is the same: every top-level
+/// field but `metadata` (of which rules see the name and generateName) and, unless they
+/// read it, `status`.
+fn root_view_equal(object: &Value, old: &Value, reads_status: bool) -> bool {
+    let (Some(new_map), Some(old_map)) = (object.as_object(), old.as_object()) else {
+        return object == old;
+    };
+    let visible = |key: &str| key != "metadata" && (reads_status || key != "status");
+    let same_fields = new_map
+        .iter()
+        .filter(|(k, _)| visible(k))
+        .all(|(k, v)| old_map.get(k) == Some(v))
+        && old_map
+            .keys()
+            .filter(|k| visible(k))
+            .all(|k| new_map.contains_key(k));
+    let meta = |value: &Value, field: &str| value["metadata"][field].clone();
+    same_fields
+        && ["name", "generateName"]
+            .iter()
+            .all(|f| meta(object, f) == meta(old, f))
+}
+
+/// The `ruled` top-level fields whose value differs between `object` and `old`: their new
+/// values, and their old ones.
+fn changed_properties(
+    ruled: &[String],
+    object: &Value,
+    old: &Value,
+) -> (Map<String, Value>, Map<String, Value>) {
+    let (mut changed, mut before) = (Map::new(), Map::new());
+    for key in ruled {
+        let (new, was) = (object.get(key), old.get(key));
+        if new == was {
+            continue;
+        }
+        if let Some(new) = new {
+            changed.insert(key.clone(), new.clone());
+        }
+        if let Some(was) = was {
+            before.insert(key.clone(), was.clone());
+        }
+    }
+    (changed, before)
+}
+
+/// The top-level properties of `schema` whose schemas hold rules, if no rule lies outside
+/// them.
+fn ruled_properties(schema: &Value) -> Option<Vec<String>> {
+    let map = schema.as_object()?;
+    let outside = map
+        .iter()
+        .filter(|(key, _)| key.as_str() != "properties")
+        .any(|(_, value)| has_rules(value));
+    if outside {
+        return None;
+    }
+    Some(
+        map.get("properties")
+            .and_then(Value::as_object)
+            .map(|properties| {
+                properties
+                    .iter()
+                    .filter(|(_, schema)| has_rules(schema))
+                    .map(|(key, _)| key.clone())
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
 }
 
 /// The object without its `status`.
@@ -1020,6 +1115,46 @@ mod tests {
             ["<root>: Invalid value: \"object\": root rule"]
         );
         assert!(messages(&reads_status, &object).is_empty());
+    }
+
+    #[test]
+    fn on_an_update_rules_on_unchanged_values_are_not_evaluated_again() {
+        let rt = widget(json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.spec.a <= self.spec.b", "message": "root rule"}],
+            "properties": {
+                "spec": {"type": "object",
+                    "x-kubernetes-validations": [{"rule": "self.a >= 0", "message": "a is negative"}],
+                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+                "status": {"type": "object", "properties": {"n": {"type": "integer"}}}}}));
+        let structural = Structural::for_type(&rt).unwrap();
+        let fields = |causes: Vec<Cause>| -> Vec<String> {
+            let mut fields: Vec<String> = causes.into_iter().map(|c| c.field).collect();
+            fields.sort();
+            fields
+        };
+        // Stored before the rules (or under other rules): it breaks both.
+        let stored = json!({"metadata": {"name": "w", "resourceVersion": "1"},
+            "spec": {"a": -5, "b": -9}, "status": {"n": 1}});
+        assert_eq!(fields(structural.rules(&stored, None)), ["<root>", "spec"]);
+        // A status write (and new server metadata) leaves the spec as it was: accepted.
+        let status_write = json!({"metadata": {"name": "w", "resourceVersion": "2"},
+            "spec": {"a": -5, "b": -9}, "status": {"n": 2}});
+        assert!(structural.rules(&status_write, Some(&stored)).is_empty());
+        // Changing the spec evaluates its rules again, and the root's.
+        let spec_write = json!({"metadata": {"name": "w"}, "spec": {"a": -4, "b": -9}});
+        assert_eq!(
+            fields(structural.rules(&spec_write, Some(&stored))),
+            ["<root>", "spec"]
+        );
+        // A valid change is accepted.
+        let fixed = json!({"metadata": {"name": "w"}, "spec": {"a": 1, "b": 2}});
+        assert!(structural.rules(&fixed, Some(&stored)).is_empty());
+        // A rule outside the top-level properties turns ratcheting of nested rules off.
+        assert_eq!(
+            ruled_properties(&json!({"type": "object",
+                "additionalProperties": {"x-kubernetes-validations": [{"rule": "true"}]}})),
+            None
+        );
     }
 
     #[test]
