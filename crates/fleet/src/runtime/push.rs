@@ -52,6 +52,7 @@ pub(super) async fn run(
     changed: impl Stream<Item = Arc<Work>> + Send + 'static,
     pokes: impl Stream<Item = ObjectRef<Work>> + Send + 'static,
 ) {
+    let changed = needing_sync(changed, fleet.works.clone());
     Controller::for_shared_stream(changed, fleet.works.clone())
         .with_config(
             kube::runtime::controller::Config::default()
@@ -61,6 +62,42 @@ pub(super) async fn run(
         .run(reconcile, error_policy, fleet)
         .for_each(|_| async {})
         .await;
+}
+
+/// What of a Work a sync depends on, hashed: its identity, spec (generation), deletion,
+/// finalizers, labels and annotations. Not its status, which the sync itself writes.
+fn sync_hash(work: &Work) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let meta = &work.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        &meta.uid,
+        meta.generation,
+        meta.deletion_timestamp.is_some(),
+        &meta.finalizers,
+        &meta.labels,
+        &meta.annotations,
+    )
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The Works of `changed` that may need a sync: a change of their status alone (the push
+/// controller's own status writes, one per sync) starts none. Member changes and the
+/// periodic resync reach the controller by other ways.
+fn needing_sync(
+    changed: impl Stream<Item = Arc<Work>> + Send + 'static,
+    works: kube::runtime::reflector::Store<Work>,
+) -> impl Stream<Item = Arc<Work>> + Send + 'static {
+    let mut seen: std::collections::HashMap<ObjectRef<Work>, u64> = Default::default();
+    changed.filter(move |work| {
+        // Works gone leave their entries: dropped once they are as many as the Works.
+        if seen.len() > 2 * works.len() + 1024 {
+            seen.retain(|key, _| works.get(key).is_some());
+        }
+        let hash = sync_hash(work);
+        futures_util::future::ready(seen.insert(ObjectRef::from_obj(&**work), hash) != Some(hash))
+    })
 }
 
 fn error_policy(work: Arc<Work>, error: &Error, fleet: Arc<Fleet>) -> Action {
@@ -279,4 +316,46 @@ async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     })?;
     info!(?policy, objects = applied.len(), "removed from the member");
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_api::{WorkSpec, WorkStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_change_of_a_works_status_alone_starts_no_sync() {
+        let (works, _writer) = kube::runtime::reflector::store::<Work>();
+        let mut work = Work::new("web", WorkSpec::default());
+        work.metadata.namespace = Some("flotilla-member-a".into());
+        work.metadata.generation = Some(1);
+        // Each version is told by its resourceVersion, which a sync does not depend on.
+        let mut versions = Vec::new();
+        let mut push = |work: &mut Work, name: &str| {
+            work.metadata.resource_version = Some(name.into());
+            versions.push(Arc::new(work.clone()));
+        };
+        push(&mut work, "created");
+        work.status = Some(WorkStatus {
+            observed_generation: Some(1),
+            ..WorkStatus::default()
+        });
+        push(&mut work, "status written");
+        work.metadata.generation = Some(2);
+        push(&mut work, "spec changed");
+        work.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        push(&mut work, "finalizer added");
+        work.metadata.deletion_timestamp = Some(Time(Default::default()));
+        push(&mut work, "deleting");
+        let passed: Vec<String> = needing_sync(futures_util::stream::iter(versions), works)
+            .map(|w| w.metadata.resource_version.clone().unwrap_or_default())
+            .collect()
+            .await;
+        assert_eq!(
+            passed,
+            ["created", "spec changed", "finalizer added", "deleting"]
+        );
+    }
 }
