@@ -196,6 +196,9 @@ pub(crate) struct Fleet {
     /// What each placement last published as its decision (clusters and their profiles'
     /// namespaces), and when.
     decisions: Mutex<HashMap<PlacementKey, Published>>,
+    /// Works (namespace/name) whose status write waits for their member's rollout to
+    /// report back, and the generation it waits for.
+    settling: Mutex<HashMap<String, i64>>,
     metrics: Metrics,
 }
 
@@ -462,6 +465,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         drift_watches: Mutex::default(),
         work_index: Mutex::default(),
         decisions: Mutex::default(),
+        settling: Mutex::default(),
         metrics,
     });
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_api::{DeletionPolicy, Work};
+use flotilla_api::{DeletionPolicy, Work, WorkStatus};
 use flotilla_delivery::{Change, Provenance};
 use futures_util::{Stream, StreamExt};
 use kube::api::PatchParams;
@@ -25,6 +25,10 @@ pub const FINALIZER: &str = "flotilla.io/delivery";
 
 /// The longest a Work's sync (or removal) may take on its member.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest a Work's status waits for its member's rollout to report back after a new
+/// generation was applied (twice the time the member's changes are gathered).
+const SETTLING: Duration = Duration::from_secs(2);
 
 /// How many Works are synced to their members at once, over all members (and at most
 /// [`MEMBER_CONCURRENCY`](super::MEMBER_CONCURRENCY) on one member).
@@ -185,6 +189,33 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
             .any(|c| c.type_ == flotilla_api::condition::APPLIED && c.status == "True");
     drop(turn);
     fleet.metrics.synced(&key(work), applied);
+    // A new generation just applied and not yet available: the member's rollout reports
+    // back within moments (its changes reach this Work after FEEDBACK_EVERY), so the status
+    // is written once then, with its availability, not now and again then. At the latest
+    // it is written by the sync after SETTLING.
+    let generation = status.observed_generation.unwrap_or_default();
+    let waited = {
+        let mut settling = fleet.settling.lock().expect("lock");
+        match settling.get(&key(work)) {
+            Some(g) if *g == generation => true,
+            _ => {
+                settling.remove(&key(work));
+                false
+            }
+        }
+    };
+    if waits_for_rollout(work.status.as_ref(), &status, applied, waited) {
+        fleet
+            .settling
+            .lock()
+            .expect("lock")
+            .insert(key(work), generation);
+        watch_drift(fleet, name, &member, work);
+        return Ok(Action::requeue(SETTLING));
+    }
+    if waited {
+        fleet.settling.lock().expect("lock").remove(&key(work));
+    }
     if work.status.as_ref() != Some(&status) {
         patch_only::<Work, _>(
             &fleet.client,
@@ -198,6 +229,21 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     }
     watch_drift(fleet, name, &member, work);
     Ok(Action::requeue(fleet.config.resync_period))
+}
+
+/// Whether a sync's `status` is better written once the member's rollout reports back: a
+/// new generation was just `applied` (the `previous` status is of another) and is not
+/// available yet, and the status has not `waited` for it already.
+fn waits_for_rollout(
+    previous: Option<&WorkStatus>,
+    status: &WorkStatus,
+    applied: bool,
+    waited: bool,
+) -> bool {
+    !waited
+        && applied
+        && !model::is_true(&status.conditions, flotilla_api::condition::AVAILABLE)
+        && previous.and_then(|s| s.observed_generation) != status.observed_generation
 }
 
 /// Makes sure a watch of `cluster`'s delivered objects covers every kind its Works hold
@@ -267,6 +313,7 @@ fn watch_drift(
 /// that is gone, or being unjoined while it does not answer, is not waited for.
 async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     fleet.metrics.forget(&key(work));
+    fleet.settling.lock().expect("lock").remove(&key(work));
     let name = &work.spec.cluster;
     let Some(cluster) = cluster_of(fleet, name) else {
         info!("cluster gone: nothing to remove");
@@ -320,7 +367,8 @@ async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
 
 #[cfg(test)]
 mod tests {
-    use flotilla_api::{WorkSpec, WorkStatus};
+    use flotilla_api::WorkSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
@@ -357,5 +405,60 @@ mod tests {
             passed,
             ["created", "spec changed", "finalizer added", "deleting"]
         );
+    }
+
+    #[test]
+    fn a_new_generation_rolling_out_waits_once_for_its_availability() {
+        let condition = |type_: &str, status: &str| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: String::new(),
+            last_transition_time: Time(Default::default()),
+            observed_generation: None,
+        };
+        let status = |generation: i64, available: &str| WorkStatus {
+            observed_generation: Some(generation),
+            conditions: vec![
+                condition(flotilla_api::condition::APPLIED, "True"),
+                condition(flotilla_api::condition::AVAILABLE, available),
+            ],
+            ..WorkStatus::default()
+        };
+        let before = status(1, "True");
+        // Generation 2 applied, rolling out: wait, once.
+        assert!(waits_for_rollout(
+            Some(&before),
+            &status(2, "False"),
+            true,
+            false
+        ));
+        assert!(!waits_for_rollout(
+            Some(&before),
+            &status(2, "False"),
+            true,
+            true
+        ));
+        // First delivery alike.
+        assert!(waits_for_rollout(None, &status(1, "Unknown"), true, false));
+        // Available at once, not applied, or the same generation: written now.
+        assert!(!waits_for_rollout(
+            Some(&before),
+            &status(2, "True"),
+            true,
+            false
+        ));
+        assert!(!waits_for_rollout(
+            Some(&before),
+            &status(2, "False"),
+            false,
+            false
+        ));
+        assert!(!waits_for_rollout(
+            Some(&before),
+            &status(1, "False"),
+            true,
+            false
+        ));
     }
 }
