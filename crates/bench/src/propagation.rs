@@ -641,9 +641,19 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         .map_err(|e| check("image change", e))?;
     let hub = watchers.collect(t0).await?;
     let hub_cpu = used(before, ticks(hub_pid, sim_pid)?);
-    // Every write the change caused on the hub, its status coming back included.
+    // Every write the change caused on the hub, its status coming back included (some of
+    // it written after a wait: until the revision stands still for 4 s).
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
-    let hub_writes = (revision().await? - writes_before).max(0.0) as u64;
+    let mut last = revision().await?;
+    let (mut still_since, deadline) = (Instant::now(), Instant::now() + SETTLE_LIMIT);
+    while still_since.elapsed() < Duration::from_secs(4) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = revision().await?;
+        if now != last {
+            (last, still_since) = (now, Instant::now());
+        }
+    }
+    let hub_writes = (last - writes_before).max(0.0) as u64;
     let hub_sim_requests = difference(&sim_before, &sim_requests().await?);
     Ok(Point {
         clusters: n,
