@@ -199,6 +199,12 @@ pub(crate) struct Fleet {
     /// Works (namespace/name) whose status write waits for their member's rollout to
     /// report back, and the generation it waits for.
     settling: Mutex<HashMap<String, i64>>,
+    /// Moved by every change of the clusters as selection sees them and of the overrides:
+    /// with the same placement, templates and Works, a plan made at one epoch holds.
+    inputs_epoch: std::sync::atomic::AtomicU64,
+    /// Each placement's last plan and the fingerprint of what it was made from: a poke for
+    /// its Works' status alone does not plan again.
+    plans: Mutex<HashMap<PlacementKey, (u64, Arc<crate::plan::Plan>)>>,
     metrics: Metrics,
 }
 
@@ -250,6 +256,12 @@ impl Fleet {
             .iter()
             .filter_map(|name| self.works.get(&ObjectRef::new(name).within(namespace)))
             .collect()
+    }
+
+    /// Notes that what plans are made from changed (clusters or overrides).
+    fn inputs_changed(&self) {
+        self.inputs_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Makes the controllers look at every placement again.
@@ -466,6 +478,8 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         work_index: Mutex::default(),
         decisions: Mutex::default(),
         settling: Mutex::default(),
+        inputs_epoch: std::sync::atomic::AtomicU64::new(0),
+        plans: Mutex::default(),
         metrics,
     });
 
@@ -489,12 +503,16 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             watcher::Event::InitDone => true,
             watcher::Event::Init => false,
         };
+        if changed {
+            fleet.inputs_changed();
+        }
         if changed && !matches!(event, watcher::Event::InitApply(_)) {
             fleet.poke_all();
         }
     });
     let weak = Arc::downgrade(&fleet);
     spawn_reflector("overrides", overrides_api, overrides_writer, move |event| {
+        weak.upgrade().inspect(|f| f.inputs_changed());
         if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
             weak.upgrade().inspect(|f| f.poke_all());
         }
@@ -505,6 +523,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         cluster_overrides_api,
         cluster_overrides_writer,
         move |event| {
+            weak.upgrade().inspect(|f| f.inputs_changed());
             if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
                 weak.upgrade().inspect(|f| f.poke_all());
             }

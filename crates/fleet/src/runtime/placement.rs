@@ -115,6 +115,59 @@ async fn reconcile<P: PlacementObject>(p: Arc<P>, fleet: Arc<Fleet>) -> Result<A
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
+/// What a placement's plan is made from, hashed: the placement (its identity and spec's
+/// generation), its templates as placements see them (not their status nor their version),
+/// its current Works (identity and generation: their spec, not their status) and the
+/// epoch of the clusters and overrides.
+fn plan_fingerprint<P: PlacementObject>(
+    p: &P,
+    templates: &[Value],
+    works: &BTreeMap<String, Arc<Work>>,
+    epoch: u64,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (&p.meta().uid, p.meta().generation, epoch).hash(&mut hasher);
+    for template in templates {
+        hash_template(template, &mut hasher);
+    }
+    for (cluster, w) in works {
+        (cluster, &w.metadata.uid, w.metadata.generation).hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Hashes a template as placements see it: all of it but its status, its version and its
+/// managed fields.
+fn hash_template(template: &Value, hasher: &mut impl std::hash::Hasher) {
+    use std::hash::Hash;
+    fn value(v: &Value, hasher: &mut impl std::hash::Hasher, skip: &[&str]) {
+        match v {
+            Value::Null => 0u8.hash(hasher),
+            Value::Bool(b) => (1u8, b).hash(hasher),
+            Value::Number(n) => (2u8, n.to_string()).hash(hasher),
+            Value::String(s) => (3u8, s).hash(hasher),
+            Value::Array(items) => {
+                (4u8, items.len()).hash(hasher);
+                items.iter().for_each(|i| value(i, hasher, &[]));
+            }
+            Value::Object(map) => {
+                5u8.hash(hasher);
+                for (k, v) in map.iter().filter(|(k, _)| !skip.contains(&k.as_str())) {
+                    k.hash(hasher);
+                    let nested: &[&str] = if k == "metadata" {
+                        &["resourceVersion", "managedFields"]
+                    } else {
+                        &[]
+                    };
+                    value(v, hasher, nested);
+                }
+            }
+        }
+    }
+    value(template, hasher, &["status"]);
+}
+
 /// The placement's current Works, by cluster.
 fn current_works(fleet: &Fleet, key: &PlacementKey) -> BTreeMap<String, Arc<Work>> {
     fleet
@@ -130,6 +183,10 @@ async fn place<P: PlacementObject>(
     key: &PlacementKey,
 ) -> Result<Action, Error> {
     let spec = p.spec();
+    // Read before the inputs: a change after this makes the next reconcile plan again.
+    let epoch = fleet
+        .inputs_epoch
+        .load(std::sync::atomic::Ordering::Acquire);
     let templates = match templates::selected(fleet, spec, key.namespace.as_deref()).await {
         Ok(templates) => templates,
         Err(e) => {
@@ -161,14 +218,25 @@ async fn place<P: PlacementObject>(
         .iter()
         .map(|(cluster, w)| (cluster.clone(), &w.spec))
         .collect();
-    let plan = plan::plan(Inputs {
-        placement: key,
-        spec,
-        templates: &templates,
-        clusters: &clusters,
-        overrides: &refs,
-        current: &current,
-    });
+    let fingerprint = plan_fingerprint(p, &templates, &works, epoch);
+    let planned = fleet
+        .plans
+        .lock()
+        .expect("lock")
+        .get(key)
+        .filter(|(f, _)| *f == fingerprint)
+        .map(|(_, plan)| plan.clone());
+    let plan = match planned {
+        Some(plan) => plan,
+        None => Arc::new(plan::plan(Inputs {
+            placement: key,
+            spec,
+            templates: &templates,
+            clusters: &clusters,
+            overrides: &refs,
+            current: &current,
+        })),
+    };
 
     // Works: written where they differ, deleted where no cluster wants them, a few at
     // a time.
@@ -223,6 +291,11 @@ async fn place<P: PlacementObject>(
         .collect()
         .await;
     results.into_iter().collect::<Result<(), _>>()?;
+    fleet
+        .plans
+        .lock()
+        .expect("lock")
+        .insert(key.clone(), (fingerprint, plan.clone()));
 
     publish_decision(fleet, key, &plan.selection.chosen).await?;
 
@@ -452,6 +525,7 @@ async fn publish_decision(
 /// member), and so do its decisions.
 async fn unplace(fleet: &Arc<Fleet>, key: &PlacementKey) -> Result<Action, Error> {
     fleet.decisions.lock().expect("lock").remove(key);
+    fleet.plans.lock().expect("lock").remove(key);
     let name = key.work_name();
     let works = current_works(fleet, key);
     for cluster in works.keys() {
@@ -481,5 +555,58 @@ pub(super) fn gone(e: kube::Error) -> Result<(), kube::Error> {
     match e {
         kube::Error::Api(status) if status.code == 404 => Ok(()),
         e => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_api::{WorkSpec, WorkStatus};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_plan_is_made_again_when_its_inputs_change_and_not_for_status() {
+        let mut placement = Placement::new("web", PlacementSpec::default());
+        placement.metadata.generation = Some(1);
+        let template = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "resourceVersion": "5"},
+            "spec": {"replicas": 2}, "status": {"readyReplicas": 1}});
+        let mut work = Work::new("bench.web", WorkSpec::default());
+        work.metadata.generation = Some(3);
+        let works = BTreeMap::from([("a".to_owned(), Arc::new(work.clone()))]);
+        let base = plan_fingerprint(&placement, std::slice::from_ref(&template), &works, 7);
+        // Unchanged, or changed in status and version only: the same plan.
+        assert_eq!(
+            plan_fingerprint(&placement, std::slice::from_ref(&template), &works, 7),
+            base
+        );
+        let mut reported = template.clone();
+        reported["status"]["readyReplicas"] = 2.into();
+        reported["metadata"]["resourceVersion"] = "6".into();
+        let mut synced = work.clone();
+        synced.status = Some(WorkStatus {
+            observed_generation: Some(3),
+            ..WorkStatus::default()
+        });
+        let synced = BTreeMap::from([("a".to_owned(), Arc::new(synced))]);
+        assert_eq!(plan_fingerprint(&placement, &[reported], &synced, 7), base);
+        // Any input changed: another plan.
+        let mut edited = template.clone();
+        edited["spec"]["replicas"] = 3.into();
+        assert_ne!(plan_fingerprint(&placement, &[edited], &works, 7), base);
+        assert_ne!(
+            plan_fingerprint(&placement, std::slice::from_ref(&template), &works, 8),
+            base
+        );
+        let mut respecified = work.clone();
+        respecified.metadata.generation = Some(4);
+        let respecified = BTreeMap::from([("a".to_owned(), Arc::new(respecified))]);
+        assert_ne!(
+            plan_fingerprint(&placement, std::slice::from_ref(&template), &respecified, 7),
+            base
+        );
+        placement.metadata.generation = Some(2);
+        assert_ne!(plan_fingerprint(&placement, &[template], &works, 7), base);
     }
 }
