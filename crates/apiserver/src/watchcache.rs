@@ -148,31 +148,22 @@ pub enum Next {
 
 /// The resource part of a key: `/{group}/{plural}/`.
 pub fn resource_of(key: &[u8]) -> Option<&[u8]> {
-    let mut slashes = 0;
-    for (i, byte) in key.iter().enumerate() {
-        if *byte == b'/' {
-            slashes += 1;
-            if slashes == 3 {
-                return Some(&key[..=i]);
-            }
-        }
-    }
-    None
+    through_slash(key, 3)
 }
 
 /// The part of a key that names its logical cluster's share of a resource:
 /// `/{group}/{plural}/{cluster}/`, the unit of the live feeds (`None` if `key` is shorter).
 fn part_of(key: &[u8]) -> Option<&[u8]> {
-    let mut slashes = 0;
-    for (i, byte) in key.iter().enumerate() {
-        if *byte == b'/' {
-            slashes += 1;
-            if slashes == 4 {
-                return Some(&key[..=i]);
-            }
-        }
-    }
-    None
+    through_slash(key, 4)
+}
+
+/// `key` up to and including its `n`th slash, if it has that many.
+fn through_slash(key: &[u8], n: usize) -> Option<&[u8]> {
+    key.iter()
+        .enumerate()
+        .filter(|(_, byte)| **byte == b'/')
+        .nth(n - 1)
+        .map(|(i, _)| &key[..=i])
 }
 
 /// The live feeds of one resource, made by the first watch of each (a feed's buffer is

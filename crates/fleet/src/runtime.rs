@@ -311,6 +311,16 @@ fn status_patch<S: serde::Serialize>(status: &S) -> kube::api::Patch<()> {
     )]))
 }
 
+/// An override (of either kind) changed: plans are made again, and every placement looks
+/// again once the caches are filled.
+fn override_changed<K>(fleet: &std::sync::Weak<Fleet>, event: &watcher::Event<K>) {
+    let Some(fleet) = fleet.upgrade() else { return };
+    fleet.inputs_changed();
+    if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
+        fleet.poke_all();
+    }
+}
+
 /// A stream of what `rx` receives, gathered: from the first item received, for `every`,
 /// then each distinct item once (in no particular order).
 fn gathered_stream<T>(mut rx: mpsc::UnboundedReceiver<T>, every: Duration) -> impl Stream<Item = T>
@@ -512,22 +522,14 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     });
     let weak = Arc::downgrade(&fleet);
     spawn_reflector("overrides", overrides_api, overrides_writer, move |event| {
-        weak.upgrade().inspect(|f| f.inputs_changed());
-        if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
-            weak.upgrade().inspect(|f| f.poke_all());
-        }
+        override_changed(&weak, event);
     });
     let weak = Arc::downgrade(&fleet);
     spawn_reflector(
         "clusteroverrides",
         cluster_overrides_api,
         cluster_overrides_writer,
-        move |event| {
-            weak.upgrade().inspect(|f| f.inputs_changed());
-            if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
-                weak.upgrade().inspect(|f| f.poke_all());
-            }
-        },
+        move |event| override_changed(&weak, event),
     );
     // Works: their status is the placements' status. A Work gone pokes its placement at
     // once (it may be waiting to finish); changes are gathered and poke each placement at

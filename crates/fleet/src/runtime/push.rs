@@ -194,27 +194,12 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     // is written once then, with its availability, not now and again then. At the latest
     // it is written by the sync after SETTLING.
     let generation = status.observed_generation.unwrap_or_default();
-    let waited = {
-        let mut settling = fleet.settling.lock().expect("lock");
-        match settling.get(&key(work)) {
-            Some(g) if *g == generation => true,
-            _ => {
-                settling.remove(&key(work));
-                false
-            }
-        }
-    };
+    let key = key(work);
+    let waited = fleet.settling.lock().expect("lock").remove(&key) == Some(generation);
     if waits_for_rollout(work.status.as_ref(), &status, applied, waited) {
-        fleet
-            .settling
-            .lock()
-            .expect("lock")
-            .insert(key(work), generation);
+        fleet.settling.lock().expect("lock").insert(key, generation);
         watch_drift(fleet, name, &member, work);
         return Ok(Action::requeue(SETTLING));
-    }
-    if waited {
-        fleet.settling.lock().expect("lock").remove(&key(work));
     }
     if work.status.as_ref() != Some(&status) {
         patch_only::<Work, _>(
