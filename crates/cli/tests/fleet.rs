@@ -650,3 +650,104 @@ spec:
         "{stderr}"
     );
 }
+
+/// `flotilla_works_in_sync` on the hub's `/metrics`.
+fn works_in_sync(hub: &Hub) -> Result<u64, String> {
+    let text = hub.ok(&["get", "--raw", "/metrics"]);
+    text.lines()
+        .find_map(|l| l.strip_prefix("flotilla_works_in_sync "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .ok_or_else(|| "no flotilla_works_in_sync yet".to_owned())
+}
+
+/// Each Work of the placements in `many`, by name: its generation, once every one has
+/// both manifests and reports that generation applied.
+fn settled_works(hub: &Hub, count: usize) -> Result<Vec<(String, i64)>, String> {
+    let works = hub.json(&["get", "works", "-n", "flotilla-cluster-member-1"]);
+    let mut settled = Vec::new();
+    for w in works["items"].as_array().into_iter().flatten() {
+        let name = w["metadata"]["name"].as_str().unwrap_or_default();
+        if !name.starts_with("many.") {
+            continue;
+        }
+        let generation = w["metadata"]["generation"].as_i64().unwrap_or_default();
+        let manifests = w["spec"]["manifests"].as_array().map_or(0, Vec::len);
+        let applied = condition(w, "Applied").is_some_and(|c| c["status"] == "True");
+        if manifests != 2
+            || !applied
+            || w["status"]["observedGeneration"].as_i64() != Some(generation)
+        {
+            return Err(format!("{name}: {manifests} manifests, {}", w["status"]));
+        }
+        settled.push((name.to_owned(), generation));
+    }
+    settled.sort();
+    if settled.len() == count {
+        Ok(settled)
+    } else {
+        Err(format!("{} of {count} Works settled", settled.len()))
+    }
+}
+
+/// The uid of each ConfigMap `cm-*` in `many` on member-1.
+fn member_configmaps(sim: &Sim) -> Vec<(String, String)> {
+    let list = sim.json("member-1", &["get", "configmaps", "-n", "many"]);
+    let mut uids: Vec<(String, String)> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let name = c["metadata"]["name"].as_str()?;
+            name.starts_with("cm-").then(|| {
+                (
+                    name.to_owned(),
+                    c["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+        })
+        .collect();
+    uids.sort();
+    uids
+}
+
+#[test]
+fn a_hub_restart_takes_nothing_off_the_works_or_the_members() {
+    // Many placements of one kind: when the hub starts again they reconcile at once,
+    // while the cache of their templates is being filled.
+    const PLACEMENTS: usize = 40;
+    let mut hub = Hub::start();
+    let sim = Sim::start(&["--clusters", "1", "--ready-delay", "100ms"]);
+    join(&hub, &sim, "member-1", "env=dev");
+    let mut manifests = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: many}\n");
+    for i in 0..PLACEMENTS {
+        manifests.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: many}}\n\
+             data: {{index: \"{i}\"}}\n\
+             ---\napiVersion: flotilla.io/v1alpha1\nkind: Placement\n\
+             metadata: {{name: p-{i}, namespace: many}}\n\
+             spec: {{resourceSelectors: [{{apiVersion: v1, kind: ConfigMap, name: cm-{i}}}]}}\n"
+        ));
+    }
+    hub.create(&manifests);
+    let before = eventually("every Work applied", || settled_works(&hub, PLACEMENTS));
+    let on_member = member_configmaps(&sim);
+    assert_eq!(on_member.len(), PLACEMENTS, "{on_member:?}");
+
+    hub.restart(false);
+    eventually("the restarted hub syncs every Work", || {
+        let n = works_in_sync(&hub)?;
+        if n >= PLACEMENTS as u64 {
+            Ok(())
+        } else {
+            Err(format!("{n} in sync"))
+        }
+    });
+    // Nothing was written to the Works (a generation moves with every change of their
+    // manifests), and the members' objects were never deleted and made again.
+    let after = eventually("every Work applied again", || {
+        settled_works(&hub, PLACEMENTS)
+    });
+    assert_eq!(after, before);
+    assert_eq!(member_configmaps(&sim), on_member);
+}

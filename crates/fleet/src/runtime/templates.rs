@@ -41,18 +41,48 @@ impl Templates {
         }
     }
 
-    /// The cache of `api_version`/`kind`, started (and filled) if it is new. Fails when
-    /// the hub does not serve the kind.
+    /// The cache of `api_version`/`kind`, started if it is new, once it is filled. Fails
+    /// when the hub does not serve the kind or the cache is not filled in time.
+    ///
+    /// Every caller waits for the fill, not only the one that started the cache: a cache
+    /// not yet filled reads as "no such templates", and a plan made from it would take
+    /// every manifest off its placement's Works (and their objects off the members).
     pub async fn kind(
         &self,
         fleet: Weak<Fleet>,
         api_version: &str,
         kind: &str,
     ) -> Result<Kind, Error> {
-        let key = (api_version.to_owned(), kind.to_owned());
-        if let Some(found) = self.kinds.lock().expect("lock").get(&key) {
-            return Ok(found.clone());
+        let known = self
+            .kinds
+            .lock()
+            .expect("lock")
+            .get(&(api_version.to_owned(), kind.to_owned()))
+            .cloned();
+        let found = match known {
+            Some(found) => found,
+            None => self.start(fleet, api_version, kind).await?,
+        };
+        let waited =
+            tokio::time::timeout(Duration::from_secs(30), found.store.wait_until_ready()).await;
+        if !matches!(waited, Ok(Ok(()))) {
+            return Err(Error::Waiting(format!(
+                "the cache of {} {} is not filled yet",
+                found.resource.api_version, found.resource.kind
+            )));
         }
+        Ok(found)
+    }
+
+    /// Starts the cache of `api_version`/`kind` (or finds the one another caller started
+    /// meanwhile); it may not be filled yet.
+    async fn start(
+        &self,
+        fleet: Weak<Fleet>,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Kind, Error> {
+        let key = (api_version.to_owned(), kind.to_owned());
         let (group, version) = match api_version.split_once('/') {
             Some((group, version)) => (group, version),
             None => ("", api_version),
@@ -108,14 +138,6 @@ impl Templates {
                 fleet.poke(&key);
             }
         });
-        let waited =
-            tokio::time::timeout(Duration::from_secs(30), found.store.wait_until_ready()).await;
-        if !matches!(waited, Ok(Ok(()))) {
-            return Err(Error::Waiting(format!(
-                "the cache of {} {} is not filled yet",
-                found.resource.api_version, found.resource.kind
-            )));
-        }
         Ok(found)
     }
 }
