@@ -50,6 +50,11 @@ use tracing::{Instrument, info_span, warn};
 pub struct Config {
     /// Events kept per resource for watches that start in the past.
     pub history: usize,
+    /// Bytes of stored JSON kept in a resource's history (each event counts its object,
+    /// the object before it and its rendered line): the history is cut to whichever of
+    /// `history` and this is smaller, so that a resource of large objects (such as
+    /// placements reporting on a thousand clusters) does not hold gigabytes of them.
+    pub history_bytes: usize,
     /// Events buffered per live feed (a logical cluster's part of a resource: each watch
     /// is woken only by its own cluster's changes); a watcher further behind is caught up
     /// from the history, or ended with Expired.
@@ -60,6 +65,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             history: 10_000,
+            history_bytes: 32 << 20,
             buffer: 256,
         }
     }
@@ -128,6 +134,13 @@ impl Change {
                     .and_then(|(raw, revision)| decode(raw, *revision))
             })
             .as_ref()
+    }
+
+    /// About how many bytes the change holds once its line is rendered.
+    fn weight(&self) -> usize {
+        let object = self.raw_object.as_ref().map_or(0, Bytes::len);
+        let previous = self.raw_previous.as_ref().map_or(0, |(raw, _)| raw.len());
+        2 * object + previous + self.key.len() + std::mem::size_of::<Change>()
     }
 
     /// The watch event line for a watcher that selects everything, serialized once.
@@ -241,6 +254,8 @@ struct Resource {
 
 struct ResourceState {
     history: VecDeque<Arc<Change>>,
+    /// The [`Change::weight`]s of the history, summed.
+    history_bytes: usize,
     /// The history holds every change of the resource after this revision.
     complete_after: Revision,
     /// The live feeds; dropped when the cache is reset, which ends every subscription.
@@ -526,6 +541,7 @@ impl WatchCache {
                 Arc::new(Resource {
                     state: Mutex::new(ResourceState {
                         history: VecDeque::new(),
+                        history_bytes: 0,
                         complete_after: Revision::new(self.inner.processed.load(Ordering::Acquire)),
                         feeds: Feeds::default(),
                         watched: false,
@@ -689,11 +705,16 @@ impl Feeder {
                     // Read, never watched: no history (nothing to send it to either).
                     state.complete_after = revision;
                 } else {
+                    state.history_bytes += change.weight();
                     state.history.push_back(change.clone());
-                    while state.history.len() > self.config.history {
-                        if let Some(oldest) = state.history.pop_front() {
-                            state.complete_after = oldest.revision;
-                        }
+                    while state.history.len() > self.config.history
+                        || state.history_bytes > self.config.history_bytes
+                    {
+                        let Some(oldest) = state.history.pop_front() else {
+                            break;
+                        };
+                        state.history_bytes -= oldest.weight();
+                        state.complete_after = oldest.revision;
                     }
                     state.feeds.send(&change);
                 }
@@ -1171,6 +1192,7 @@ mod tests {
             Config {
                 history: 3,
                 buffer: 16,
+                ..Config::default()
             },
         );
         let start = store.current_revision().await.unwrap();
@@ -1242,6 +1264,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_history_keeps_no_more_bytes_than_it_is_given() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let large = |i: u64| {
+            Bytes::from(
+                json!({"metadata": {"name": "big"}, "n": i, "pad": "x".repeat(4000)}).to_string(),
+            )
+        };
+        // Room for about three events of a 4 kB object (created, so without a previous
+        // value), far fewer than the history's count.
+        let cache = WatchCache::new(
+            store.clone(),
+            Config {
+                history: 100,
+                history_bytes: 3 * (2 * large(0).len() + 400),
+                ..Config::default()
+            },
+        );
+        let start = store.current_revision().await.unwrap();
+        let mut live = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        for i in 0..6 {
+            store
+                .create(format!("/core/configmaps/root/a/k{i}").as_bytes(), large(i))
+                .await
+                .unwrap();
+            next_change(&mut live).await;
+        }
+        {
+            let resources = cache.inner.resources.lock().unwrap();
+            let state = resources[&b"/core/configmaps/"[..]].state.lock().unwrap();
+            assert_eq!(state.history.len(), 3);
+            assert_eq!(
+                state.history_bytes,
+                state.history.iter().map(|c| c.weight()).sum::<usize>()
+            );
+        }
+        // The last three changes are replayed from the cache...
+        let mut recent = cache
+            .watch(b"/core/configmaps/root/", Revision::new(start.get() + 3))
+            .await
+            .unwrap();
+        assert_eq!(cache.store_watches(), 1);
+        for i in 4..=6 {
+            assert_eq!(
+                next_change(&mut recent).await.revision.get(),
+                start.get() + i
+            );
+        }
+        // ...and the older ones come from the store's log, in full.
+        let mut older = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        assert_eq!(cache.store_watches(), 2);
+        for i in 1..=6 {
+            assert_eq!(
+                next_change(&mut older).await.revision.get(),
+                start.get() + i
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn a_watcher_that_falls_behind_the_buffer_and_the_history_expires() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         let cache = WatchCache::new(
@@ -1249,6 +1330,7 @@ mod tests {
             Config {
                 history: 4,
                 buffer: 2,
+                ..Config::default()
             },
         );
         let head = store.current_revision().await.unwrap();
@@ -1280,6 +1362,7 @@ mod tests {
             Config {
                 history: 100,
                 buffer: 2,
+                ..Config::default()
             },
         );
         let head = store.current_revision().await.unwrap();
