@@ -204,7 +204,7 @@ pub(crate) struct Fleet {
     inputs_epoch: std::sync::atomic::AtomicU64,
     /// Each placement's last plan and the fingerprint of what it was made from: a poke for
     /// its Works' status alone does not plan again.
-    plans: Mutex<HashMap<PlacementKey, (u64, Arc<crate::plan::Plan>)>>,
+    plans: Mutex<HashMap<PlacementKey, placement::KeptPlan>>,
     metrics: Metrics,
 }
 

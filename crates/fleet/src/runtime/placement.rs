@@ -1,7 +1,7 @@
 //! The placement controller (Placement and ClusterPlacement alike): plan, write the Works,
 //! publish the decision, and bring status back to the placement and its templates.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,31 +219,111 @@ async fn place<P: PlacementObject>(
         .map(|(cluster, w)| (cluster.clone(), &w.spec))
         .collect();
     let fingerprint = plan_fingerprint(p, &templates, &works, epoch);
-    let planned = fleet
+    let kept = fleet
         .plans
         .lock()
         .expect("lock")
         .get(key)
-        .filter(|(f, _)| *f == fingerprint)
-        .map(|(_, plan)| plan.clone());
-    let plan = match planned {
-        Some(plan) => plan,
-        None => Arc::new(plan::plan(Inputs {
-            placement: key,
-            spec,
-            templates: &templates,
-            clusters: &clusters,
-            overrides: &refs,
-            current: &current,
-        })),
+        .filter(|kept| kept.fingerprint == fingerprint)
+        .cloned();
+    // The plan, and the clusters whose current Work is the one it wants.
+    let (plan, as_planned) = match kept {
+        // Every Work it wants is written as planned, and nothing changed since.
+        Some(kept) => (kept.plan, kept.clusters),
+        None => {
+            let mut plan = plan::plan(Inputs {
+                placement: key,
+                spec,
+                templates: &templates,
+                clusters: &clusters,
+                overrides: &refs,
+                current: &current,
+            });
+            let as_planned = Arc::new(write_works(fleet, key, &plan, &works, &current).await?);
+            // Kept once every Work is as planned and none is left over (until then, the
+            // Works' writes change the fingerprint anyway); without the Works' specs,
+            // which the Works hold.
+            let settled = as_planned.len() == plan.works.len()
+                && works.keys().all(|c| plan.works.contains_key(c));
+            plan.works.clear();
+            let plan = Arc::new(plan);
+            let mut plans = fleet.plans.lock().expect("lock");
+            if settled {
+                plans.insert(
+                    key.clone(),
+                    KeptPlan {
+                        fingerprint,
+                        plan: plan.clone(),
+                        clusters: as_planned.clone(),
+                    },
+                );
+            } else {
+                plans.remove(key);
+            }
+            (plan, as_planned)
+        }
     };
 
-    // Works: written where they differ, deleted where no cluster wants them, a few at
-    // a time.
+    publish_decision(fleet, key, &plan.selection.chosen).await?;
+
+    // Status back: the placement's, then each template's.
+    let views: BTreeMap<String, WorkView<'_>> = works
+        .iter()
+        .map(|(cluster, w)| {
+            (
+                cluster.clone(),
+                WorkView {
+                    generation: w.metadata.generation,
+                    status: w.status.as_ref(),
+                },
+            )
+        })
+        .collect();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let placement_status =
+        status::placement_status(&plan, &views, p.meta().generation, p.status(), &now);
+    write_status(fleet, p, key, placement_status).await?;
+    let complete = plan.scheduled.is_ok()
+        && plan.selection.chosen.iter().all(|c| {
+            as_planned.contains(c)
+                && works.get(c).is_some_and(|w| {
+                    w.status.as_ref().and_then(|s| s.observed_generation) == w.metadata.generation
+                })
+        });
+    for template in &templates {
+        aggregate_template(fleet, template, &plan, &works, complete).await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// A placement's last plan, kept while what it was made from is unchanged and every Work
+/// it wants is written as planned: a poke for its Works' status alone does not plan again.
+#[derive(Clone)]
+pub(super) struct KeptPlan {
+    /// The [`plan_fingerprint`] of its inputs.
+    fingerprint: u64,
+    /// The plan, without the Works' specs (the Works hold them).
+    plan: Arc<plan::Plan>,
+    /// The clusters that have a Work.
+    clusters: Arc<BTreeSet<String>>,
+}
+
+/// Writes each Work of `plan` that differs from the current one and deletes the Works no
+/// cluster wants any more, a few at a time; returns the clusters whose Work was already
+/// as planned.
+async fn write_works(
+    fleet: &Arc<Fleet>,
+    key: &PlacementKey,
+    plan: &plan::Plan,
+    works: &BTreeMap<String, Arc<Work>>,
+    current: &BTreeMap<String, &WorkSpec>,
+) -> Result<BTreeSet<String>, Error> {
     let name = key.work_name();
+    let mut as_planned = BTreeSet::new();
     let mut writes = Vec::new();
     for (cluster, desired) in &plan.works {
         if current.get(cluster) == Some(&desired) {
+            as_planned.insert(cluster.clone());
             continue;
         }
         let namespace = work_namespace(cluster);
@@ -291,43 +371,7 @@ async fn place<P: PlacementObject>(
         .collect()
         .await;
     results.into_iter().collect::<Result<(), _>>()?;
-    fleet
-        .plans
-        .lock()
-        .expect("lock")
-        .insert(key.clone(), (fingerprint, plan.clone()));
-
-    publish_decision(fleet, key, &plan.selection.chosen).await?;
-
-    // Status back: the placement's, then each template's.
-    let views: BTreeMap<String, WorkView<'_>> = works
-        .iter()
-        .map(|(cluster, w)| {
-            (
-                cluster.clone(),
-                WorkView {
-                    generation: w.metadata.generation,
-                    status: w.status.as_ref(),
-                },
-            )
-        })
-        .collect();
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let placement_status =
-        status::placement_status(&plan, &views, p.meta().generation, p.status(), &now);
-    write_status(fleet, p, key, placement_status).await?;
-    let complete = plan.scheduled.is_ok()
-        && plan.selection.chosen.iter().all(|c| {
-            works.get(c).is_some_and(|w| {
-                plan.works.get(c) == Some(&w.spec)
-                    && w.status.as_ref().and_then(|s| s.observed_generation)
-                        == w.metadata.generation
-            })
-        });
-    for template in &templates {
-        aggregate_template(fleet, template, &plan, &works, complete).await?;
-    }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(as_planned)
 }
 
 /// Writes the template's fleet-wide status when its kind has one and it changed.
