@@ -610,6 +610,7 @@ impl WatchCache {
             rx,
             catch_up,
             backlog,
+            lagged: false,
             last: since,
             shared: self.inner.clone(),
         })
@@ -749,6 +750,9 @@ pub struct Subscription {
     rx: broadcast::Receiver<Arc<Change>>,
     catch_up: Option<CatchUp>,
     backlog: VecDeque<Arc<Change>>,
+    /// The live buffer overflowed and the receiver skipped ahead (seen by `progress`): the
+    /// changes it skipped must come from the history before any other.
+    lagged: bool,
     /// The revision of the last change delivered or skipped.
     last: Revision,
     shared: Arc<Shared>,
@@ -769,7 +773,7 @@ impl Subscription {
     /// A revision every change up to which the watcher has seen (or been sent), if nothing
     /// is pending for it: what a bookmark may carry.
     pub fn progress(&mut self) -> Option<Revision> {
-        if self.catch_up.is_some() || !self.backlog.is_empty() {
+        if self.catch_up.is_some() || !self.backlog.is_empty() || self.lagged {
             return None;
         }
         let processed = Revision::new(self.shared.processed.load(Ordering::Acquire));
@@ -784,8 +788,36 @@ impl Subscription {
                 self.backlog.push_back(change);
                 None
             }
-            Err(TryRecvError::Lagged(_)) | Err(TryRecvError::Closed) => None,
+            // The receiver has skipped ahead: `next` takes what it skipped from the history.
+            Err(TryRecvError::Lagged(_)) => {
+                self.lagged = true;
+                None
+            }
+            Err(TryRecvError::Closed) => None,
         }
+    }
+
+    /// After the live buffer overflowed: the changes missed are taken from the history, if
+    /// it still reaches back far enough; otherwise the watcher has expired.
+    fn recover(&mut self) -> Option<Next> {
+        let state = self
+            .resource
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if state.complete_after > self.last {
+            return Some(Next::Expired(format!(
+                "the watcher fell behind: changes after revision {} are no longer in the watch cache",
+                self.last.get()
+            )));
+        }
+        self.backlog = state
+            .history
+            .iter()
+            .filter(|c| c.revision > self.last)
+            .cloned()
+            .collect();
+        None
     }
 
     fn accept(&mut self, change: Arc<Change>) -> Option<Arc<Change>> {
@@ -825,6 +857,12 @@ impl Subscription {
                 }
                 continue;
             }
+            if std::mem::take(&mut self.lagged) {
+                if let Some(expired) = self.recover() {
+                    return Some(expired);
+                }
+                continue;
+            }
             match self.rx.recv().await {
                 Ok(change) => {
                     if let Some(change) = self.accept(change) {
@@ -832,25 +870,10 @@ impl Subscription {
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    // Too slow for the live buffer: take what is missing from the history,
-                    // if it still reaches back far enough.
-                    let state = self
-                        .resource
-                        .state
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    if state.complete_after > self.last {
-                        return Some(Next::Expired(format!(
-                            "the watcher fell behind: changes after revision {} are no longer in the watch cache",
-                            self.last.get()
-                        )));
+                    // Too slow for the live buffer.
+                    if let Some(expired) = self.recover() {
+                        return Some(expired);
                     }
-                    self.backlog = state
-                        .history
-                        .iter()
-                        .filter(|c| c.revision > self.last)
-                        .cloned()
-                        .collect();
                 }
                 Err(broadcast::error::RecvError::Closed) => {
                     // The cache was reset (its store watch failed): relist.
@@ -1261,6 +1284,102 @@ mod tests {
             1,
             "the catch-up watch ended once the cache took over"
         );
+    }
+
+    /// A watcher that lags, is cancelled mid-wait, takes bookmarks and starts again from
+    /// them (as clients do after a watch's timeout) sees every change of its prefix once,
+    /// in order, whatever the buffer and history sizes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_watcher_that_lags_is_cancelled_and_resumes_from_bookmarks_misses_nothing() {
+        for (buffer, history, history_bytes) in
+            [(4, 50, usize::MAX), (4, 10_000, 3_000), (64, 8, usize::MAX)]
+        {
+            let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+            let cache = Arc::new(WatchCache::new(
+                store.clone(),
+                Config {
+                    history,
+                    history_bytes,
+                    buffer,
+                },
+            ));
+            let start = store.current_revision().await.unwrap();
+            let mut writer = {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut ours = Vec::new();
+                    for i in 0..3000u64 {
+                        let part = if i.is_multiple_of(3) { "other" } else { "root" };
+                        let key = format!("/core/configmaps/{part}/ns/k{i}");
+                        let r = store.create(key.as_bytes(), value("k", i)).await.unwrap();
+                        if part == "root" {
+                            ours.push(r.get());
+                        }
+                        if i.is_multiple_of(97) {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    ours
+                })
+            };
+            let prefix = b"/core/configmaps/root/";
+            let mut seen: Vec<u64> = Vec::new();
+            let mut position = start;
+            let mut sub = cache.watch(prefix, position).await.unwrap();
+            let mut step = 0u64;
+            // The writer's revisions under the prefix, once it is done; then how long the
+            // watcher has to catch up.
+            let mut ours: Option<(Vec<u64>, tokio::time::Instant)> = None;
+            loop {
+                step += 1;
+                if step.is_multiple_of(7)
+                    && let Some(bookmark) = sub.progress()
+                {
+                    position = position.max(bookmark);
+                }
+                if step.is_multiple_of(211) {
+                    // The watch ends (its timeout): the client starts again from the
+                    // newest revision it was told of.
+                    sub = cache.watch(prefix, position).await.unwrap();
+                }
+                if step.is_multiple_of(13) {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                if ours.is_none() && writer.is_finished() {
+                    let revisions = (&mut writer).await.unwrap();
+                    ours = Some((
+                        revisions,
+                        tokio::time::Instant::now() + Duration::from_secs(20),
+                    ));
+                }
+                if let Some((revisions, deadline)) = &ours
+                    && (seen.last() >= revisions.last() || tokio::time::Instant::now() > *deadline)
+                {
+                    break;
+                }
+                match tokio::time::timeout(Duration::from_micros(50), sub.next()).await {
+                    Err(_) => {}
+                    Ok(Some(Next::Change(change))) => {
+                        seen.push(change.revision.get());
+                        position = change.revision;
+                    }
+                    Ok(Some(Next::Expired(_))) => {
+                        // Resuming from the last change received is served from the log.
+                        sub = cache.watch(prefix, position).await.unwrap();
+                    }
+                    Ok(None) => panic!("the cache ended"),
+                }
+            }
+            let ours = ours.map(|(revisions, _)| revisions).unwrap_or_default();
+            let first_difference = seen.iter().zip(&ours).position(|(a, b)| a != b);
+            assert_eq!(
+                seen,
+                ours,
+                "buffer {buffer}, history {history}/{history_bytes} B: first difference at {first_difference:?} ({:?} against {:?})",
+                first_difference.map(|i| &seen[i.saturating_sub(3)..(i + 5).min(seen.len())]),
+                first_difference.map(|i| &ours[i.saturating_sub(3)..(i + 5).min(ours.len())]),
+            );
+        }
     }
 
     #[tokio::test]
