@@ -32,6 +32,11 @@ pub const FINALIZER: &str = "flotilla.io/placement";
 /// How many Works one placement writes at once.
 const WRITES_AT_ONCE: usize = 64;
 
+/// How many placements are reconciled at once. Each holds its plan (a rendered Work per
+/// cluster) and its status while it runs: a thousand at once after a restart held
+/// hundreds of megabytes, and two cores gain nothing from more than a few dozen.
+const PLACEMENTS_AT_ONCE: u16 = 32;
+
 /// What the controller needs of a Placement or a ClusterPlacement.
 pub(super) trait PlacementObject:
     Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static
@@ -89,6 +94,7 @@ pub(super) async fn run<P: PlacementObject>(
     pokes: impl Stream<Item = ObjectRef<P>> + Send + 'static,
 ) {
     Controller::for_shared_stream(changed, P::store(&fleet))
+        .with_config(kube::runtime::controller::Config::default().concurrency(PLACEMENTS_AT_ONCE))
         .reconcile_on(pokes)
         .run(reconcile::<P>, error_policy::<P>, fleet)
         .for_each(|_| async {})
