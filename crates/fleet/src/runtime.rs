@@ -94,6 +94,16 @@ pub enum Error {
     Finalizer(Box<kube::runtime::finalizer::Error<Error>>),
 }
 
+impl Error {
+    /// Whether this is a finalizer added from a cached object older than the hub's (the
+    /// patch's test failed): the cache catches up at once, so it is retried soon and
+    /// quietly.
+    fn is_stale_finalizer(&self) -> bool {
+        matches!(self, Error::Finalizer(e)
+            if matches!(**e, kube::runtime::finalizer::Error::AddFinalizer(_)))
+    }
+}
+
 /// Works by placement and by cluster namespace, kept by the Works' watch, so that a
 /// placement or a cluster finds its Works without going through all of them.
 #[derive(Default)]
@@ -613,6 +623,20 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_failed_finalizer_addition_is_a_stale_cache() {
+        use kube::runtime::finalizer::Error as Finalizer;
+        let stale = Error::Finalizer(Box::new(Finalizer::AddFinalizer(
+            kube::Error::LinesCodecMaxLineLengthExceeded,
+        )));
+        assert!(stale.is_stale_finalizer());
+        let removal = Error::Finalizer(Box::new(Finalizer::RemoveFinalizer(
+            kube::Error::LinesCodecMaxLineLengthExceeded,
+        )));
+        assert!(!removal.is_stale_finalizer());
+        assert!(!Error::Waiting("a cache".into()).is_stale_finalizer());
+    }
 
     #[tokio::test]
     async fn gathered_items_come_once_each_and_the_stream_ends_with_its_channel() {

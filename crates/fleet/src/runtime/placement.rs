@@ -102,6 +102,10 @@ pub(super) async fn run<P: PlacementObject>(
 }
 
 fn error_policy<P: PlacementObject>(p: Arc<P>, error: &Error, _: Arc<Fleet>) -> Action {
+    if error.is_stale_finalizer() {
+        debug!(placement = %key_of(&*p), "finalizer added from an older cache; retrying");
+        return Action::requeue(Duration::from_millis(200));
+    }
     warn!(placement = %key_of(&*p), %error, "placement not reconciled; retrying");
     Action::requeue(Duration::from_secs(2))
 }

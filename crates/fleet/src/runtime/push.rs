@@ -106,11 +106,7 @@ fn needing_sync(
 
 fn error_policy(work: Arc<Work>, error: &Error, fleet: Arc<Fleet>) -> Action {
     fleet.metrics.failed(&key(&work));
-    // The finalizer was added from a cached Work older than the hub's (its test failed):
-    // the cache catches up at once.
-    if let Error::Finalizer(e) = error
-        && matches!(**e, finalizer::Error::AddFinalizer(_))
-    {
+    if error.is_stale_finalizer() {
         return Action::requeue(Duration::from_millis(200));
     }
     warn!(work = %work.name_any(), cluster = %work.spec.cluster, %error, "Work not delivered; retrying");
