@@ -8,11 +8,12 @@ use futures_util::future::ready;
 use futures_util::stream::{self, BoxStream, Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, reflector};
 use tracing::{Instrument, debug, info_span, warn};
 
 use crate::kinds::Kind;
+use crate::live;
 use crate::provenance::ANNOTATION_WORK;
 use crate::{Member, Provenance};
 
@@ -52,23 +53,22 @@ impl Member {
                         let api: Api<DynamicObject> =
                             Api::all_with(client.clone(), &found.resource);
                         let config = watcher::Config::default().labels(&selector);
-                        let writer = reflector::store::Writer::new(found.resource.clone());
+                        let objects = live::Shared::default();
                         // The store serves syncs for as long as this stream lives.
-                        let registration = member.live.register(
-                            &api_version,
-                            &kind,
-                            found.resource.clone(),
-                            writer.as_reader(),
-                        );
-                        let events = watcher::watcher(api, config)
+                        let registration =
+                            member.live.register(&api_version, &kind, objects.clone());
+                        watcher::watcher(api, config)
                             .default_backoff()
                             // Who manages which field is not needed to sync: the bulk of
                             // an object, not kept.
-                            .modify(|o| o.managed_fields_mut().clear());
-                        reflector::reflector(writer, events).filter_map(move |event| {
-                            let _ = &registration;
-                            ready(change(event, &found))
-                        })
+                            .modify(|o| o.managed_fields_mut().clear())
+                            .filter_map(move |event| {
+                                let _ = &registration;
+                                if let Ok(event) = &event {
+                                    live::lock(&objects).apply(event);
+                                }
+                                ready(change(event, &found))
+                            })
                     })
                     .boxed()
             })

@@ -225,7 +225,7 @@ impl Member {
             &status.name,
         );
         let live = match seen {
-            Some(object) => Some(serde_json::to_value(&*object).unwrap_or_default()),
+            Some(object) => Some(object),
             None => match api.get_opt(&status.name).await {
                 Ok(live) => live.map(|o| serde_json::to_value(o).unwrap_or_default()),
                 Err(e) => return Outcome::failed("ApplyFailed", message(&e)),
