@@ -702,8 +702,25 @@ fn works_carry_whole_objects() {
             "drift": [{"path": "/data/k", "hub": "\"v\"", "member": "\"w\""}]}]}});
     assert_eq!(broken("works.flotilla.io", &work, None), []);
     let typed: Work = serde_json::from_value(work.clone()).unwrap();
-    assert_eq!(typed.spec.manifests[0]["data"]["k"], "v");
+    assert_eq!(typed.spec.manifests[0].value()["data"]["k"], "v");
     assert_eq!(serde_json::to_value(&typed).unwrap(), work);
+    // A manifest is kept as its JSON, keys in order: the same object written in another
+    // order is the same manifest.
+    let reordered: Manifest = serde_json::from_str(
+        r#"{"data": {"k": "v"}, "metadata": {"namespace": "shop", "name": "web"},
+            "kind": "ConfigMap", "apiVersion": "v1"}"#,
+    )
+    .unwrap();
+    assert_eq!(reordered, typed.spec.manifests[0]);
+    assert_eq!(
+        reordered.json(),
+        r#"{"apiVersion":"v1","data":{"k":"v"},"kind":"ConfigMap","metadata":{"name":"web","namespace":"shop"}}"#
+    );
+    assert_ne!(
+        reordered,
+        Manifest::from(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web", "namespace": "shop"}, "data": {"k": "w"}}))
+    );
     let schema = schema_of("works.flotilla.io");
     let items = &schema["properties"]["spec"]["properties"]["manifests"]["items"];
     assert_eq!(items["x-kubernetes-embedded-resource"], true);

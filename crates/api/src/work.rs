@@ -1,10 +1,13 @@
 //! [`Work`]: the rendered manifests for one cluster, in the namespace
 //! `flotilla-cluster-<name>`, and what became of each on the member.
 
+use std::sync::Arc;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 
 use crate::{ApplyPolicy, Drift};
 
@@ -62,10 +65,54 @@ pub struct WorkSpec {
     /// The objects to apply, whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "crate::schema::embedded_resources")]
-    pub manifests: Vec<serde_json::Value>,
+    pub manifests: Vec<Manifest>,
     /// How the manifests are applied and kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply: Option<ApplyPolicy>,
+}
+
+/// One object a Work applies, whole: kept as its JSON with the keys in order (a few hundred
+/// bytes, where its decoded maps take kilobytes, for the hundreds of thousands of Works a
+/// hub holds) and decoded where it is used. Two manifests are equal when their objects are.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Manifest(Arc<str>);
+
+impl Manifest {
+    /// The object.
+    pub fn value(&self) -> Value {
+        // Always the text of a JSON value: it is only ever made from one.
+        serde_json::from_str(&self.0).unwrap_or_default()
+    }
+
+    /// The object's JSON, keys in order.
+    pub fn json(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&Value> for Manifest {
+    fn from(object: &Value) -> Self {
+        // `Value`'s maps are ordered, so equal objects give equal text.
+        Manifest(object.to_string().into())
+    }
+}
+
+impl From<Value> for Manifest {
+    fn from(object: Value) -> Self {
+        Manifest::from(&object)
+    }
+}
+
+impl Serialize for Manifest {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.value().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Manifest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(Manifest::from)
+    }
 }
 
 /// A Placement (namespace and name) or a ClusterPlacement (name only).

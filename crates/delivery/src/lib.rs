@@ -159,7 +159,7 @@ impl Member {
             };
             let mut manifests = Vec::with_capacity(work.manifests.len());
             for manifest in &work.manifests {
-                manifests.push(self.sync_manifest(manifest, &cx).await);
+                manifests.push(self.sync_manifest(&manifest.value(), &cx).await);
             }
             // Dependents before what they live in: the reverse of the applying order.
             for gone in previous.iter().rev() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_api::condition::{APPLIED, AVAILABLE};
 use flotilla_api::{
-    ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy, ManifestStatus,
+    ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy, Manifest, ManifestStatus,
     PlacementReference, WorkSpec, WorkStatus,
 };
 use flotilla_apiserver::resources::Registry;
@@ -76,7 +76,7 @@ fn work(manifests: Vec<Value>, apply: Option<ApplyPolicy>) -> WorkSpec {
             name: "web".into(),
         },
         cluster: "member".into(),
-        manifests,
+        manifests: manifests.into_iter().map(Manifest::from).collect(),
         apply,
     }
 }
@@ -619,7 +619,15 @@ async fn remove_deletes_or_orphans_what_a_work_applied() -> anyhow::Result<()> {
     );
     let status = c
         .member
-        .sync(&work(w.manifests.clone(), Some(overwrite)), None, &p, &[])
+        .sync(
+            &work(
+                w.manifests.iter().map(Manifest::value).collect(),
+                Some(overwrite),
+            ),
+            None,
+            &p,
+            &[],
+        )
         .await;
     assert_all_applied(&status);
     c.member

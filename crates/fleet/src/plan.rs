@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use flotilla_api::{
-    Cluster, OverrideSpec, PlacementReference, PlacementSpec, ResourceSelector, WorkSpec,
+    Cluster, Manifest, OverrideSpec, PlacementReference, PlacementSpec, ResourceSelector, WorkSpec,
 };
 use serde_json::{Value, json};
 
@@ -253,7 +253,11 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
             .current
             .iter()
             .filter_map(|(cluster, work)| {
-                let manifest = work.manifests.iter().find(|m| manifest_id(m) == id)?;
+                let manifest = work
+                    .manifests
+                    .iter()
+                    .map(Manifest::value)
+                    .find(|m| manifest_id(m) == id)?;
                 Some((cluster.clone(), manifest["spec"]["replicas"].as_i64()?))
             })
             .collect();
@@ -333,7 +337,7 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
                     WorkSpec {
                         placement: inputs.placement.reference(),
                         cluster: view.name.clone(),
-                        manifests,
+                        manifests: manifests.iter().map(Manifest::from).collect(),
                         apply: inputs.spec.apply.clone(),
                     },
                 );

@@ -110,6 +110,7 @@ fn run(
 fn replicas_in(work: &WorkSpec) -> i64 {
     work.manifests
         .iter()
+        .map(Manifest::value)
         .find(|m| m["kind"] == "Deployment")
         .and_then(|m| m["spec"]["replicas"].as_i64())
         .unwrap()
@@ -143,13 +144,14 @@ fn nine_replicas_divide_one_to_two_with_the_image_overridden() {
     assert_eq!(work.placement.name, "web");
     assert_eq!(work.placement.namespace.as_deref(), Some("shop"));
     // The template's namespace comes first, marked shared; then the Deployment, cleaned.
-    assert_eq!(work.manifests[0]["kind"], "Namespace");
-    assert_eq!(work.manifests[0]["metadata"]["name"], "shop");
+    let namespace = work.manifests[0].value();
+    assert_eq!(namespace["kind"], "Namespace");
+    assert_eq!(namespace["metadata"]["name"], "shop");
     assert_eq!(
-        work.manifests[0]["metadata"]["annotations"][SHARED_ANNOTATION],
+        namespace["metadata"]["annotations"][SHARED_ANNOTATION],
         "true"
     );
-    let deployment = &work.manifests[1];
+    let deployment = &work.manifests[1].value();
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -160,7 +162,7 @@ fn nine_replicas_divide_one_to_two_with_the_image_overridden() {
     assert!(deployment["metadata"].get("resourceVersion").is_none());
     assert_eq!(replicas_in(&plan.works["eu-2"]), 6);
     assert_eq!(
-        plan.works["eu-2"].manifests[1]["spec"]["template"]["spec"]["containers"][0]["image"],
+        plan.works["eu-2"].manifests[1].value()["spec"]["template"]["spec"]["containers"][0]["image"],
         "nginx:eu-2"
     );
     assert_eq!(key().work_name(), "shop.web");
@@ -309,7 +311,7 @@ fn cluster_overrides_apply_before_overrides_and_selectors_pick_templates() {
         &overrides,
         &BTreeMap::new(),
     );
-    let labels = &plan.works["eu-1"].manifests[1]["metadata"]["labels"];
+    let labels = &plan.works["eu-1"].manifests[1].value()["metadata"]["labels"];
     assert_eq!(labels["tier"], "from-namespace");
     assert_eq!(replicas_in(&plan.works["eu-1"]), 2, "Duplicated");
 

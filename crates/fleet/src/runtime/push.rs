@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flotilla_api::{DeletionPolicy, Work, WorkStatus};
+use flotilla_api::{DeletionPolicy, Manifest, Work, WorkStatus};
 use flotilla_delivery::{Change, Provenance};
 use futures_util::{Stream, StreamExt};
 use kube::api::PatchParams;
@@ -239,7 +239,7 @@ fn watch_drift(
     // correct.
     fn kinds_of<'a>(works: impl Iterator<Item = &'a Work>) -> BTreeSet<(String, String)> {
         works
-            .flat_map(|w| w.spec.manifests.iter())
+            .flat_map(|w| w.spec.manifests.iter().map(Manifest::value))
             .filter(|m| !flotilla_delivery::provenance::is_shared(m))
             .map(|m| {
                 (
