@@ -33,9 +33,9 @@ type ObjectKey = (Option<String>, String);
 pub(crate) struct Objects {
     /// Whether the watch has listed once: until then what is here may be incomplete.
     listed: bool,
-    by_key: HashMap<ObjectKey, Box<[u8]>>,
+    by_key: HashMap<ObjectKey, Arc<[u8]>>,
     /// The objects of a (re)list in progress, replacing `by_key` once it is done.
-    building: Option<HashMap<ObjectKey, Box<[u8]>>>,
+    building: Option<HashMap<ObjectKey, Arc<[u8]>>>,
 }
 
 fn key_of(object: &DynamicObject) -> ObjectKey {
@@ -45,10 +45,8 @@ fn key_of(object: &DynamicObject) -> ObjectKey {
     )
 }
 
-fn json_of(object: &DynamicObject) -> Box<[u8]> {
-    serde_json::to_vec(object)
-        .unwrap_or_default()
-        .into_boxed_slice()
+fn json_of(object: &DynamicObject) -> Arc<[u8]> {
+    serde_json::to_vec(object).unwrap_or_default().into()
 }
 
 impl Objects {
@@ -76,15 +74,14 @@ impl Objects {
         }
     }
 
-    /// The object, decoded, once the watch has listed.
-    fn get(&self, namespace: Option<&str>, name: &str) -> Option<Value> {
+    /// The object's JSON, once the watch has listed.
+    fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<[u8]>> {
         if !self.listed {
             return None;
         }
-        let json = self
-            .by_key
-            .get(&(namespace.map(str::to_owned), name.to_owned()))?;
-        serde_json::from_slice(json).ok()
+        self.by_key
+            .get(&(namespace.map(str::to_owned), name.to_owned()))
+            .cloned()
     }
 }
 
@@ -158,8 +155,9 @@ impl Live {
                 .objects
                 .clone()
         };
-        let objects = lock(&objects);
-        objects.get(namespace, name)
+        // Decoded outside the lock: the watch and the member's other syncs go on meanwhile.
+        let json = lock(&objects).get(namespace, name)?;
+        serde_json::from_slice(&json).ok()
     }
 }
 
