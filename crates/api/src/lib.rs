@@ -52,7 +52,7 @@ pub use placement::{
     PropertyOperator, PropertyRequirement, ReplicaMode, ReplicaPolicy, ResourceSelector,
     RolloutStrategy, SpreadConstraint, StrategyType, Toleration, TolerationOperator, WeightTerm,
 };
-pub use work::{Manifest, ManifestStatus, PlacementReference, Work, WorkSpec, WorkStatus};
+pub use work::{Json, Manifest, ManifestStatus, PlacementReference, Work, WorkSpec, WorkStatus};
 
 /// The API group of Flotilla's own kinds.
 pub const GROUP: &str = "flotilla.io";

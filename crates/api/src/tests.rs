@@ -721,7 +721,16 @@ fn works_carry_whole_objects() {
         Manifest::from(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "web", "namespace": "shop"}, "data": {"k": "w"}}))
     );
+    // So is what a manifest reports back.
+    let status = typed.status.as_ref().unwrap();
+    let feedback = status.manifests[0].status_feedback.as_ref().unwrap();
+    assert_eq!(feedback.json(), r#"{"readyReplicas":2}"#);
+    assert_eq!(feedback.value()["readyReplicas"], 2);
     let schema = schema_of("works.flotilla.io");
+    let feedback = &schema["properties"]["status"]["properties"]["manifests"]["items"]["properties"]
+        ["statusFeedback"];
+    assert_eq!(feedback["type"], "object");
+    assert_eq!(feedback["x-kubernetes-preserve-unknown-fields"], true);
     let items = &schema["properties"]["spec"]["properties"]["manifests"]["items"];
     assert_eq!(items["x-kubernetes-embedded-resource"], true);
     assert_eq!(items["x-kubernetes-preserve-unknown-fields"], true);

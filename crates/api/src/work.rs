@@ -71,47 +71,52 @@ pub struct WorkSpec {
     pub apply: Option<ApplyPolicy>,
 }
 
-/// One object a Work applies, whole: kept as its JSON with the keys in order (a few hundred
-/// bytes, where its decoded maps take kilobytes, for the hundreds of thousands of Works a
-/// hub holds) and decoded where it is used. Two manifests are equal when their objects are.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Manifest(Arc<str>);
+/// One object a Work applies, whole (see [`Json`]).
+pub type Manifest = Json;
 
-impl Manifest {
-    /// The object.
+/// A JSON value kept as its text with the keys in order: a few hundred bytes, where its
+/// decoded maps take kilobytes, for the hundreds of thousands of Works a hub holds (their
+/// manifests, and what each reports back); decoded where it is used. Two are equal when
+/// their values are.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Json(Arc<str>);
+
+impl Json {
+    /// The value.
     pub fn value(&self) -> Value {
         // Always the text of a JSON value: it is only ever made from one.
         serde_json::from_str(&self.0).unwrap_or_default()
     }
 
-    /// The object's JSON, keys in order.
+    /// The value's JSON, keys in order.
     pub fn json(&self) -> &str {
         &self.0
     }
 }
 
-impl From<&Value> for Manifest {
-    fn from(object: &Value) -> Self {
-        // `Value`'s maps are ordered, so equal objects give equal text.
-        Manifest(object.to_string().into())
+impl From<&Value> for Json {
+    fn from(value: &Value) -> Self {
+        // `Value`'s maps are ordered, so equal values give equal text.
+        Json(value.to_string().into())
     }
 }
 
-impl From<Value> for Manifest {
-    fn from(object: Value) -> Self {
-        Manifest::from(&object)
+impl From<Value> for Json {
+    fn from(value: Value) -> Self {
+        Json::from(&value)
     }
 }
 
-impl Serialize for Manifest {
+impl Serialize for Json {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.value().serialize(serializer)
     }
 }
 
-impl<'de> Deserialize<'de> for Manifest {
+impl<'de> Deserialize<'de> for Json {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Value::deserialize(deserializer).map(Manifest::from)
+        // Through a `Value`, so that the keys come out in order whatever the input's.
+        Value::deserialize(deserializer).map(Json::from)
     }
 }
 
@@ -161,7 +166,7 @@ pub struct ManifestStatus {
     /// as the object has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::free_object")]
-    pub status_feedback: Option<serde_json::Value>,
+    pub status_feedback: Option<Json>,
     /// Fields whose value on the member differs from the manifest's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<Drift>,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::condition::{APPLIED, AVAILABLE};
 use flotilla_api::{
-    ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy, ManifestStatus,
+    ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy, Json, ManifestStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -144,7 +144,8 @@ impl Member {
                 let up = availability(&status.api_version, &status.kind, &object);
                 let available = set(AVAILABLE, up.available.into(), up.reason, up.message);
                 status.conditions = vec![applied, available];
-                status.status_feedback = feedback(&status.api_version, &status.kind, &object);
+                status.status_feedback =
+                    feedback(&status.api_version, &status.kind, &object).map(Json::from);
                 status.drift = drift;
             }
             Outcome::Failed { reason, message } => {

@@ -313,7 +313,7 @@ async fn a_work_is_applied_with_provenance_and_a_resync_writes_nothing() -> anyh
         available(web),
         ("True", "ReplicasAvailable", "3/3 replicas available")
     );
-    let feedback = web.status_feedback.as_ref().context("feedback")?;
+    let feedback = web.status_feedback.as_ref().context("feedback")?.value();
     assert_eq!(feedback["replicas"], 3);
     assert_eq!(feedback["readyReplicas"], 3);
     assert_eq!(feedback["availableReplicas"], 3);

@@ -189,7 +189,7 @@ fn drift_of(manifests: &[ManifestStatus]) -> Vec<Drift> {
 pub fn feedback<'a>(
     id: &ManifestId,
     works: impl IntoIterator<Item = &'a WorkStatus>,
-) -> Vec<&'a Value> {
+) -> Vec<Value> {
     works
         .into_iter()
         .filter_map(|status| {
@@ -200,7 +200,7 @@ pub fn feedback<'a>(
                     && m.name == id.3
             })
         })
-        .filter_map(|m| m.status_feedback.as_ref())
+        .filter_map(|m| m.status_feedback.as_ref().map(|f| f.value()))
         .collect()
 }
 
@@ -249,7 +249,7 @@ pub fn aggregate(
     api_version: &str,
     kind: &str,
     generation: Option<i64>,
-    feedback: &[&Value],
+    feedback: &[Value],
     complete: bool,
     previous: &Value,
 ) -> Option<Value> {

@@ -93,14 +93,22 @@ fn needing_sync(
     changed: impl Stream<Item = Arc<Work>> + Send + 'static,
     works: kube::runtime::reflector::Store<Work>,
 ) -> impl Stream<Item = Arc<Work>> + Send + 'static {
-    let mut seen: std::collections::HashMap<ObjectRef<Work>, u64> = Default::default();
+    // By namespace and name alone: an `ObjectRef` carries the version and uid too, 2–3
+    // times the memory for each of a hundred thousand Works.
+    let mut seen: std::collections::HashMap<(Box<str>, Box<str>), u64> = Default::default();
     changed.filter(move |work| {
         // Works gone leave their entries: dropped once they are as many as the Works.
         if seen.len() > 2 * works.len() + 1024 {
-            seen.retain(|key, _| works.get(key).is_some());
+            seen.retain(|(namespace, name), _| {
+                works.get(&ObjectRef::new(name).within(namespace)).is_some()
+            });
         }
-        let hash = sync_hash(work);
-        futures_util::future::ready(seen.insert(ObjectRef::from_obj(&**work), hash) != Some(hash))
+        let (meta, hash) = (&work.metadata, sync_hash(work));
+        let key = (
+            meta.namespace.as_deref().unwrap_or_default().into(),
+            meta.name.as_deref().unwrap_or_default().into(),
+        );
+        futures_util::future::ready(seen.insert(key, hash) != Some(hash))
     })
 }
 

@@ -31,10 +31,13 @@ fn work(applied: bool, available: bool, ready: i64) -> WorkStatus {
             kind: "Deployment".into(),
             namespace: Some("shop".into()),
             name: "web".into(),
-            status_feedback: Some(json!({"replicas": 3, "readyReplicas": ready,
+            status_feedback: Some(
+                json!({"replicas": 3, "readyReplicas": ready,
                 "availableReplicas": ready, "updatedReplicas": 3,
                 "conditions": [{"type": "Available", "status": if available {"True"} else {"False"},
-                    "reason": "MinimumReplicasUnavailable", "message": "not yet"}]})),
+                    "reason": "MinimumReplicasUnavailable", "message": "not yet"}]})
+                .into(),
+            ),
             drift: vec![Drift {
                 path: "/spec/replicas".into(),
                 hub: Some("3".into()),
