@@ -753,16 +753,22 @@ impl Api {
         name: &str,
     ) -> ApiResult<(Value, Revision)> {
         let key = keys::key(rt, &self.cluster, namespace, name);
-        let kv = self
-            .store
-            .get(&key, None)
-            .await?
-            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
-        let object: Value = serde_json::from_slice(&kv.value)
+        let not_found = || ApiError::not_found(&rt.group, &rt.plural, name);
+        // The key's latest revision from the store's index; its value from the watch
+        // cache's history when the change is still there (a write moments ago), else read.
+        let latest = self.store.mod_revision(&key).await?.ok_or_else(not_found)?;
+        let (value, revision) = match self.watch_cache.written_at(&key, latest) {
+            Some(value) => (value, latest),
+            None => {
+                let kv = self.store.get(&key, None).await?.ok_or_else(not_found)?;
+                (kv.value, kv.mod_revision)
+            }
+        };
+        let object: Value = serde_json::from_slice(&value)
             .map_err(|e| ApiError::internal(format!("stored object {name} is not JSON: {e}")))?;
         Ok((
-            object::with_resource_version(object, kv.mod_revision.get()),
-            kv.mod_revision,
+            object::with_resource_version(object, revision.get()),
+            revision,
         ))
     }
 

@@ -412,6 +412,35 @@ impl WatchCache {
         }
     }
 
+    /// The stored JSON `key` was written with at `revision`, while the resource's history
+    /// still holds that change: one revision is one write, so it is what the store holds
+    /// at that revision. Serves the read of a read-modify-write (an update or a patch of an
+    /// object written moments before, such as a status write after an apply) from memory,
+    /// without loading the resource's objects.
+    pub fn written_at(&self, key: &[u8], revision: Revision) -> Option<Bytes> {
+        let prefix = resource_of(key)?;
+        let resource = self
+            .inner
+            .resources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(prefix)
+            .cloned()?;
+        let state = resource
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let at = state
+            .history
+            .binary_search_by_key(&revision, |change| change.revision)
+            .ok()?;
+        let change = &state.history[at];
+        if change.key != key || change.kind != EventKind::Put {
+            return None;
+        }
+        change.raw_object.clone()
+    }
+
     /// Whether the feeder has processed `revision`, waiting a little for it: a write that
     /// just returned is routed within moments, sooner than the store answers a read.
     async fn caught_up(&self, revision: Revision) -> bool {
@@ -1380,6 +1409,43 @@ mod tests {
                 first_difference.map(|i| &ours[i.saturating_sub(3)..(i + 5).min(ours.len())]),
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_write_still_in_the_history_is_read_from_it_by_its_revision() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(
+            store.clone(),
+            Config {
+                history: 3,
+                ..Config::default()
+            },
+        );
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        let start = store.current_revision().await.unwrap();
+        // Unwatched resources keep no history.
+        let first = store.create(key, value("x", 1)).await.unwrap();
+        assert_eq!(cache.written_at(key, first), None);
+        let mut live = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        next_change(&mut live).await;
+        let second = store.update(key, value("x", 2), first).await.unwrap();
+        next_change(&mut live).await;
+        assert_eq!(cache.written_at(key, second), Some(value("x", 2)));
+        // The first write came before the watch: caught up from the store, not kept.
+        assert_eq!(cache.written_at(key, first), None);
+        // Only that key's change at that revision, and not a deletion.
+        assert_eq!(cache.written_at(b"/core/configmaps/root/a/y", second), None);
+        assert_eq!(cache.written_at(b"/core/secrets/root/a/x", second), None);
+        let (deleted, _) = store.delete(key, None).await.unwrap();
+        next_change(&mut live).await;
+        assert_eq!(cache.written_at(key, deleted), None);
+        // Once the history has moved past it, the store must be read.
+        for n in 0..3 {
+            let other = format!("/core/configmaps/root/a/o{n}");
+            store.create(other.as_bytes(), value("o", n)).await.unwrap();
+            next_change(&mut live).await;
+        }
+        assert_eq!(cache.written_at(key, second), None);
     }
 
     #[tokio::test]
