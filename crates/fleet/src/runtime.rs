@@ -207,8 +207,8 @@ pub(crate) struct Fleet {
     /// namespaces), and when.
     decisions: Mutex<HashMap<PlacementKey, Published>>,
     /// Works (namespace/name) whose status write waits for their member's rollout to
-    /// report back, and the generation it waits for.
-    settling: Mutex<HashMap<String, i64>>,
+    /// report back: the generation it waits for, and until when.
+    settling: Mutex<HashMap<String, (i64, std::time::Instant)>>,
     /// Moved by every change of the clusters as selection sees them and of the overrides:
     /// with the same placement, templates and Works, a plan made at one epoch holds.
     inputs_epoch: std::sync::atomic::AtomicU64,

@@ -485,11 +485,10 @@ async fn publish_decision(
         .unwrap_or_else(|| fleet.config.system_namespace.clone());
     let api: Api<PlacementDecision> = Api::namespaced(fleet.client.clone(), &namespace);
     let placement_label = key.name.clone();
-    let clusters = fleet.clusters.state();
     let profile_namespace = |cluster: &str| {
-        clusters
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(cluster))
+        fleet
+            .clusters
+            .get(&ObjectRef::new(cluster))
             .and_then(|c| c.spec.cluster_set.clone())
             .unwrap_or_else(|| fleet.config.system_namespace.clone())
     };

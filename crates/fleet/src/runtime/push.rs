@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use flotilla_api::{DeletionPolicy, Manifest, Work, WorkStatus};
 use flotilla_delivery::{Change, Provenance};
@@ -161,9 +161,8 @@ async fn reconcile(work: Arc<Work>, fleet: Arc<Fleet>) -> Result<Action, Error> 
 }
 
 fn cluster_of(fleet: &Fleet, name: &str) -> Option<Arc<flotilla_api::Cluster>> {
-    fleet
-        .clusters
-        .find(|c| c.metadata.name.as_deref() == Some(name))
+    // Clusters are cluster-scoped: found by name, not by a scan of them all.
+    fleet.clusters.get(&ObjectRef::new(name))
 }
 
 async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
@@ -195,15 +194,27 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     fleet.metrics.synced(&key(work), applied);
     // A new generation just applied and not yet available: the member's rollout reports
     // back within moments (its changes reach this Work after FEEDBACK_EVERY), so the status
-    // is written once then, with its availability, not now and again then. At the latest
-    // it is written by the sync after SETTLING.
+    // is written once then, with its availability, not now and again then; a report of
+    // the rollout still under way (its first counters) is waited past too. At the latest
+    // it is written by the first sync SETTLING after the apply.
     let generation = status.observed_generation.unwrap_or_default();
     let key = key(work);
-    let waited = fleet.settling.lock().expect("lock").remove(&key) == Some(generation);
-    if waits_for_rollout(work.status.as_ref(), &status, applied, waited) {
-        fleet.settling.lock().expect("lock").insert(key, generation);
+    let now = Instant::now();
+    let waiting = {
+        let mut settling = fleet.settling.lock().expect("lock");
+        let waiting = settling
+            .remove(&key)
+            .filter(|(waited_for, _)| *waited_for == generation)
+            .map(|(_, until)| until);
+        let until = settles_until(work.status.as_ref(), &status, applied, waiting, now);
+        if let Some(until) = until {
+            settling.insert(key, (generation, until));
+        }
+        until
+    };
+    if let Some(until) = waiting {
         watch_drift(fleet, name, &member, work);
-        return Ok(Action::requeue(SETTLING));
+        return Ok(Action::requeue(until - now));
     }
     if work.status.as_ref() != Some(&status) {
         patch_only::<Work, _>(
@@ -220,19 +231,23 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     Ok(Action::requeue(fleet.config.resync_period))
 }
 
-/// Whether a sync's `status` is better written once the member's rollout reports back: a
-/// new generation was just `applied` (the `previous` status is of another) and is not
-/// available yet, and the status has not `waited` for it already.
-fn waits_for_rollout(
+/// Until when a sync's `status` is better left unwritten, for the member's rollout to
+/// report back: a new generation was just `applied` (the `previous` status is of another)
+/// and is not available yet. The wait starts at the first such sync (`now`, or the end of
+/// a wait already under way, `waiting`) and lasts SETTLING; `None` once it is over, or
+/// when the status is to be written now.
+fn settles_until(
     previous: Option<&WorkStatus>,
     status: &WorkStatus,
     applied: bool,
-    waited: bool,
-) -> bool {
-    !waited
-        && applied
+    waiting: Option<Instant>,
+    now: Instant,
+) -> Option<Instant> {
+    let rolling_out = applied
         && !model::is_true(&status.conditions, flotilla_api::condition::AVAILABLE)
-        && previous.and_then(|s| s.observed_generation) != status.observed_generation
+        && previous.and_then(|s| s.observed_generation) != status.observed_generation;
+    let until = waiting.unwrap_or(now + SETTLING);
+    (rolling_out && now < until).then_some(until)
 }
 
 /// Makes sure a watch of `cluster`'s delivered objects covers every kind its Works hold
@@ -397,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_generation_rolling_out_waits_once_for_its_availability() {
+    fn a_new_generation_rolling_out_waits_for_its_availability_a_while() {
         let condition = |type_: &str, status: &str| Condition {
             type_: type_.into(),
             status: status.into(),
@@ -415,39 +430,38 @@ mod tests {
             ..WorkStatus::default()
         };
         let before = status(1, "True");
-        // Generation 2 applied, rolling out: wait, once.
-        assert!(waits_for_rollout(
-            Some(&before),
-            &status(2, "False"),
-            true,
-            false
-        ));
-        assert!(!waits_for_rollout(
-            Some(&before),
-            &status(2, "False"),
-            true,
-            true
-        ));
+        let now = Instant::now();
+        let later = now + SETTLING / 2;
+        let over = now + SETTLING;
+        // Generation 2 applied, rolling out: wait SETTLING from the first sync that saw it,
+        // whatever syncs come in between (a report of the rollout still under way).
+        let until = settles_until(Some(&before), &status(2, "False"), true, None, now);
+        assert_eq!(until, Some(now + SETTLING));
+        assert_eq!(
+            settles_until(Some(&before), &status(2, "False"), true, until, later),
+            until
+        );
+        assert_eq!(
+            settles_until(Some(&before), &status(2, "False"), true, until, over),
+            None
+        );
         // First delivery alike.
-        assert!(waits_for_rollout(None, &status(1, "Unknown"), true, false));
-        // Available at once, not applied, or the same generation: written now.
-        assert!(!waits_for_rollout(
-            Some(&before),
-            &status(2, "True"),
-            true,
-            false
-        ));
-        assert!(!waits_for_rollout(
-            Some(&before),
-            &status(2, "False"),
-            false,
-            false
-        ));
-        assert!(!waits_for_rollout(
-            Some(&before),
-            &status(1, "False"),
-            true,
-            false
-        ));
+        assert!(settles_until(None, &status(1, "Unknown"), true, None, now).is_some());
+        // Available (at once, or while waiting), not applied, or the same generation:
+        // written now.
+        for (status, applied) in [
+            (status(2, "True"), true),
+            (status(2, "False"), false),
+            (status(1, "False"), true),
+        ] {
+            assert_eq!(
+                settles_until(Some(&before), &status, applied, None, now),
+                None
+            );
+            assert_eq!(
+                settles_until(Some(&before), &status, applied, until, later),
+                None
+            );
+        }
     }
 }
