@@ -26,6 +26,30 @@ pub fn is_shared(object: &serde_json::Value) -> bool {
     object["metadata"]["annotations"][ANNOTATION_SHARED] == "true"
 }
 
+/// The apiVersion and kind of a manifest given as its JSON, unless it is shared: the kinds
+/// a member's drift watch covers. Only those fields are read (the rest of the object is
+/// skipped, not decoded into values): every sync asks it of its Work's manifests.
+pub fn owned_kind(manifest: &str) -> Option<(String, String)> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        #[serde(default)]
+        api_version: String,
+        #[serde(default)]
+        kind: String,
+        #[serde(default)]
+        metadata: Meta,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Meta {
+        #[serde(default)]
+        annotations: std::collections::BTreeMap<String, Value>,
+    }
+    let head: Head = serde_json::from_str(manifest).ok()?;
+    let shared = head.metadata.annotations.get(ANNOTATION_SHARED) == Some(&Value::from("true"));
+    (!shared).then_some((head.api_version, head.kind))
+}
+
 const MANAGED_BY: &str = "flotilla";
 
 /// Where delivered objects come from: which hub, placement and Work.
@@ -228,6 +252,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_kind_is_owned_unless_its_manifest_is_shared() {
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "annotations": {"a": "b"}}, "spec": {"replicas": 2}});
+        assert!(!is_shared(&deployment));
+        assert_eq!(
+            owned_kind(&deployment.to_string()),
+            Some(("apps/v1".into(), "Deployment".into()))
+        );
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "shop", "annotations": {ANNOTATION_SHARED: "true"}}});
+        assert!(is_shared(&namespace));
+        assert_eq!(owned_kind(&namespace.to_string()), None);
+        let bare = json!({"apiVersion": "v1", "kind": "ConfigMap"});
+        assert_eq!(
+            owned_kind(&bare.to_string()),
+            Some(("v1".into(), "ConfigMap".into()))
+        );
+    }
 
     #[test]
     fn the_hash_ignores_key_order_and_sees_every_value() {

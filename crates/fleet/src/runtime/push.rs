@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flotilla_api::{DeletionPolicy, Manifest, Work, WorkStatus};
+use flotilla_api::{DeletionPolicy, Work, WorkStatus};
 use flotilla_delivery::{Change, Provenance};
 use futures_util::{Stream, StreamExt};
 use kube::api::PatchParams;
@@ -262,14 +262,8 @@ fn watch_drift(
     // correct.
     fn kinds_of<'a>(works: impl Iterator<Item = &'a Work>) -> BTreeSet<(String, String)> {
         works
-            .flat_map(|w| w.spec.manifests.iter().map(Manifest::value))
-            .filter(|m| !flotilla_delivery::provenance::is_shared(m))
-            .map(|m| {
-                (
-                    m["apiVersion"].as_str().unwrap_or_default().to_owned(),
-                    m["kind"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
+            .flat_map(|w| w.spec.manifests.iter())
+            .filter_map(|m| flotilla_delivery::provenance::owned_kind(m.json()))
             .collect()
     }
     let wanted = kinds_of(std::iter::once(work));
