@@ -26,6 +26,22 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
+/// The allocator the `flotilla` binary uses, so that costs match the shipped hub's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The store under test, for its counts of transactions and writes.
+static SQLITE: std::sync::OnceLock<Arc<SqliteStore>> = std::sync::OnceLock::new();
+
+/// Writes per transaction so far (how well concurrent writes were grouped).
+fn grouping() -> String {
+    let stats = SQLITE.get().map(|s| s.stats()).unwrap_or_default();
+    format!(
+        "{} writes in {} transactions",
+        stats.writes, stats.transactions
+    )
+}
+
 const OBJECTS: usize = 1_000;
 const NAMESPACE: &str = "bench";
 
@@ -164,7 +180,9 @@ async fn run() {
         _ => panic!("usage: request_cost store|api|router|https get|create|update N"),
     };
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
+    let sqlite = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
+    let _ = SQLITE.set(sqlite.clone());
+    let store: Arc<dyn Store> = sqlite;
     if mode == "store" {
         if op != "create" {
             for i in 0..OBJECTS {
@@ -187,7 +205,7 @@ async fn run() {
         }
         if std::env::var_os("REQUEST_COST_TIME").is_some() {
             let each = started.elapsed() / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
-            eprintln!("{n} store calls, {each:?} each");
+            eprintln!("{n} store calls, {each:?} each; {}", grouping());
         }
         return;
     }
@@ -333,7 +351,7 @@ async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>, setup_calls: u
     }
     if std::env::var_os("REQUEST_COST_TIME").is_some() {
         let each = started.elapsed() / u32::try_from(measured.max(1)).unwrap_or(u32::MAX);
-        eprintln!("{measured} requests, {each:?} each");
+        eprintln!("{measured} requests, {each:?} each; {}", grouping());
     }
     drop(sender);
     let _ = driver.await;
