@@ -20,6 +20,7 @@
 //!
 //!   Member::changes ─► one label-selected watch per kind (backoff) ─► () per change
 //!   Member::probe   ─► /version + Σ Nodes' allocatable + ClusterProperties ─► Health
+//!                      (probe_within: the last two reused while younger than an age)
 //!   Member::remove  ─► every applied object deleted | provenance off
 //! ```
 //!
@@ -46,6 +47,8 @@
 //! let health = member.probe().await?;
 //! # Ok(()) }
 //! ```
+
+use std::time::Duration;
 
 use flotilla_api::{DeletionPolicy, ManifestStatus, WorkSpec, WorkStatus};
 use futures_util::Stream;
@@ -101,6 +104,7 @@ pub struct Member {
     kinds: kinds::Kinds,
     live: live::Live,
     shared: sync::SharedSeen,
+    facts: health::Facts,
 }
 
 impl std::fmt::Debug for Member {
@@ -117,6 +121,7 @@ impl Member {
             kinds: kinds::Kinds::default(),
             live: live::Live::default(),
             shared: sync::SharedSeen::default(),
+            facts: health::Facts::default(),
         }
     }
 
@@ -124,7 +129,15 @@ impl Member {
     /// allocatable resources, and its ClusterProperties (none when that API is not
     /// served). Fails when the member does not answer.
     pub async fn probe(&self) -> Result<Health, Error> {
-        self.probe_health().await
+        self.probe_health(Duration::ZERO).await
+    }
+
+    /// [`Member::probe`], with the Nodes and ClusterProperties listed only when the last
+    /// listing is `facts_max_age` old or more: one request (`GET /version`) otherwise.
+    /// Capacity and properties change seldom; reachability is what a frequent probe
+    /// checks.
+    pub async fn probe_within(&self, facts_max_age: Duration) -> Result<Health, Error> {
+        self.probe_health(facts_max_age).await
     }
 
     /// Brings the member in line with `work` and returns the Work's status.

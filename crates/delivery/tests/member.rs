@@ -698,7 +698,17 @@ async fn probe_reports_version_capacity_and_properties() -> anyhow::Result<()> {
         .create(&PostParams::default(), &serde_json::from_value(property)?)
         .await?;
 
+    // A probe that may reuse its last listing (none yet: the first probe listed) finds
+    // neither the Nodes nor the property; a full one finds them, and then a reusing one
+    // does too.
+    let within = c.member.probe_within(Duration::from_secs(3600)).await?;
+    assert!(within.kubernetes_version.starts_with('v'), "{within:?}");
+    assert!(within.allocatable.is_empty() && within.properties.is_empty());
     let health = c.member.probe().await?;
+    assert_eq!(
+        c.member.probe_within(Duration::from_secs(3600)).await?,
+        health
+    );
     let allocatable: Vec<(&str, &str)> = health
         .allocatable
         .iter()

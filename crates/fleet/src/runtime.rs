@@ -209,6 +209,8 @@ pub(crate) struct Fleet {
     /// Works (namespace/name) whose status write waits for their member's rollout to
     /// report back: the generation it waits for, and until when.
     settling: Mutex<HashMap<String, (i64, std::time::Instant)>>,
+    /// Namespaces and ClusterProfiles the cluster controller confirmed lately.
+    confirmed: Mutex<health::Confirmed>,
     /// Moved by every change of the clusters as selection sees them and of the overrides:
     /// with the same placement, templates and Works, a plan made at one epoch holds.
     inputs_epoch: std::sync::atomic::AtomicU64,
@@ -483,7 +485,11 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let fleet = Arc::new(Fleet {
         client: client.clone(),
         templates: templates::Templates::new(client.clone()),
-        members: members::Members::new(client.clone(), config.health_period),
+        members: members::Members::new(
+            client.clone(),
+            config.health_period,
+            health::reconfirm_after(&config),
+        ),
         config,
         clusters,
         overrides,
@@ -498,6 +504,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         work_index: Mutex::default(),
         decisions: Mutex::default(),
         settling: Mutex::default(),
+        confirmed: Mutex::default(),
         inputs_epoch: std::sync::atomic::AtomicU64::new(0),
         plans: Mutex::default(),
         metrics,

@@ -1,8 +1,9 @@
 //! The cluster controller: each Cluster's Works namespace, its health (the member probed
 //! every health period), its ClusterProfile, and its removal when it is unjoined.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use flotilla_api::{
     Cluster, ClusterManager, ClusterProfile, ClusterProfileSpec, ClusterProfileStatus,
@@ -24,6 +25,62 @@ use crate::status::condition as make_condition;
 
 /// The finalizer that empties a cluster's Works namespace before the Cluster goes.
 pub const FINALIZER: &str = "flotilla.io/cluster";
+
+/// Probes between two listings of a member's Nodes and ClusterProperties, and between two
+/// confirmations of what the controller itself keeps (a namespace exists; a profile is as
+/// published): a health period confirms reachability, these change seldom.
+const RECONFIRM_EVERY: u32 = 6;
+
+/// What the cluster controller confirmed lately, so that a probe does not read it again:
+/// namespaces that exist, and for each cluster what its ClusterProfile was published from.
+#[derive(Default)]
+pub(super) struct Confirmed {
+    namespaces: HashMap<String, Instant>,
+    profiles: HashMap<String, (u64, Instant)>,
+}
+
+impl Confirmed {
+    fn namespace_exists(&self, name: &str, max_age: Duration) -> bool {
+        self.namespaces
+            .get(name)
+            .is_some_and(|at| at.elapsed() < max_age)
+    }
+
+    fn profile_published(&self, cluster: &str, inputs: u64, max_age: Duration) -> bool {
+        self.profiles
+            .get(cluster)
+            .is_some_and(|(published, at)| *published == inputs && at.elapsed() < max_age)
+    }
+
+    fn forget_cluster(&mut self, cluster: &str) {
+        self.namespaces.remove(&work_namespace(cluster));
+        self.profiles.remove(cluster);
+    }
+}
+
+/// How long what [`Confirmed`] holds is trusted, and a member client is used before its
+/// credentials are read again.
+pub(super) fn reconfirm_after(config: &super::Config) -> Duration {
+    config.health_period * RECONFIRM_EVERY
+}
+
+/// A digest of what a cluster's ClusterProfile is made from: its name, set and status
+/// (less the heartbeat, which the profile does not carry).
+fn profile_inputs(cluster: &Cluster, status: &ClusterStatus) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let status = ClusterStatus {
+        last_heartbeat_time: None,
+        ..status.clone()
+    };
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        cluster.metadata.name.as_deref(),
+        cluster.spec.cluster_set.as_deref(),
+        serde_json::to_string(&status).unwrap_or_default(),
+    )
+        .hash(&mut hasher);
+    hasher.finish()
+}
 
 /// Runs the cluster controller until the process ends.
 pub(super) async fn run(
@@ -61,8 +118,21 @@ async fn ensure_namespace(
     name: &str,
     labels: BTreeMap<String, String>,
 ) -> Result<(), Error> {
+    if fleet
+        .confirmed
+        .lock()
+        .expect("lock")
+        .namespace_exists(name, reconfirm_after(&fleet.config))
+    {
+        return Ok(());
+    }
+    let confirm = || {
+        let mut confirmed = fleet.confirmed.lock().expect("lock");
+        confirmed.namespaces.insert(name.to_owned(), Instant::now());
+    };
     let api: Api<Namespace> = Api::all(fleet.client.clone());
     if api.get_opt(name).await?.is_some() {
+        confirm();
         return Ok(());
     }
     let namespace = Namespace {
@@ -74,10 +144,12 @@ async fn ensure_namespace(
         ..Namespace::default()
     };
     match api.create(&PostParams::default(), &namespace).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
     }
+    confirm();
+    Ok(())
 }
 
 /// The namespace of a cluster's ClusterProfile: its set's, else the system namespace.
@@ -99,7 +171,8 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     .await?;
     let probed = match fleet.members.get(cluster).await {
         Ok(member) => {
-            match tokio::time::timeout(fleet.config.health_period, member.probe()).await {
+            let probe = member.probe_within(reconfirm_after(&fleet.config));
+            match tokio::time::timeout(fleet.config.health_period, probe).await {
                 Ok(Ok(health)) => Ok(health),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err(format!("no answer within {:?}", fleet.config.health_period)),
@@ -174,7 +247,17 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
             info!(ready = probed.is_ok(), "cluster status changed");
         }
     }
-    publish_profile(fleet, cluster, &status).await?;
+    let inputs = profile_inputs(cluster, &status);
+    let published = fleet.confirmed.lock().expect("lock").profile_published(
+        &name,
+        inputs,
+        reconfirm_after(&fleet.config),
+    );
+    if !published {
+        publish_profile(fleet, cluster, &status).await?;
+        let mut confirmed = fleet.confirmed.lock().expect("lock");
+        confirmed.profiles.insert(name, (inputs, Instant::now()));
+    }
     Ok(Action::requeue(fleet.config.health_period))
 }
 
@@ -356,6 +439,75 @@ async fn unjoin(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> 
     }
     fleet.members.forget(&name);
     fleet.drift_watches.lock().expect("lock").remove(&name);
+    fleet.confirmed.lock().expect("lock").forget_cluster(&name);
     info!("cluster unjoined");
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_was_confirmed_is_trusted_for_a_while_and_forgotten_with_its_cluster() {
+        let mut confirmed = Confirmed::default();
+        let a_while = Duration::from_secs(60);
+        assert!(!confirmed.namespace_exists("flotilla-cluster-a", a_while));
+        confirmed
+            .namespaces
+            .insert(work_namespace("a"), Instant::now());
+        confirmed
+            .namespaces
+            .insert("flotilla-system".into(), Instant::now());
+        assert!(confirmed.namespace_exists(&work_namespace("a"), a_while));
+        // Not once the while is over.
+        assert!(!confirmed.namespace_exists(&work_namespace("a"), Duration::ZERO));
+
+        confirmed.profiles.insert("a".into(), (7, Instant::now()));
+        assert!(confirmed.profile_published("a", 7, a_while));
+        // Other inputs are published again.
+        assert!(!confirmed.profile_published("a", 8, a_while));
+        assert!(!confirmed.profile_published("b", 7, a_while));
+
+        confirmed.forget_cluster("a");
+        assert!(!confirmed.namespace_exists(&work_namespace("a"), a_while));
+        assert!(!confirmed.profile_published("a", 7, a_while));
+        // A namespace other clusters share stays.
+        assert!(confirmed.namespace_exists("flotilla-system", a_while));
+    }
+
+    #[test]
+    fn a_profile_is_republished_when_what_it_shows_changes_not_for_a_heartbeat() {
+        let cluster: Cluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "flotilla.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": "a"}, "spec": {}
+        }))
+        .unwrap();
+        let status = ClusterStatus {
+            kubernetes_version: Some("v1.33.1".into()),
+            ..ClusterStatus::default()
+        };
+        let beat = ClusterStatus {
+            last_heartbeat_time: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+            ..status.clone()
+        };
+        assert_eq!(
+            profile_inputs(&cluster, &status),
+            profile_inputs(&cluster, &beat)
+        );
+        let upgraded = ClusterStatus {
+            kubernetes_version: Some("v1.34.0".into()),
+            ..status.clone()
+        };
+        assert_ne!(
+            profile_inputs(&cluster, &status),
+            profile_inputs(&cluster, &upgraded)
+        );
+        let mut in_a_set = cluster.clone();
+        in_a_set.spec.cluster_set = Some("blue".into());
+        assert_ne!(
+            profile_inputs(&cluster, &status),
+            profile_inputs(&in_a_set, &status)
+        );
+    }
 }

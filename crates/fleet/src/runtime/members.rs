@@ -34,16 +34,19 @@ pub const MEMBER_CONCURRENCY: usize = 8;
 pub(super) struct Members {
     hub: Client,
     timeout: Duration,
+    /// How long a client is used before its credentials Secret is read again.
+    recheck: Duration,
     members: Mutex<HashMap<String, Built>>,
     pools: Pools,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Members {
-    pub fn new(hub: Client, timeout: Duration) -> Self {
+    pub fn new(hub: Client, timeout: Duration, recheck: Duration) -> Self {
         Members {
             hub,
             timeout,
+            recheck,
             members: Mutex::default(),
             pools: Pools::default(),
             turns: Mutex::default(),
@@ -62,12 +65,13 @@ impl Members {
         turns.acquire_owned().await.expect("never closed")
     }
 
-    /// The member client of `cluster`; its credentials Secret is read again at most once
-    /// per health period.
+    /// The member client of `cluster`; its credentials Secret is read again once the client
+    /// is `recheck` old (a rotation is picked up then; a failed probe forgets the client at
+    /// once).
     pub async fn get(&self, cluster: &Cluster) -> Result<Arc<Member>, Error> {
         let name = cluster.metadata.name.clone().unwrap_or_default();
         if let Some(built) = self.members.lock().expect("lock").get(&name)
-            && built.checked.elapsed() < self.timeout
+            && built.checked.elapsed() < self.recheck
         {
             return Ok(built.member.clone());
         }
