@@ -161,7 +161,8 @@ fn walk(
             };
             let base = path.len();
             for (i, item) in items.iter_mut().enumerate() {
-                path.push_str(&format!("[{i}]"));
+                // Into the path itself: no string of its own per item.
+                let _ = std::fmt::Write::write_fmt(path, format_args!("[{i}]"));
                 walk(item_schema, item, path, builtin, unknown);
                 path.truncate(base);
             }
@@ -230,7 +231,7 @@ impl<'a> Structural<'a> {
     pub fn validate(&self, object: &Value) -> Vec<Cause> {
         let mut causes = Vec::new();
         if let Some(map) = object.as_object() {
-            check_fields(self.root, map, "", &mut causes);
+            check_fields(self.root, map, &At::Root, &mut causes);
         }
         causes
     }
@@ -574,15 +575,36 @@ fn type_matches(schema: &Value, value: &Value) -> bool {
     }
 }
 
-fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
+/// Where a checked value sits (`spec.containers[0].name`): made into text only for a
+/// cause, so that a valid object's check allocates no paths.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Root,
+    Field(&'a At<'a>, &'a str),
+    Item(&'a At<'a>, usize),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Root => Ok(()),
+            At::Field(At::Root, key) => f.write_str(key),
+            At::Field(parent, key) => write!(f, "{parent}.{key}"),
+            At::Item(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
+fn check(schema: &Value, value: &Value, at: &At<'_>, causes: &mut Vec<Cause>) {
     if !type_matches(schema, value) {
+        let path = at.to_string();
         let expected = schema["type"].as_str().unwrap_or("integer or string");
         let message = format!(
             "Invalid value: {}: {path} in body must be of type {expected}: {:?}",
             shown(value),
             type_name(value)
         );
-        causes.push(cause(path, "FieldValueTypeInvalid", message));
+        causes.push(cause(&path, "FieldValueTypeInvalid", message));
         return;
     }
     if let Some(allowed) = schema["enum"].as_array()
@@ -594,11 +616,12 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
             shown(value),
             list.join(", ")
         );
-        causes.push(cause(path, "FieldValueNotSupported", message));
+        causes.push(cause(&at.to_string(), "FieldValueNotSupported", message));
     }
     let invalid = |causes: &mut Vec<Cause>, rule: String| {
+        let path = at.to_string();
         causes.push(cause(
-            path,
+            &path,
             "FieldValueInvalid",
             format!("Invalid value: {}: {path} in body {rule}", shown(value)),
         ));
@@ -651,7 +674,7 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
                 && length > max
             {
                 causes.push(cause(
-                    path,
+                    &at.to_string(),
                     "FieldValueTooLong",
                     format!("Too long: may not be more than {max} bytes"),
                 ));
@@ -672,14 +695,14 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
                 schema,
                 items.len(),
                 ("minItems", "maxItems", "items"),
-                path,
+                at,
                 value,
                 causes,
             );
-            check_list_uniqueness(schema, items, path, causes);
+            check_list_uniqueness(schema, items, at, causes);
             if let Some(item) = schema.get("items") {
                 for (i, child) in items.iter().enumerate() {
-                    check(item, child, &format!("{path}[{i}]"), causes);
+                    check(item, child, &At::Item(at, i), causes);
                 }
             }
         }
@@ -688,26 +711,20 @@ fn check(schema: &Value, value: &Value, path: &str, causes: &mut Vec<Cause>) {
                 schema,
                 map.len(),
                 ("minProperties", "maxProperties", "properties"),
-                path,
+                at,
                 value,
                 causes,
             );
-            check_fields(schema, map, path, causes);
+            check_fields(schema, map, at, causes);
         }
         _ => {}
     }
 }
 
 /// The required fields of an object and the checks of each field it has. At the root
-/// (`path` empty) identity and metadata are not the schema's to check.
-fn check_fields(schema: &Value, map: &Map<String, Value>, path: &str, causes: &mut Vec<Cause>) {
-    let field_path = |key: &str| {
-        if path.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
+/// identity and metadata are not the schema's to check.
+fn check_fields(schema: &Value, map: &Map<String, Value>, at: &At<'_>, causes: &mut Vec<Cause>) {
+    let root = matches!(at, At::Root);
     for required in schema["required"]
         .as_array()
         .into_iter()
@@ -716,7 +733,7 @@ fn check_fields(schema: &Value, map: &Map<String, Value>, path: &str, causes: &m
     {
         if !map.contains_key(required) {
             causes.push(cause(
-                &field_path(required),
+                &At::Field(at, required).to_string(),
                 "FieldValueRequired",
                 "Required value".into(),
             ));
@@ -725,11 +742,11 @@ fn check_fields(schema: &Value, map: &Map<String, Value>, path: &str, causes: &m
     let properties = schema["properties"].as_object();
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
     for (key, child) in map {
-        if path.is_empty() && matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
+        if root && matches!(key.as_str(), "metadata" | "apiVersion" | "kind") {
             continue;
         }
         if let Some(field) = properties.and_then(|p| p.get(key)).or(additional) {
-            check(field, child, &field_path(key), causes);
+            check(field, child, &At::Field(at, key), causes);
         }
     }
 }
@@ -739,7 +756,7 @@ fn check_count(
     schema: &Value,
     count: usize,
     (min_key, max_key, noun): (&str, &str, &str),
-    path: &str,
+    at: &At<'_>,
     value: &Value,
     causes: &mut Vec<Cause>,
 ) {
@@ -747,22 +764,23 @@ fn check_count(
     if let Some(min) = schema[min_key].as_u64()
         && count < min
     {
+        let path = at.to_string();
         let message = format!(
             "Invalid value: {}: {path} in body should have at least {min} {noun}",
             shown(value)
         );
-        causes.push(cause(path, "FieldValueInvalid", message));
+        causes.push(cause(&path, "FieldValueInvalid", message));
     }
     if let Some(max) = schema[max_key].as_u64()
         && count > max
     {
         let message = format!("Too many: {count}: must have at most {max} {noun}");
-        causes.push(cause(path, "FieldValueTooMany", message));
+        causes.push(cause(&at.to_string(), "FieldValueTooMany", message));
     }
 }
 
 /// `x-kubernetes-list-type: set` items and `map` keys must be unique.
-fn check_list_uniqueness(schema: &Value, items: &[Value], path: &str, causes: &mut Vec<Cause>) {
+fn check_list_uniqueness(schema: &Value, items: &[Value], at: &At<'_>, causes: &mut Vec<Cause>) {
     let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
         .as_array()
         .into_iter()
@@ -786,7 +804,7 @@ fn check_list_uniqueness(schema: &Value, items: &[Value], path: &str, causes: &m
         let id = identity(item);
         if seen.contains(&id) {
             causes.push(cause(
-                &format!("{path}[{i}]"),
+                &At::Item(at, i).to_string(),
                 "FieldValueDuplicate",
                 format!("Duplicate value: {}", shown(&id)),
             ));
