@@ -6,21 +6,25 @@
 //!  flotilla hub ◄── join ×N (8 at a time) ── flotilla sim --clusters N
 //!      │ Deployment bench/web + Placement (every cluster)     ▲  ▲
 //!      │ wait: the hub's Deployment ready on all N            │  │ one watch per member
-//!      │                                                      │  │ (this process)
+//!      │ warm-ups: web-bare applied once to every member,     │  │ (this process)
+//!      │ one change of web through the hub                    │  │
+//!  each round r (3; 2 in --quick):                            │  │
 //!  (b) baseline: web as the hub delivered it to member-1, provenance stripped, renamed
-//!      web-bare; applied once to every member (clients and connections warm); then at t0
-//!      a new image applied to all N, at most CONCURRENCY at once, one client per member ┘
-//!  (a) hub: at t0 a new image on the hub's template ────────────────────────────┘
+//!      web-bare; at t0 image nginx:2.r applied to all N, at most CONCURRENCY at once,
+//!      one client per member ────────────────────────────────────────────┘  │
+//!  (a) hub: at t0 image nginx:2.r on the hub's template ─────────────────────┘
 //!      ▼
 //!  latency = when each member's watch sees the new image − t0 (p50, p99, max), for (a)
-//!  and (b); fleet overhead = hub p99 / baseline p99 (and p50);
-//!  hub RSS idle (before joins), joined, placed; the simulator's RSS once joined
+//!  and (b); fleet overhead = hub p99 / baseline p99 (and p50), per round; the point
+//!  reports the median round and keeps them all; hub RSS idle (before joins), joined,
+//!  placed; the simulator's RSS once joined
 //! ```
 //!
-//! The two measurements run one after the other on the same processes, each after the hub
-//! and the simulator have settled (used under a fifth of a core for half a second), so
-//! neither pays for the other's trailing work. The baseline runs first: the members'
-//! `web-bare` is invisible to the hub (it carries no provenance label).
+//! Each side of a round starts once the hub and the simulator have settled (used under a
+//! fifth of a core for half a second), so neither pays for the other's trailing work. The
+//! members' `web-bare` is invisible to the hub (it carries no provenance label). Rounds,
+//! rather than one change each, because one change on a shared two-core machine now and
+//! then meets a stall on either side that says nothing of the other.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -65,6 +69,9 @@ pub struct Options {
     pub replicas: i32,
     /// Applies in flight at once in the baseline.
     pub concurrency: usize,
+    /// Measured changes per fleet size, each side by side (a bare apply, then a change
+    /// through the hub): the point is the round with the median overhead.
+    pub rounds: usize,
 }
 
 impl Options {
@@ -76,13 +83,15 @@ impl Options {
             clusters: vec![10, 100, 1000],
             replicas: 2,
             concurrency: CONCURRENCY,
+            rounds: 3,
         }
     }
 
-    /// A smoke run: 5 and 10 members.
+    /// A smoke run: 5 and 10 members, two rounds.
     pub fn quick(dir: &Path, binary: PathBuf) -> Self {
         Options {
             clusters: vec![5, 10],
+            rounds: 2,
             ..Options::new(dir, binary)
         }
     }
@@ -90,11 +99,12 @@ impl Options {
     /// As JSON.
     pub fn json(&self) -> Value {
         json!({"clusters": self.clusters, "replicas": self.replicas,
-            "concurrency": self.concurrency, "sim_ready_delay_ms": 100, "joins_at_once": 8})
+            "concurrency": self.concurrency, "rounds": self.rounds, "sim_ready_delay_ms": 100, "joins_at_once": 8})
     }
 }
 
-/// One fleet size's results.
+/// One fleet size's results: the latencies, CPU, writes and requests are those of its
+/// median round.
 #[derive(Debug, Clone, Default)]
 pub struct Point {
     /// How many members.
@@ -127,6 +137,54 @@ pub struct Point {
     /// Requests the simulator served from the start of each phase (baseline, then through
     /// the hub) until the hub and the simulator were idle again, by verb and resource.
     pub sim_requests: [BTreeMap<String, u64>; 2],
+    /// Every round, in the order measured.
+    pub rounds: Vec<Round>,
+}
+
+/// One measured change through the hub and the bare apply just before it.
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    /// (a) From the image change on the hub to each member's watch seeing it.
+    pub hub: Latency,
+    /// (b) From the start of the bench's own applies to each member's watch seeing them.
+    pub baseline: Latency,
+    /// CPU seconds from the baseline's t0 until every member saw its change.
+    pub baseline_cpu: Cpu,
+    /// The same for the change through the hub.
+    pub hub_cpu: Cpu,
+    /// The hub's writes caused by the change, its status coming back included.
+    pub hub_writes: u64,
+    /// Requests the simulator served in the baseline, then through the hub, by verb and
+    /// resource (each until the processes were idle again).
+    pub sim_requests: [BTreeMap<String, u64>; 2],
+}
+
+impl Round {
+    /// Hub p99 / baseline p99.
+    pub fn overhead_p99(&self) -> f64 {
+        ratio(self.hub.p99_ms, self.baseline.p99_ms)
+    }
+
+    /// Hub p50 / baseline p50.
+    pub fn overhead_p50(&self) -> f64 {
+        ratio(self.hub.p50_ms, self.baseline.p50_ms)
+    }
+
+    fn json(&self) -> Value {
+        json!({"hub": self.hub.json(), "baseline": self.baseline.json(),
+            "overhead_p99": self.overhead_p99(), "overhead_p50": self.overhead_p50(),
+            "cpu_s": {"baseline": self.baseline_cpu.json(), "hub": self.hub_cpu.json()},
+            "hub_writes": self.hub_writes,
+            "sim_requests": {"baseline": self.sim_requests[0], "hub": self.sim_requests[1]}})
+    }
+}
+
+/// The round of median overhead (p99), the lower of the two middle ones when they are
+/// even; `None` when there are none.
+pub fn median_round(rounds: &[Round]) -> Option<&Round> {
+    let mut sorted: Vec<&Round> = rounds.iter().collect();
+    sorted.sort_by(|a, b| a.overhead_p99().total_cmp(&b.overhead_p99()));
+    sorted.get(sorted.len().saturating_sub(1) / 2).copied()
 }
 
 /// CPU seconds used in a phase, per process.
@@ -179,6 +237,30 @@ impl Point {
     /// Hub p50 / baseline p50.
     pub fn overhead_p50(&self) -> f64 {
         ratio(self.hub.p50_ms, self.baseline.p50_ms)
+    }
+
+    /// The lowest and the highest overhead (p99) of the rounds.
+    pub fn overhead_range(&self) -> (f64, f64) {
+        self.rounds
+            .iter()
+            .map(Round::overhead_p99)
+            .fold((f64::NAN, f64::NAN), |(low, high), r| {
+                (low.min(r), high.max(r))
+            })
+    }
+
+    /// The point of `rounds` (the median one's results, and all of them).
+    fn of_rounds(mut self, rounds: Vec<Round>) -> Self {
+        if let Some(median) = median_round(&rounds).cloned() {
+            self.hub = median.hub;
+            self.baseline = median.baseline;
+            self.baseline_cpu = median.baseline_cpu;
+            self.hub_cpu = median.hub_cpu;
+            self.hub_writes = median.hub_writes;
+            self.sim_requests = median.sim_requests;
+        }
+        self.rounds = rounds;
+        self
     }
 }
 
@@ -237,6 +319,8 @@ impl Report {
             "hub_writes": p.hub_writes,
             "hub_writes_per_member": p.writes_per_member(),
             "sim_requests": {"baseline": p.sim_requests[0], "hub": p.sim_requests[1]},
+            "overhead_p99_range": [p.overhead_range().0, p.overhead_range().1],
+            "rounds": p.rounds.iter().map(Round::json).collect::<Vec<_>>(),
         })).collect::<Vec<_>>()})
     }
 
@@ -248,11 +332,14 @@ impl Report {
                 "propagation",
                 format!("N={}: p99 hub / bare apply", p.clusters),
                 format!(
-                    "{:.0} / {:.0} ms = {:.2}× (p50 {:.2}×)",
+                    "{:.0} / {:.0} ms = {:.2}× (p50 {:.2}×); median of {} rounds, {:.2}–{:.2}×",
                     p.hub.p99_ms,
                     p.baseline.p99_ms,
                     p.overhead_p99(),
-                    p.overhead_p50()
+                    p.overhead_p50(),
+                    p.rounds.len(),
+                    p.overhead_range().0,
+                    p.overhead_range().1,
                 ),
                 "p99 < 2 s and ≤ 1.5× at N=1000",
             ));
@@ -568,7 +655,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     let hub_rss_placed_mib = rss_mib(hub_pid)?;
 
     // (b) The baseline: the object as delivered, applied by this process.
-    progress.step("bare-apply baseline");
+    progress.step("bare-apply baseline: warm-up");
     let deployments = deployments();
     let delivered = Api::<DynamicObject>::namespaced_with(
         processes.member_client(1).await?,
@@ -592,26 +679,14 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     }
     // Warm-up: every client has applied once (its connection is open) before the clock.
     apply_everywhere(&members, bare.clone(), options.concurrency).await?;
-    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
-    let watchers = Watchers::start(&processes, n, "web-bare", "nginx:2").await?;
-    let sim_client = processes.sim_client().await?;
-    let sim_requests = || async { Ok::<_, Error>(requests(&metrics_text(&sim_client).await?)) };
-    let sim_before = sim_requests().await?;
-    let changed = with_image(bare, "nginx:2")?;
-    let before = ticks(hub_pid, sim_pid)?;
-    let t0 = Instant::now();
-    apply_everywhere(&members, changed, options.concurrency).await?;
-    let baseline = watchers.collect(t0).await?;
-    let baseline_cpu = used(before, ticks(hub_pid, sim_pid)?);
-    drop(members);
 
     // (a) Through the hub, after a warm-up change as the baseline had its warm-up apply:
     // the simulator serves every member from one address, so the hub's idle connections
-    // to them form one pool that ages out (after 90 s) while the baseline runs, and a
-    // change would open a thousand TLS connections at once. Real members, each at its own
-    // address, keep theirs open with their health probes (every 10 s).
+    // to them form one pool that ages out (after 90 s) if the hub sits idle, and a change
+    // would open a thousand TLS connections at once. Real members, each at its own
+    // address, keep theirs open with their health probes (every 10 s). The rounds follow
+    // each other closely enough to keep the pool warm.
     settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
-    let baseline_sim_requests = difference(&sim_before, &sim_requests().await?);
     progress.step("warm-up change through the hub");
     let watchers = Watchers::start(&processes, n, "web", "nginx:1.1").await?;
     deployments_on_hub
@@ -620,53 +695,86 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         .map_err(|e| check("warm-up change", e))?;
     watchers.collect(Instant::now()).await?;
     ready_everywhere(&deployments_on_hub, everywhere).await?;
-    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
-    progress.step("template change through the hub");
-    let watchers = Watchers::start(&processes, n, "web", "nginx:2").await?;
+
+    let sim_client = processes.sim_client().await?;
+    let sim_requests = || async { Ok::<_, Error>(requests(&metrics_text(&sim_client).await?)) };
     let revision = || async {
         crate::resync::metric(&hub_client, "flotilla_store_revision")
             .await
             .map(Option::unwrap_or_default)
     };
-    let writes_before = revision().await?;
-    let sim_before = sim_requests().await?;
-    let before = ticks(hub_pid, sim_pid)?;
-    let t0 = Instant::now();
-    deployments_on_hub
-        .patch("web", &apply, &Patch::Apply(deployment("nginx:2")))
-        .await
-        .map_err(|e| check("image change", e))?;
-    let hub = watchers.collect(t0).await?;
-    let hub_cpu = used(before, ticks(hub_pid, sim_pid)?);
-    // Every write the change caused on the hub, its status coming back included (some of
-    // it written after a wait: until the revision stands still for 4 s).
-    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
-    let mut last = revision().await?;
-    let (mut still_since, deadline) = (Instant::now(), Instant::now() + SETTLE_LIMIT);
-    while still_since.elapsed() < Duration::from_secs(4) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = revision().await?;
-        if now != last {
-            (last, still_since) = (now, Instant::now());
+    let mut rounds = Vec::with_capacity(options.rounds);
+    for round in 1..=options.rounds.max(1) {
+        let image = format!("nginx:2.{round}");
+        // Each side starts with the hub and the simulator settled, so that neither pays
+        // for the other's trailing work.
+        settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+        progress.step(&format!("round {round}: bare apply"));
+        let watchers = Watchers::start(&processes, n, "web-bare", &image).await?;
+        let sim_before = sim_requests().await?;
+        let changed = with_image(bare.clone(), &image)?;
+        let before = ticks(hub_pid, sim_pid)?;
+        let t0 = Instant::now();
+        apply_everywhere(&members, changed, options.concurrency).await?;
+        let baseline = watchers.collect(t0).await?;
+        let baseline_cpu = used(before, ticks(hub_pid, sim_pid)?);
+        settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+        let baseline_sim_requests = difference(&sim_before, &sim_requests().await?);
+
+        progress.step(&format!("round {round}: template change through the hub"));
+        let watchers = Watchers::start(&processes, n, "web", &image).await?;
+        let writes_before = revision().await?;
+        let sim_before = sim_requests().await?;
+        let before = ticks(hub_pid, sim_pid)?;
+        let t0 = Instant::now();
+        deployments_on_hub
+            .patch("web", &apply, &Patch::Apply(deployment(&image)))
+            .await
+            .map_err(|e| check("image change", e))?;
+        let hub = watchers.collect(t0).await?;
+        let hub_cpu = used(before, ticks(hub_pid, sim_pid)?);
+        // Every write the change caused on the hub, its status coming back included (some
+        // of it written after a wait: until the revision stands still for 4 s).
+        settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+        let mut last = revision().await?;
+        let (mut still_since, deadline) = (Instant::now(), Instant::now() + SETTLE_LIMIT);
+        while still_since.elapsed() < Duration::from_secs(4) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = revision().await?;
+            if now != last {
+                (last, still_since) = (now, Instant::now());
+            }
         }
+        let hub_writes = (last - writes_before).max(0.0) as u64;
+        let hub_sim_requests = difference(&sim_before, &sim_requests().await?);
+        let measured = Round {
+            hub,
+            baseline,
+            baseline_cpu,
+            hub_cpu,
+            hub_writes,
+            sim_requests: [baseline_sim_requests, hub_sim_requests],
+        };
+        progress.step(&format!(
+            "round {round}: p99 hub {:.0} ms, bare {:.0} ms ({:.2}×)",
+            measured.hub.p99_ms,
+            measured.baseline.p99_ms,
+            measured.overhead_p99()
+        ));
+        rounds.push(measured);
     }
-    let hub_writes = (last - writes_before).max(0.0) as u64;
-    let hub_sim_requests = difference(&sim_before, &sim_requests().await?);
+    drop(members);
     Ok(Point {
         clusters: n,
         join,
         place,
-        hub,
-        baseline,
         hub_rss_idle_mib,
         hub_rss_joined_mib,
         hub_rss_placed_mib,
         sim_rss_joined_mib,
-        baseline_cpu,
-        hub_cpu,
-        hub_writes,
-        sim_requests: [baseline_sim_requests, hub_sim_requests],
-    })
+        ..Point::default()
+    }
+    .of_rounds(rounds))
 }
 
 /// Waits until the hub reports the Deployment's current generation ready on every member
@@ -785,6 +893,60 @@ mod tests {
         assert_eq!(
             difference(&before, &after),
             BTreeMap::from([("PATCH deployments".to_owned(), 7)])
+        );
+    }
+
+    fn round(hub_p99: f64, base_p99: f64, writes: u64) -> Round {
+        let latency = |p99: f64| Latency {
+            p50_ms: p99 / 2.0,
+            p99_ms: p99,
+            max_ms: p99,
+            samples: 10,
+        };
+        Round {
+            hub: latency(hub_p99),
+            baseline: latency(base_p99),
+            hub_writes: writes,
+            ..Round::default()
+        }
+    }
+
+    #[test]
+    fn a_point_reports_its_median_round_and_keeps_them_all() {
+        // Overheads 1.2, 3.0 (a stalled round), 1.4: the median is the third round.
+        let rounds = vec![
+            round(120.0, 100.0, 1),
+            round(300.0, 100.0, 2),
+            round(140.0, 100.0, 3),
+        ];
+        assert_eq!(median_round(&rounds).unwrap().hub_writes, 3);
+        let point = Point {
+            clusters: 10,
+            ..Point::default()
+        }
+        .of_rounds(rounds);
+        assert_eq!(point.hub.p99_ms, 140.0);
+        assert_eq!(point.hub_writes, 3);
+        assert!((point.overhead_p99() - 1.4).abs() < 1e-9);
+        assert_eq!(point.overhead_range(), (1.2, 3.0));
+        let json = Report {
+            points: vec![point.clone()],
+        }
+        .json();
+        assert_eq!(json["points"][0]["rounds"].as_array().unwrap().len(), 3);
+        assert_eq!(json["points"][0]["rounds"][1]["overhead_p99"], 3.0);
+        assert_eq!(json["points"][0]["overhead_p99_range"][1], 3.0);
+        // Of two, the lower; of none, none.
+        assert_eq!(median_round(&point.rounds[..2]).unwrap().hub_writes, 1);
+        assert!(median_round(&[]).is_none());
+        let summary = Report {
+            points: vec![point],
+        }
+        .summary();
+        assert!(
+            summary[0].value.contains("median of 3 rounds, 1.20–3.00×"),
+            "{}",
+            summary[0].value
         );
     }
 
