@@ -98,7 +98,7 @@ fn decode(value: &[u8], revision: Revision) -> Option<Value> {
 }
 
 impl Change {
-    fn from_event(event: &WatchEvent) -> Change {
+    pub(crate) fn from_event(event: &WatchEvent) -> Change {
         Change {
             revision: event.revision(),
             key: event.kv.key.clone(),

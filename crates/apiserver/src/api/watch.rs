@@ -254,10 +254,6 @@ pub(super) fn watch_line(
         }
         event_line(kind, &object)
     };
-    if !(labels.is_empty() && fields.is_empty()) {
-        let (kind, object) = selected(change, labels, fields)?;
-        return Some(render(kind, object));
-    }
     let (kind, raw) = match (change.kind, &change.raw_previous) {
         (EventKind::Delete, Some((raw, _))) => ("DELETED", raw),
         (EventKind::Delete, None) => return None,
@@ -270,6 +266,15 @@ pub(super) fn watch_line(
             change.raw_object.as_ref()?,
         ),
     };
+    if !(labels.is_empty() && fields.is_empty()) {
+        let (selected_kind, object) = selected(change, labels, fields)?;
+        // Seen through the selectors as every watcher sees it (the usual case: the object
+        // matched before and after): the shared line below. Entering or leaving the
+        // selection makes an event of this watcher's own.
+        if selected_kind != kind {
+            return Some(render(selected_kind, object));
+        }
+    }
     let decoded = || match change.kind {
         EventKind::Delete => change.previous(),
         EventKind::Put => change.object(),
@@ -305,4 +310,82 @@ pub(super) fn watch_response(body: Body) -> Response {
         HeaderValue::from_static("no-cache, private"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_store::{KeyValue, Revision, WatchEvent};
+
+    use super::*;
+    use crate::resources::Registry;
+
+    fn kv(labels: Value, image: &str, revision: u64) -> KeyValue {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "web", "namespace": "shop", "labels": labels},
+            "data": {"image": image}});
+        KeyValue {
+            key: Bytes::from_static(b"/core/configmaps/root/shop/web"),
+            value: Bytes::from(object.to_string()),
+            create_revision: Revision::new(1),
+            mod_revision: Revision::new(revision),
+        }
+    }
+
+    fn event(before: Value, after: Value) -> Change {
+        Change::from_event(&WatchEvent {
+            kind: EventKind::Put,
+            kv: kv(after, "nginx:2", 3),
+            prev_kv: Some(kv(before, "nginx:1", 2)),
+        })
+    }
+
+    fn parsed(line: &Bytes) -> Value {
+        serde_json::from_slice(line).unwrap()
+    }
+
+    #[test]
+    fn a_selected_watcher_shares_the_line_unless_the_change_moves_the_object_across_its_selection()
+    {
+        let rt = Registry::builtin().get("", "v1", "configmaps").unwrap();
+        let (everything, none) = (
+            LabelSelector::parse("").unwrap(),
+            FieldSelector::parse("", &rt).unwrap(),
+        );
+        let team = LabelSelector::parse("team=a").unwrap();
+        let by_name = FieldSelector::parse("metadata.name=web", &rt).unwrap();
+
+        // Matched before and after: the very bytes every watcher gets.
+        let change = event(json!({"team": "a"}), json!({"team": "a"}));
+        let shared = watch_line(&change, &everything, &none, None).unwrap();
+        let labelled = watch_line(&change, &team, &none, None).unwrap();
+        let named = watch_line(&change, &everything, &by_name, None).unwrap();
+        assert_eq!(labelled.as_ptr(), shared.as_ptr());
+        assert_eq!(named.as_ptr(), shared.as_ptr());
+        let line = parsed(&shared);
+        assert_eq!(line["type"], "MODIFIED");
+        assert_eq!(line["object"]["data"]["image"], "nginx:2");
+        assert_eq!(line["object"]["metadata"]["resourceVersion"], "3");
+
+        // Entering the selection is an ADDED of this watcher's own; leaving it a DELETED.
+        let entering = event(json!({"team": "b"}), json!({"team": "a"}));
+        let added = parsed(&watch_line(&entering, &team, &none, None).unwrap());
+        assert_eq!(
+            (
+                added["type"].as_str(),
+                added["object"]["metadata"]["resourceVersion"].as_str()
+            ),
+            (Some("ADDED"), Some("3"))
+        );
+        assert_eq!(
+            parsed(&watch_line(&entering, &everything, &none, None).unwrap())["type"],
+            "MODIFIED"
+        );
+        let leaving = event(json!({"team": "a"}), json!({"team": "b"}));
+        let deleted = parsed(&watch_line(&leaving, &team, &none, None).unwrap());
+        assert_eq!(deleted["type"], "DELETED");
+        assert_eq!(deleted["object"]["data"]["image"], "nginx:2");
+        // Never matched: nothing.
+        let elsewhere = event(json!({"team": "b"}), json!({"team": "c"}));
+        assert!(watch_line(&elsewhere, &team, &none, None).is_none());
+    }
 }
