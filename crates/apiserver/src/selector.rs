@@ -234,6 +234,14 @@ impl FieldSelector {
         self.0.is_empty()
     }
 
+    /// Whether every term is of the object's metadata (`metadata.name`,
+    /// `metadata.namespace`): then an object's metadata alone tells whether it matches.
+    pub fn reads_metadata_only(&self) -> bool {
+        self.0
+            .iter()
+            .all(|(field, _, _)| field.starts_with("metadata."))
+    }
+
     /// Whether the object satisfies every term.
     pub fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {

@@ -87,8 +87,25 @@ pub struct Change {
     pub raw_previous: Option<(Bytes, Revision)>,
     object: OnceLock<Option<Value>>,
     previous: OnceLock<Option<Value>>,
-    /// The `{"type":…,"object":…}` line for watchers without selectors, built once.
+    /// `{"metadata": …}` of the object and of the previous one: what label selectors (and
+    /// field selectors of metadata) read, decoded without the rest.
+    object_metadata: OnceLock<Option<Value>>,
+    previous_metadata: OnceLock<Option<Value>>,
+    /// The `{"type":…,"object":…}` line for watchers that see the change as it is, built
+    /// once.
     line: OnceLock<Bytes>,
+}
+
+/// An object's metadata, the rest skipped without being built.
+#[derive(serde::Deserialize)]
+struct Head {
+    #[serde(default)]
+    metadata: Value,
+}
+
+fn decode_metadata(value: &[u8]) -> Option<Value> {
+    let head: Head = serde_json::from_slice(value).ok()?;
+    Some(serde_json::json!({ "metadata": head.metadata }))
 }
 
 fn decode(value: &[u8], revision: Revision) -> Option<Value> {
@@ -110,6 +127,8 @@ impl Change {
                 .map(|kv| (kv.value.clone(), kv.mod_revision)),
             object: OnceLock::new(),
             previous: OnceLock::new(),
+            object_metadata: OnceLock::new(),
+            previous_metadata: OnceLock::new(),
             line: OnceLock::new(),
         }
     }
@@ -134,6 +153,40 @@ impl Change {
                     .and_then(|(raw, revision)| decode(raw, *revision))
             })
             .as_ref()
+    }
+
+    /// `{"metadata": …}` of the object after a put, decoded alone (or taken from the
+    /// object when that is decoded already).
+    pub fn object_metadata(&self) -> Option<&Value> {
+        self.object_metadata
+            .get_or_init(|| match self.object.get() {
+                Some(object) => object
+                    .as_ref()
+                    .map(|o| serde_json::json!({ "metadata": o["metadata"].clone() })),
+                None => self.raw_object.as_deref().and_then(decode_metadata),
+            })
+            .as_ref()
+    }
+
+    /// `{"metadata": …}` of the object before the change, if it existed.
+    pub fn previous_metadata(&self) -> Option<&Value> {
+        self.previous_metadata
+            .get_or_init(|| match self.previous.get() {
+                Some(previous) => previous
+                    .as_ref()
+                    .map(|o| serde_json::json!({ "metadata": o["metadata"].clone() })),
+                None => self
+                    .raw_previous
+                    .as_ref()
+                    .and_then(|(raw, _)| decode_metadata(raw)),
+            })
+            .as_ref()
+    }
+
+    /// Whether either whole object has been decoded.
+    #[cfg(test)]
+    pub(crate) fn decoded_whole(&self) -> bool {
+        self.object.get().is_some() || self.previous.get().is_some()
     }
 
     /// About how many bytes the change holds once its line is rendered.

@@ -146,7 +146,9 @@ impl WatchFeed {
                 item = self.subscription.next() => match item {
                     Some(Next::Change(change)) => {
                         if let Some(tables) = &mut self.tables {
-                            if let Some((kind, object)) = selected(&change, &self.labels, &self.fields) {
+                            if let Some((kind, side)) = selected(&change, &self.labels, &self.fields)
+                                && let Some(object) = side.of(&change)
+                            {
                                 let mut object = object::with_resource_version(object.clone(), change.revision.get());
                                 if let Some(api_version) = &self.reads_as {
                                     object["apiVersion"] = json!(api_version);
@@ -183,22 +185,47 @@ pub(super) fn error_line(error: &ApiError) -> Bytes {
     event_line("ERROR", &error.status())
 }
 
-/// The event type and object a watcher with these selectors sees for a change, if any.
-pub(super) fn selected<'a>(
-    change: &'a Change,
+/// Which object of a change a watcher's event shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Side {
+    /// The object before the change (a delete).
+    Before,
+    /// The object after it.
+    After,
+}
+
+impl Side {
+    /// That object, decoded.
+    pub(super) fn of(self, change: &Change) -> Option<&Value> {
+        match self {
+            Side::Before => change.previous(),
+            Side::After => change.object(),
+        }
+    }
+}
+
+/// The event type a watcher with these selectors sees for a change, if any, and which
+/// object it shows. Selectors that read only metadata (labels, `metadata.name`, …) are
+/// matched against the objects' metadata, decoded without the rest.
+pub(super) fn selected(
+    change: &Change,
     labels: &LabelSelector,
     fields: &FieldSelector,
-) -> Option<(&'static str, &'a Value)> {
+) -> Option<(&'static str, Side)> {
     let matches = |o: &&Value| labels.matches(o) && fields.matches(o);
-    let before = change.previous().filter(matches);
-    let after = change.object();
+    let (before, after) = if fields.reads_metadata_only() {
+        (change.previous_metadata(), change.object_metadata())
+    } else {
+        (change.previous(), change.object())
+    };
+    let before = before.filter(matches);
     Some(match (change.kind, before, after) {
-        (EventKind::Delete, Some(before), _) => ("DELETED", before),
+        (EventKind::Delete, Some(_), _) => ("DELETED", Side::Before),
         (EventKind::Delete, None, _) => return None,
         (EventKind::Put, before, Some(after)) => match (before.is_some(), matches(&after)) {
-            (false, true) => ("ADDED", after),
-            (true, true) => ("MODIFIED", after),
-            (true, false) => ("DELETED", after),
+            (false, true) => ("ADDED", Side::After),
+            (true, true) => ("MODIFIED", Side::After),
+            (true, false) => ("DELETED", Side::After),
             (false, false) => return None,
         },
         (EventKind::Put, _, None) => return None,
@@ -267,12 +294,12 @@ pub(super) fn watch_line(
         ),
     };
     if !(labels.is_empty() && fields.is_empty()) {
-        let (selected_kind, object) = selected(change, labels, fields)?;
+        let (selected_kind, side) = selected(change, labels, fields)?;
         // Seen through the selectors as every watcher sees it (the usual case: the object
         // matched before and after): the shared line below. Entering or leaving the
         // selection makes an event of this watcher's own.
         if selected_kind != kind {
-            return Some(render(selected_kind, object));
+            return side.of(change).map(|object| render(selected_kind, object));
         }
     }
     let decoded = || match change.kind {
@@ -361,6 +388,8 @@ mod tests {
         let named = watch_line(&change, &everything, &by_name, None).unwrap();
         assert_eq!(labelled.as_ptr(), shared.as_ptr());
         assert_eq!(named.as_ptr(), shared.as_ptr());
+        // Their selectors read the metadata alone: neither object was decoded whole.
+        assert!(!change.decoded_whole());
         let line = parsed(&shared);
         assert_eq!(line["type"], "MODIFIED");
         assert_eq!(line["object"]["data"]["image"], "nginx:2");
@@ -387,5 +416,12 @@ mod tests {
         // Never matched: nothing.
         let elsewhere = event(json!({"team": "b"}), json!({"team": "c"}));
         assert!(watch_line(&elsewhere, &team, &none, None).is_none());
+        // A field selector beyond the metadata reads the whole objects.
+        let pods = Registry::builtin().get("", "v1", "pods").unwrap();
+        let by_phase = FieldSelector::parse("status.phase!=Running", &pods).unwrap();
+        let change = event(json!({"team": "a"}), json!({"team": "a"}));
+        let line = watch_line(&change, &everything, &by_phase, None).unwrap();
+        assert_eq!(parsed(&line)["type"], "MODIFIED");
+        assert!(change.decoded_whole());
     }
 }
