@@ -1841,13 +1841,53 @@ fn invalid_option(field: &str, reason: &str, message: &str) -> ApiError {
 fn parse_apply_config(body: &Bytes) -> ApiResult<Value> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::bad_request("the apply configuration is not UTF-8"))?;
-    let config: Value = serde_saphyr::from_str(text).map_err(|e| {
-        ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}"))
-    })?;
+    // JSON is YAML, and what kubectl, client-go and kube-rs send: read by the JSON parser,
+    // several times faster than the YAML one; anything else by the YAML parser.
+    let json = text
+        .trim_start()
+        .starts_with('{')
+        .then(|| serde_json::from_str::<Value>(text).ok())
+        .flatten();
+    let config: Value = match json {
+        Some(config) => config,
+        None => serde_saphyr::from_str(text).map_err(|e| {
+            ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}"))
+        })?,
+    };
     if !config.is_object() {
         return Err(ApiError::bad_request(
             "the apply configuration must be an object",
         ));
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_apply_configuration_reads_the_same_as_json_or_as_yaml() {
+        let json = Bytes::from_static(
+            br#"  {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"n": "1", "big": 12345678901234567890}}"#,
+        );
+        let yaml = Bytes::from_static(
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  n: \"1\"\n  big: 12345678901234567890\n",
+        );
+        assert_eq!(
+            parse_apply_config(&json).unwrap(),
+            parse_apply_config(&yaml).unwrap()
+        );
+        // YAML in flow style also starts with a brace, and is not JSON.
+        let flow = Bytes::from_static(b"{apiVersion: v1, kind: ConfigMap, metadata: {name: a}}");
+        assert_eq!(parse_apply_config(&flow).unwrap()["metadata"]["name"], "a");
+        // Neither: a readable error; not an object: refused.
+        let broken = parse_apply_config(&Bytes::from_static(b"{\"a\": [}")).unwrap_err();
+        assert!(
+            broken.status().to_string().contains("not valid YAML"),
+            "{}",
+            broken.status()
+        );
+        assert!(parse_apply_config(&Bytes::from_static(b"[1, 2]")).is_err());
+    }
 }
