@@ -506,7 +506,12 @@ impl Watchers {
             let (field, image) = (format!("metadata.name={name}"), image.to_owned());
             tasks.spawn(async move {
                 let api: Api<Deployment> = Api::namespaced(client, "bench");
-                let stream = watcher(api, watcher::Config::default().fields(&field));
+                // The initial state comes over the watch itself (sendInitialEvents), so
+                // `InitDone` means the watch is open. After a LIST, the WATCH request
+                // would follow it later, and hundreds of them could land inside the
+                // measured change.
+                let config = watcher::Config::default().fields(&field).streaming_lists();
+                let stream = watcher(api, config);
                 futures_util::pin_mut!(stream);
                 while let Some(event) = stream.next().await {
                     match event {
