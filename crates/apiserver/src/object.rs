@@ -255,17 +255,7 @@ pub fn prepare_create(object: &mut Value, rt: &ResourceType, namespace: &str) ->
 /// and bumps `generation` when anything but metadata and status changed.
 pub fn prepare_update(object: &mut Value, current: &Value, rt: &ResourceType) -> ApiResult<()> {
     check_type(object, rt)?;
-    let spec_changed = {
-        let strip = |v: &Value| -> Value {
-            let mut v = v.clone();
-            if let Some(map) = v.as_object_mut() {
-                map.remove("metadata");
-                map.remove("status");
-            }
-            v
-        };
-        strip(object) != strip(current)
-    };
+    let spec_changed = !same_but(object, current, &["metadata", "status"]);
     let generation = current["metadata"]["generation"].as_i64().unwrap_or(1);
     let meta = metadata_mut(object)?;
     for owned in [
@@ -402,13 +392,37 @@ pub fn is_being_deleted(json: &[u8]) -> Option<bool> {
     )
 }
 
-/// A copy of `object` without `metadata.resourceVersion` (as the store holds it).
-pub fn without_resource_version(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
+/// Whether `a` and `b` are equal but for their top-level fields `skipped`, compared in
+/// place (a whole object is not copied to leave fields out).
+pub fn same_but(a: &Value, b: &Value, skipped: &[&str]) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => same_map_but(a, b, skipped),
+        _ => a == b,
     }
-    object
+}
+
+fn same_map_but(a: &Map<String, Value>, b: &Map<String, Value>, skipped: &[&str]) -> bool {
+    let kept = |map: &Map<String, Value>| {
+        map.iter()
+            .filter(|(key, _)| !skipped.contains(&key.as_str()))
+            .count()
+    };
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(key, _)| !skipped.contains(&key.as_str()))
+            .all(|(key, value)| b.get(key) == Some(value))
+}
+
+/// Whether `a` and `b` are the same object but for `metadata.resourceVersion`.
+pub fn same_but_resource_version(a: &Value, b: &Value) -> bool {
+    fn metadata(v: &Value) -> Option<&Map<String, Value>> {
+        v.get("metadata").and_then(Value::as_object)
+    }
+    let same_metadata = match (metadata(a), metadata(b)) {
+        (Some(x), Some(y)) => same_map_but(x, y, &["resourceVersion"]),
+        _ => a.get("metadata") == b.get("metadata"),
+    };
+    same_metadata && same_but(a, b, &["metadata"])
 }
 
 /// `object` with `metadata.resourceVersion` set to `revision`.
@@ -422,6 +436,34 @@ pub fn with_resource_version(mut object: Value, revision: u64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objects_compare_in_place_but_for_the_fields_left_out() {
+        let current = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "resourceVersion": "7", "generation": 1},
+            "data": {"k": "v"}, "status": {"phase": "x"}});
+        let written = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "generation": 1}, "data": {"k": "v"}, "status": {"phase": "x"}});
+        assert!(same_but_resource_version(&current, &written));
+        assert!(same_but_resource_version(&written, &current));
+        let relabelled = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "generation": 1, "labels": {"x": "y"}},
+            "data": {"k": "v"}, "status": {"phase": "x"}});
+        assert!(!same_but_resource_version(&current, &relabelled));
+        // The spec-like rest, without metadata and status: a status change is not one.
+        let restatused = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "b"}, "data": {"k": "v"}, "status": {"phase": "y"}});
+        assert!(same_but(&current, &restatused, &["metadata", "status"]));
+        assert!(!same_but_resource_version(&current, &restatused));
+        // A field more or less on either side is a difference.
+        let more = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {},
+            "data": {"k": "v"}, "binaryData": {}});
+        assert!(!same_but(&current, &more, &["metadata", "status"]));
+        assert!(!same_but(&more, &current, &["metadata", "status"]));
+        let fewer = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
+        assert!(!same_but(&current, &fewer, &["metadata", "status"]));
+        assert!(same_but(&json!(1), &json!(1), &[]) && !same_but(&json!(1), &json!(2), &[]));
+    }
 
     #[test]
     fn uids_are_distinct_random_uuids() {
