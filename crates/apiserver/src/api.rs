@@ -898,8 +898,23 @@ impl Api {
         target: &Target,
         name: &str,
         query: &Query,
+        object: Value,
+        owner: FieldOwner<'_>,
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
+        self.update_from(target, name, query, object, owner, None)
+            .await
+    }
+
+    /// [`Api::update`], over `read`: the current object and its revision when the caller
+    /// has just read them (a patch), so that they are not read and decoded again.
+    async fn update_from(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
         mut object: Value,
         owner: FieldOwner<'_>,
+        read: Option<(Value, Revision)>,
     ) -> ApiResult<(Answer, bool, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
@@ -914,7 +929,10 @@ impl Api {
             rv => Some(Revision::new(parse_resource_version(rv)?)),
         };
         let key = keys::key(rt, &self.cluster, &namespace, name);
-        let (current, revision) = self.get(rt, &namespace, name).await?;
+        let (current, revision) = match read {
+            Some(read) => read,
+            None => self.get(rt, &namespace, name).await?,
+        };
         if expected.is_some_and(|e| e != revision) {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
@@ -977,7 +995,7 @@ impl Api {
             ));
         }
         // A write that changes nothing is not made: the object keeps its resourceVersion.
-        if object::without_resource_version(&current) == object {
+        if object::same_but_resource_version(&current, &object) {
             return Ok((Answer::Object(current), false, warnings));
         }
         let json = stored_json(&object)?;
@@ -1217,7 +1235,11 @@ impl Api {
                     .insert("resourceVersion".into(), json!(revision.get().to_string()));
             }
             let owner = FieldOwner::Update(&manager);
-            match self.update(target, name, query, patched, owner).await {
+            let read = Some((current, revision));
+            match self
+                .update_from(target, name, query, patched, owner, read)
+                .await
+            {
                 Err(e) if e.reason == "Conflict" && patch_keeps_version(&patch) => {
                     tokio::task::yield_now().await;
                 }
@@ -1303,7 +1325,8 @@ impl Api {
                     let mut object = managed::apply(Some(&current), &config, rt, writer, force)?;
                     object::metadata_mut(&mut object)?
                         .insert("resourceVersion".into(), json!(revision.get().to_string()));
-                    self.update(target, name, query, object, FieldOwner::Applied)
+                    let read = Some((current, revision));
+                    self.update_from(target, name, query, object, FieldOwner::Applied, read)
                         .await
                 }
                 Err(e) if e.code == 404 && target.sub.is_none() => {
