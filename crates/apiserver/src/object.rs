@@ -402,14 +402,10 @@ pub fn same_but(a: &Value, b: &Value, skipped: &[&str]) -> bool {
 }
 
 fn same_map_but(a: &Map<String, Value>, b: &Map<String, Value>, skipped: &[&str]) -> bool {
-    let kept = |map: &Map<String, Value>| {
-        map.iter()
-            .filter(|(key, _)| !skipped.contains(&key.as_str()))
-            .count()
-    };
-    kept(a) == kept(b)
+    let kept = |(key, _): &(&String, &Value)| !skipped.contains(&key.as_str());
+    a.iter().filter(kept).count() == b.iter().filter(kept).count()
         && a.iter()
-            .filter(|(key, _)| !skipped.contains(&key.as_str()))
+            .filter(kept)
             .all(|(key, value)| b.get(key) == Some(value))
 }
 

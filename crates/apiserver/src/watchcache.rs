@@ -103,9 +103,14 @@ struct Head {
     metadata: Value,
 }
 
-fn decode_metadata(value: &[u8]) -> Option<Value> {
-    let head: Head = serde_json::from_slice(value).ok()?;
-    Some(serde_json::json!({ "metadata": head.metadata }))
+/// `{"metadata": …}` of an object: copied from it when it is decoded already (`whole`),
+/// else decoded alone from its stored bytes.
+fn metadata_of(whole: &OnceLock<Option<Value>>, raw: Option<&[u8]>) -> Option<Value> {
+    let metadata = match whole.get() {
+        Some(object) => object.as_ref()?["metadata"].clone(),
+        None => serde_json::from_slice::<Head>(raw?).ok()?.metadata,
+    };
+    Some(serde_json::json!({ "metadata": metadata }))
 }
 
 fn decode(value: &[u8], revision: Revision) -> Option<Value> {
@@ -159,26 +164,16 @@ impl Change {
     /// object when that is decoded already).
     pub fn object_metadata(&self) -> Option<&Value> {
         self.object_metadata
-            .get_or_init(|| match self.object.get() {
-                Some(object) => object
-                    .as_ref()
-                    .map(|o| serde_json::json!({ "metadata": o["metadata"].clone() })),
-                None => self.raw_object.as_deref().and_then(decode_metadata),
-            })
+            .get_or_init(|| metadata_of(&self.object, self.raw_object.as_deref()))
             .as_ref()
     }
 
     /// `{"metadata": …}` of the object before the change, if it existed.
     pub fn previous_metadata(&self) -> Option<&Value> {
         self.previous_metadata
-            .get_or_init(|| match self.previous.get() {
-                Some(previous) => previous
-                    .as_ref()
-                    .map(|o| serde_json::json!({ "metadata": o["metadata"].clone() })),
-                None => self
-                    .raw_previous
-                    .as_ref()
-                    .and_then(|(raw, _)| decode_metadata(raw)),
+            .get_or_init(|| {
+                let raw = self.raw_previous.as_ref().map(|(raw, _)| &raw[..]);
+                metadata_of(&self.previous, raw)
             })
             .as_ref()
     }
