@@ -152,6 +152,13 @@ async fn ensure_namespace(
     Ok(())
 }
 
+/// Whether a ClusterProfile of `cluster` may have been published before, perhaps in another
+/// namespace: only once this controller has written the cluster's status (its first
+/// reconcile always does). `cluster` is the object as the reconcile received it.
+fn may_have_a_profile_elsewhere(cluster: &Cluster) -> bool {
+    cluster.status.is_some()
+}
+
 /// The namespace of a cluster's ClusterProfile: its set's, else the system namespace.
 fn profile_namespace(fleet: &Fleet, cluster: &Cluster) -> String {
     cluster
@@ -286,9 +293,10 @@ async fn publish_profile(
     ensure_namespace(fleet, &namespace, namespace_labels).await?;
     let api: Api<ClusterProfile> = Api::namespaced(fleet.client.clone(), &namespace);
     let current = api.get_opt(&name).await?;
-    if current.is_none() {
+    if current.is_none() && may_have_a_profile_elsewhere(cluster) {
         // A first profile here: one left in another namespace (the cluster changed
-        // sets) goes.
+        // sets) goes. Finding it means listing every namespace's profiles, so a cluster
+        // that has never been reconciled (a join) is spared: it has no profile anywhere.
         let everywhere: Api<ClusterProfile> = Api::all(fleet.client.clone());
         let ours = ListParams::default()
             .labels(&format!(
