@@ -409,13 +409,28 @@ pub struct PlacementStatus {
     /// `Scheduled`, `Applied` and `Available`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// Every chosen cluster and its state.
+    /// The chosen clusters and their state: every one up to [`MAX_LISTED_CLUSTERS`];
+    /// beyond that those not applied, not available or drifted come first. (The
+    /// PlacementDecisions name every chosen cluster, and each cluster's Work holds its
+    /// whole state.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<PlacedCluster>,
-    /// Every cluster not chosen, and why.
+    /// How many chosen clusters `clusters` leaves out (unset: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlisted_clusters: Option<i32>,
+    /// The clusters not chosen, and why: at most [`MAX_LISTED_CLUSTERS`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluded: Vec<ExcludedCluster>,
+    /// How many clusters not chosen `excluded` leaves out (unset: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlisted_excluded: Option<i32>,
 }
+
+/// The most clusters [`PlacementStatus::clusters`] and [`PlacementStatus::excluded`] each
+/// list, so that a placement's status stays far below the API's object size limit (3 MiB;
+/// etcd's default is 1.5 MiB) however many clusters the fleet has: about 400 bytes per
+/// listed cluster.
+pub const MAX_LISTED_CLUSTERS: usize = 1000;
 
 /// One chosen cluster in [`PlacementStatus::clusters`].
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

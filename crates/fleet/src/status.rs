@@ -3,16 +3,18 @@
 //!
 //! ```text
 //!  Work.status (per cluster) ─┬─► PlacementStatus { Scheduled, Applied, Available,
-//!  Plan (selection, replicas) ┘                     clusters[], excluded[] }
+//!  Plan (selection, replicas) ┘                     clusters[], excluded[] (each at most
+//!                                                   MAX_LISTED_CLUSTERS, the troubled first) }
 //!  ManifestStatus.statusFeedback of one template, per cluster
 //!                             └─► aggregate(kind) ─► the template's status (counters
 //!                                                    summed, conditions merged)
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use flotilla_api::{
-    Drift, ExcludedCluster, ManifestStatus, PlacedCluster, PlacementStatus, WorkStatus, condition,
+    Drift, ExcludedCluster, MAX_LISTED_CLUSTERS, ManifestStatus, PlacedCluster, PlacementStatus,
+    WorkStatus, condition,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value, json};
@@ -65,13 +67,21 @@ pub fn placement_status(
     let previous_conditions = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();
+    let listed_before: HashMap<&str, &[Condition]> = previous
+        .map(|p| {
+            p.clusters
+                .iter()
+                .map(|c| (c.name.as_str(), c.conditions.as_slice()))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut clusters = Vec::new();
     let (mut applied, mut available) = (0, 0);
     for name in &plan.selection.chosen {
         let work = works.get(name);
-        let old = previous
-            .and_then(|p| p.clusters.iter().find(|c| &c.name == name))
-            .map(|c| c.conditions.as_slice())
+        let old = listed_before
+            .get(name.as_str())
+            .copied()
             .unwrap_or_default();
         let mut conditions = Vec::new();
         if let Some(why) = plan.failed.get(name) {
@@ -151,6 +161,18 @@ pub fn placement_status(
             now,
         )
     };
+    let unlisted_clusters = keep_listed(&mut clusters, troubled);
+    let excluded: Vec<ExcludedCluster> = plan
+        .selection
+        .excluded
+        .iter()
+        .take(MAX_LISTED_CLUSTERS)
+        .map(|(name, reason)| ExcludedCluster {
+            name: name.clone(),
+            reason: reason.to_string(),
+        })
+        .collect();
+    let unlisted_excluded = unlisted(plan.selection.excluded.len(), excluded.len());
     PlacementStatus {
         observed_generation: generation,
         conditions: vec![
@@ -159,16 +181,36 @@ pub fn placement_status(
             count(condition::AVAILABLE, available),
         ],
         clusters,
-        excluded: plan
-            .selection
-            .excluded
-            .iter()
-            .map(|(name, reason)| ExcludedCluster {
-                name: name.clone(),
-                reason: reason.to_string(),
-            })
-            .collect(),
+        unlisted_clusters,
+        excluded,
+        unlisted_excluded,
     }
+}
+
+/// Whether a chosen cluster needs a look: a condition not true, or drift.
+fn troubled(cluster: &PlacedCluster) -> bool {
+    !cluster.drift.is_empty() || cluster.conditions.iter().any(|c| c.status != "True")
+}
+
+/// Keeps at most [`MAX_LISTED_CLUSTERS`] of `clusters`, those `first` picks ahead of the
+/// rest, each group in its order; returns how many were left out (`None` for none).
+fn keep_listed(
+    clusters: &mut Vec<PlacedCluster>,
+    first: impl Fn(&PlacedCluster) -> bool,
+) -> Option<i32> {
+    let all = clusters.len();
+    if all <= MAX_LISTED_CLUSTERS {
+        return None;
+    }
+    // A stable sort: the order within each group is the chosen order, so an unchanged
+    // fleet lists the same clusters every time.
+    clusters.sort_by_key(|c| !first(c));
+    clusters.truncate(MAX_LISTED_CLUSTERS);
+    unlisted(all, clusters.len())
+}
+
+fn unlisted(all: usize, listed: usize) -> Option<i32> {
+    (all > listed).then(|| i32::try_from(all - listed).unwrap_or(i32::MAX))
 }
 
 /// Every manifest's drift, each path prefixed with the manifest's `Kind/name`.

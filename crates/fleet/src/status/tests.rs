@@ -152,3 +152,70 @@ fn deployment_counters_are_summed_and_conditions_merged() {
     assert_eq!(partial["observedGeneration"], 7);
     assert!(aggregate("v1", "ConfigMap", Some(1), &feedback, true, &json!(null)).is_none());
 }
+
+#[test]
+fn a_status_lists_at_most_a_thousand_clusters_each_way_the_troubled_first() {
+    // 2,500 chosen clusters, all applied and available but c-1700 (not available) and
+    // c-2400 (pending: no Work); 1,200 not chosen.
+    let names: Vec<String> = (0..2500).map(|i| format!("c-{i:04}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    // (`work` reports drift, which would make every cluster troubled: not here.)
+    let without_drift = |mut w: WorkStatus| {
+        w.manifests[0].drift.clear();
+        w
+    };
+    let fine = without_drift(work(true, true, 3));
+    let unavailable = without_drift(work(true, false, 1));
+    let works: BTreeMap<String, WorkView<'_>> = names
+        .iter()
+        .filter(|n| **n != "c-2400")
+        .map(|n| {
+            let status = if *n == "c-1700" { &unavailable } else { &fine };
+            let view = WorkView {
+                generation: Some(1),
+                status: Some(status),
+            };
+            (n.to_string(), view)
+        })
+        .collect();
+    let mut many = plan(&names);
+    many.selection.excluded = (0..1200)
+        .map(|i| (format!("x-{i:04}"), crate::Reason::LabelSelector))
+        .collect();
+
+    let status = placement_status(&many, &works, Some(1), None, &now());
+    assert_eq!(status.clusters.len(), MAX_LISTED_CLUSTERS);
+    assert_eq!(status.unlisted_clusters, Some(1500));
+    let listed: Vec<&str> = status.clusters.iter().map(|c| c.name.as_str()).collect();
+    // The troubled first, then the rest in the chosen order.
+    assert_eq!(listed[..4], ["c-1700", "c-2400", "c-0000", "c-0001"]);
+    assert_eq!(listed[MAX_LISTED_CLUSTERS - 1], "c-0997");
+    assert_eq!(status.clusters[1].conditions[0].reason, "Pending");
+    // The counts are over every chosen cluster, listed or not.
+    let get = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind).unwrap();
+    assert_eq!(get("Applied").message, "2499/2500 clusters");
+    assert_eq!(get("Available").message, "2498/2500 clusters");
+    assert_eq!(status.excluded.len(), MAX_LISTED_CLUSTERS);
+    assert_eq!(status.unlisted_excluded, Some(200));
+    assert_eq!(status.excluded[0].name, "x-0000");
+    // Well under the API's object size limit; and stable when nothing changed.
+    let size = serde_json::to_vec(&status).unwrap().len();
+    assert!(size < 1 << 20, "{size} bytes");
+    let later = Time(k8s_openapi::jiff::Timestamp::from_second(1_900_000_000).unwrap());
+    assert_eq!(
+        placement_status(&many, &works, Some(1), Some(&status), &later),
+        status
+    );
+
+    // A fleet within the limit is listed whole, in the chosen order.
+    let few = placement_status(
+        &plan(&names[..MAX_LISTED_CLUSTERS]),
+        &works,
+        Some(1),
+        None,
+        &now(),
+    );
+    assert_eq!(few.clusters.len(), MAX_LISTED_CLUSTERS);
+    assert_eq!(few.clusters[0].name, "c-0000");
+    assert_eq!((few.unlisted_clusters, few.unlisted_excluded), (None, None));
+}
