@@ -11,7 +11,8 @@
 //! Setup is the same whatever `n` is (1,000 ConfigMaps for get and update), so the
 //! difference of two runs' counts divided by the difference of their `n` is the cost of
 //! one request. `REQUEST_COST_CLIENTS=16` makes the `n` requests (store calls) from that
-//! many concurrent connections (tasks), as the benchmark's 16-client phase does.
+//! many concurrent connections (tasks), as the benchmark's 16-client phase does;
+//! `REQUEST_COST_LINGER=0.5` sets the store's group-commit linger (`Config::linger`).
 
 use std::sync::Arc;
 
@@ -180,7 +181,14 @@ async fn run() {
         _ => panic!("usage: request_cost store|api|router|https get|create|update N"),
     };
     let dir = tempfile::tempdir().unwrap();
-    let sqlite = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
+    let mut config = flotilla_store_sqlite::Config::new(dir.path().join("s.db"));
+    if let Some(linger) = std::env::var("REQUEST_COST_LINGER")
+        .ok()
+        .and_then(|l| l.parse().ok())
+    {
+        config.linger = linger;
+    }
+    let sqlite = Arc::new(SqliteStore::open_with(config).await.unwrap());
     let _ = SQLITE.set(sqlite.clone());
     let store: Arc<dyn Store> = sqlite;
     if mode == "store" {

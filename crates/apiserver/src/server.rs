@@ -213,10 +213,12 @@ pub async fn serve_tls(
 
 /// The API as an in-process HTTP service, for the hub's own controllers: requests go
 /// straight to [`Api::serve`] (same routing, admission and watch path as over HTTPS) with
-/// no socket, no TLS and no token. `kube::Client::new(local_service(api), "default")`
-/// makes a kube-rs client of it.
+/// no socket, no TLS and no token. `kube::Client::new(local_service(api, metrics), "default")`
+/// makes a kube-rs client of it. Its requests count in `metrics` as any client's do, so
+/// that `/metrics` shows the load the hub's own controllers put on the API.
 pub fn local_service<B>(
     api: Api,
+    metrics: Arc<Metrics>,
 ) -> impl tower::Service<
     axum::http::Request<B>,
     Response = Response,
@@ -230,30 +232,37 @@ where
     B::Error: Into<axum::BoxError>,
 {
     tower::service_fn(move |request: axum::http::Request<B>| {
-        let api = api.clone();
+        let (api, metrics) = (api.clone(), metrics.clone());
         async move {
             let (parts, body) = request.into_parts();
             let span =
                 info_span!("local request", method = %parts.method, path = %parts.uri.path());
             async move {
-                let body = match to_bytes(Body::new(body), MAX_OBJECT_BYTES + 1).await {
-                    Ok(body) => body,
-                    Err(_) => {
-                        return Ok(ApiError::too_large(format!(
-                            "the request body is over the limit of {MAX_OBJECT_BYTES} bytes"
-                        ))
-                        .into_response());
+                let started = std::time::Instant::now();
+                let response = match to_bytes(Body::new(body), MAX_OBJECT_BYTES + 1).await {
+                    Ok(body) => {
+                        api.serve(
+                            parts.method.clone(),
+                            parts.uri.path(),
+                            parts.uri.query(),
+                            &parts.headers,
+                            body,
+                        )
+                        .await
                     }
+                    Err(_) => ApiError::too_large(format!(
+                        "the request body is over the limit of {MAX_OBJECT_BYTES} bytes"
+                    ))
+                    .into_response(),
                 };
-                Ok(api
-                    .serve(
-                        parts.method,
-                        parts.uri.path(),
-                        parts.uri.query(),
-                        &parts.headers,
-                        body,
-                    )
-                    .await)
+                metrics.observe_request(
+                    parts.method.as_str(),
+                    parts.uri.path(),
+                    parts.uri.query(),
+                    response.status().as_u16(),
+                    started.elapsed(),
+                );
+                Ok(response)
             }
             .instrument(span)
             .await

@@ -2,8 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use axum::http::{HeaderMap, Method};
 use bytes::Bytes;
 use clap::Parser;
@@ -89,14 +91,18 @@ impl HubArgs {
             .unwrap_or_else(|| StoreUrl::Sqlite(self.data_dir.join("hub.db")));
         let mut server = ApiServer::open("hub", &self.data_dir, self.listen, &path).await?;
         install_fleet_api(&server.api).await?;
+        let metrics = flotilla_fleet::runtime::Metrics::default();
+        metrics.register(
+            Arc::get_mut(&mut server.metrics)
+                .context("the hub's metrics are shared before serving")?
+                .registry_mut(),
+        );
         // The fleet controllers use the API in-process, through the same routing,
-        // admission and watch paths as any client.
+        // admission and watch paths as any client, and count in its request metrics.
         let client = kube::Client::new(
-            flotilla_apiserver::server::local_service(server.api.clone()),
+            flotilla_apiserver::server::local_service(server.api.clone(), server.metrics.clone()),
             "default",
         );
-        let metrics = flotilla_fleet::runtime::Metrics::default();
-        metrics.register(server.metrics.registry_mut());
         tokio::spawn(flotilla_fleet::runtime::run(
             client,
             flotilla_fleet::runtime::Config {

@@ -94,8 +94,8 @@ pub struct ApiServer {
     pub store: Arc<dyn Store>,
     /// Where clients reach it: `https://HOST:PORT`.
     pub url: String,
-    /// What `/metrics` shows; more can be registered before serving.
-    pub metrics: flotilla_apiserver::metrics::Metrics,
+    /// What `/metrics` shows; more can be registered (`Arc::get_mut`) until it is shared.
+    pub metrics: Arc<flotilla_apiserver::metrics::Metrics>,
     role: &'static str,
     identity: HubIdentity,
     listen: SocketAddr,
@@ -136,7 +136,7 @@ impl ApiServer {
             .await
             .map_err(|e| anyhow::anyhow!("cannot set up the initial namespaces: {e}"))?;
         Ok(ApiServer {
-            metrics: flotilla_apiserver::metrics::Metrics::new(),
+            metrics: Arc::new(flotilla_apiserver::metrics::Metrics::new()),
             api,
             store,
             url,
@@ -194,7 +194,7 @@ impl ApiServer {
             check: Arc::new(move |token| identity.is_admin_token(token)),
         };
         let ready = Arc::new(AtomicBool::new(false));
-        let app = server::router_with(self.api, auth, ready.clone(), Arc::new(self.metrics));
+        let app = server::router_with(self.api, auth, ready.clone(), self.metrics);
         ready.store(true, Ordering::Release);
         let role = self.role;
         info!(url = %self.url, kubeconfig = %kubeconfig.display(), store = %self.store_path.display(), "{role} serving");

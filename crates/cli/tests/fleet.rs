@@ -218,6 +218,19 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
             .then_some(())
             .ok_or_else(String::new)
     });
+    // Only the move looked for a profile across namespaces (a LIST of them all): the three
+    // joins had none anywhere to look for.
+    let metrics = hub.ok(&["get", "--raw", "/metrics"]);
+    let lists: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                r#"apiserver_request_total{verb="LIST",group="multicluster.x-k8s.io",resource="clusterprofiles","#,
+            )
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(lists, 1.0, "{metrics}");
     let set = hub.json(&["get", "namespace", "americas"]);
     assert_eq!(
         set["metadata"]["labels"]["multicluster.x-k8s.io/clusterset"],

@@ -51,7 +51,10 @@ async fn counted_cluster() -> anyhow::Result<(Cluster, Arc<AtomicUsize>)> {
             counter.fetch_add(1, Ordering::SeqCst);
             r
         })
-        .service(local_service(api));
+        .service(local_service(
+            api,
+            Arc::new(flotilla_apiserver::metrics::Metrics::new()),
+        ));
     let client = kube::Client::new(counted, "default");
     let cluster = Cluster {
         _dir: dir,
