@@ -143,6 +143,26 @@ fn text(code: StatusCode, body: &'static str) -> Response {
     response
 }
 
+/// How long [`serve_tls`] waits before accepting again after an error that would repeat
+/// at once (out of file descriptors or memory), rather than spinning on it.
+const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether, and how long, to pause after `accept` failed with `error`: not when one
+/// client's connection failed before it was accepted (the next one is unaffected); for
+/// anything else, such as the process's open-file limit, [`ACCEPT_PAUSE`] — another
+/// `accept` at once would fail the same way, burning a core and filling the log.
+fn accept_pause(error: &std::io::Error) -> Option<std::time::Duration> {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::ConnectionAborted
+        | ErrorKind::ConnectionReset
+        | ErrorKind::ConnectionRefused
+        | ErrorKind::Interrupted
+        | ErrorKind::WouldBlock => None,
+        _ => Some(ACCEPT_PAUSE),
+    }
+}
+
 /// Serves `app` over TLS on `listener` until `shutdown` completes, then stops accepting,
 /// lets requests in flight finish (watches end), and returns.
 pub async fn serve_tls(
@@ -161,11 +181,20 @@ pub async fn serve_tls(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    continue;
+                    let Some(pause) = accept_pause(&e) else {
+                        debug!(error = %e, "a connection failed before it was accepted");
+                        continue;
+                    };
+                    warn!(error = %e, "accept failed; pausing {} ms", pause.as_millis());
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(pause) => continue,
+                    }
                 }
             },
         };
+        // Connections that have ended leave the set (their tasks are done).
+        while connections.try_join_next().is_some() {}
         // Answers and watch events leave when written, not after the client's delayed
         // ack of the previous segment (Nagle: up to ~40 ms each).
         if let Err(e) = socket.set_nodelay(true) {
@@ -268,4 +297,23 @@ where
             .await
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_descriptors_pauses_accepting_but_a_failed_client_does_not() {
+        // EMFILE and ENFILE: the process's and the system's open-file limits.
+        for errno in [24, 23] {
+            let error = std::io::Error::from_raw_os_error(errno);
+            assert_eq!(accept_pause(&error), Some(ACCEPT_PAUSE), "{error}");
+        }
+        // ECONNABORTED, ECONNRESET: one client gave up between SYN and accept.
+        for errno in [103, 104] {
+            let error = std::io::Error::from_raw_os_error(errno);
+            assert_eq!(accept_pause(&error), None, "{error}");
+        }
+    }
 }
