@@ -95,6 +95,9 @@ impl BenchArgs {
     pub fn run(self) -> anyhow::Result<()> {
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("cannot create {}", self.out.display()))?;
+        // The benchmark's own member clients, and the hub and simulator it starts (which
+        // inherit the limit), hold a connection per member.
+        crate::limits::raise_open_files(crate::limits::SERVING);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;

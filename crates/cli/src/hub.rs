@@ -81,6 +81,9 @@ impl HubArgs {
     /// Serves until SIGTERM or SIGINT.
     pub fn run(self) -> anyhow::Result<()> {
         serve::init_logging(self.log_format);
+        // A connection per member cluster (its drift watch) besides the clients' own.
+        let files = crate::limits::raise_open_files(crate::limits::SERVING);
+        info!(before = files.before, now = files.now, "open-file limit");
         serve::block_on(self.serve())
     }
 

@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod hub;
 mod join;
+mod limits;
 mod serve;
 mod sim;
 
