@@ -1,10 +1,11 @@
-//! Real processes for the fleet scenarios: a `flotilla hub`, a `flotilla sim` serving N
-//! members, one `flotilla join` per member, and kube clients of them all.
+//! Real processes for the fleet scenarios: a `flotilla hub`, `flotilla sim` processes
+//! serving N members, one `flotilla join` per member, and kube clients of them all.
 //!
 //! ```text
-//!  DIR/hub/   flotilla hub --data-dir DIR/hub --listen 127.0.0.1:<free port>   (hub.log)
-//!  DIR/sim/   flotilla sim --clusters N --ready-delay 100ms                    (sim.log)
-//!             kubeconfigs/member-<i>.kubeconfig
+//!  DIR/hub/    flotilla hub --data-dir DIR/hub --listen 127.0.0.1:<free port>  (hub.log)
+//!  DIR/sim/    flotilla sim --clusters M --ready-delay 100ms                   (sim.log)
+//!              kubeconfigs/member-<i>.kubeconfig
+//!  DIR/sim-2/  flotilla sim --clusters M --first M+1 …  (past M members)     (sim-2.log)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -24,6 +25,14 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Joins made at once, as an operator's script would.
 const JOINS_AT_ONCE: usize = 8;
 
+/// Members per simulator process. While a change is measured, each member holds two
+/// long-lived connections into its simulator (the hub's drift watch and the benchmark's
+/// own watch); at 5,000 members that is 10,000 descriptors, within the 20,000 open files
+/// a process may hold on this kind of machine, whose hard limit an unprivileged (or
+/// capability-less) process cannot raise. Larger fleets run several simulators side by
+/// side, as a real fleet's members are separate servers.
+pub(crate) const MEMBERS_PER_SIM: usize = 5_000;
+
 /// A hub and a simulator with `clusters` members, running.
 pub(crate) struct Processes {
     binary: PathBuf,
@@ -31,9 +40,11 @@ pub(crate) struct Processes {
     hub: Child,
     hub_args: Vec<String>,
     hub_starts: usize,
-    sim: Child,
+    /// The simulators, each serving `members_per_sim` members (the last one the rest).
+    sims: Vec<Child>,
     hub_kubeconfig: PathBuf,
-    sim_dir: PathBuf,
+    sim_dirs: Vec<PathBuf>,
+    members_per_sim: usize,
     clusters: usize,
     /// The member clients' connections, as the hub shares them.
     pools: Pools,
@@ -96,12 +107,18 @@ fn pid(child: &Child, what: &str) -> Result<u32, Error> {
 }
 
 impl Processes {
-    /// Starts a hub and a simulator with `clusters` members under `dir` (emptied first) and
-    /// waits until both serve.
-    pub(crate) async fn start(binary: &Path, dir: &Path, clusters: usize) -> Result<Self, Error> {
+    /// Starts a hub and simulators with `clusters` members in all, at most
+    /// `members_per_sim` each, under `dir` (emptied first) and waits until all serve.
+    pub(crate) async fn start(
+        binary: &Path,
+        dir: &Path,
+        clusters: usize,
+        members_per_sim: usize,
+    ) -> Result<Self, Error> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
-        let (hub_dir, sim_dir) = (dir.join("hub"), dir.join("sim"));
+        let members_per_sim = members_per_sim.max(1);
+        let hub_dir = dir.join("hub");
         let text = |p: &Path| p.to_string_lossy().into_owned();
         let hub_args: Vec<String> = vec![
             "hub".into(),
@@ -111,35 +128,57 @@ impl Processes {
             format!("127.0.0.1:{}", free_port()?),
         ];
         let hub = spawn(binary, &hub_args, &dir.join("hub.log"))?;
-        let sim_args: Vec<String> = vec![
-            "sim".into(),
-            "--clusters".into(),
-            clusters.to_string(),
-            "--data-dir".into(),
-            text(&sim_dir),
-            "--listen".into(),
-            format!("127.0.0.1:{}", free_port()?),
-            "--ready-delay".into(),
-            "100ms".into(),
-        ];
-        let sim = spawn(binary, &sim_args, &dir.join("sim.log"))?;
+        let (mut sims, mut sim_dirs) = (Vec::new(), Vec::new());
+        for first in (1..=clusters.max(1)).step_by(members_per_sim) {
+            let count = members_per_sim.min(clusters.max(1) + 1 - first);
+            let name = match sims.len() {
+                0 => "sim".to_owned(),
+                k => format!("sim-{}", k + 1),
+            };
+            let sim_dir = dir.join(&name);
+            let sim_args: Vec<String> = vec![
+                "sim".into(),
+                "--clusters".into(),
+                count.to_string(),
+                "--first".into(),
+                first.to_string(),
+                "--data-dir".into(),
+                text(&sim_dir),
+                "--listen".into(),
+                format!("127.0.0.1:{}", free_port()?),
+                "--ready-delay".into(),
+                "100ms".into(),
+            ];
+            sims.push(spawn(binary, &sim_args, &dir.join(format!("{name}.log")))?);
+            sim_dirs.push(sim_dir);
+        }
         let processes = Processes {
             binary: binary.to_owned(),
             dir: dir.to_owned(),
             hub,
             hub_args,
             hub_starts: 1,
-            sim,
+            sims,
             hub_kubeconfig: hub_dir.join("admin.kubeconfig"),
-            sim_dir,
+            sim_dirs,
+            members_per_sim,
             clusters,
             pools: Pools::default(),
         };
         wait_for(&processes.hub_kubeconfig).await?;
-        wait_for(&processes.member_kubeconfig(clusters)).await?;
         wait_until_serving(&processes.hub_client().await?, "hub").await?;
-        wait_until_serving(&processes.member_client(clusters).await?, "simulator").await?;
+        for last in processes.last_members() {
+            wait_for(&processes.member_kubeconfig(last)).await?;
+            wait_until_serving(&processes.member_client(last).await?, "simulator").await?;
+        }
         Ok(processes)
+    }
+
+    /// Each simulator's last member.
+    fn last_members(&self) -> Vec<usize> {
+        (1..=self.sims.len())
+            .map(|k| (k * self.members_per_sim).min(self.clusters.max(1)))
+            .collect()
     }
 
     /// The hub's process id.
@@ -147,14 +186,15 @@ impl Processes {
         pid(&self.hub, "hub")
     }
 
-    /// The simulator's process id.
-    pub(crate) fn sim_pid(&self) -> Result<u32, Error> {
-        pid(&self.sim, "simulator")
+    /// The simulators' process ids.
+    pub(crate) fn sim_pids(&self) -> Result<Vec<u32>, Error> {
+        self.sims.iter().map(|sim| pid(sim, "simulator")).collect()
     }
 
-    /// The kubeconfig of member `i` (1-based).
+    /// The kubeconfig of member `i` (1-based), in its simulator's directory.
     pub(crate) fn member_kubeconfig(&self, i: usize) -> PathBuf {
-        self.sim_dir
+        let sim = (i.max(1) - 1) / self.members_per_sim;
+        self.sim_dirs[sim.min(self.sim_dirs.len() - 1)]
             .join("kubeconfigs")
             .join(format!("member-{i}.kubeconfig"))
     }
@@ -164,18 +204,28 @@ impl Processes {
         client(&self.hub_kubeconfig, &Pools::default()).await
     }
 
-    /// A client of the simulator's own endpoints (`/metrics`): member 1's credentials, at
-    /// the server's root instead of the member's path.
-    pub(crate) async fn sim_client(&self) -> Result<Client, Error> {
-        let text = std::fs::read_to_string(self.member_kubeconfig(1))?;
+    /// A client of each simulator's own endpoints (`/metrics`).
+    pub(crate) async fn sim_clients(&self) -> Result<Vec<Client>, Error> {
+        let mut clients = Vec::with_capacity(self.sims.len());
+        for last in self.last_members() {
+            clients.push(self.sim_client(last).await?);
+        }
+        Ok(clients)
+    }
+
+    /// A client of the root of the simulator serving member `i`: the member's credentials,
+    /// at the server's root instead of the member's path.
+    async fn sim_client(&self, i: usize) -> Result<Client, Error> {
+        let member = format!("member-{i}");
+        let text = std::fs::read_to_string(self.member_kubeconfig(i))?;
         let kubeconfig =
-            kube::config::Kubeconfig::from_yaml(&text).map_err(|e| check("member-1", e))?;
+            kube::config::Kubeconfig::from_yaml(&text).map_err(|e| check(&member, e))?;
         let mut config = kube::Config::from_custom_kubeconfig(
             kubeconfig,
             &kube::config::KubeConfigOptions::default(),
         )
         .await
-        .map_err(|e| check("member-1", e))?;
+        .map_err(|e| check(&member, e))?;
         let root = format!(
             "{}://{}/",
             config.cluster_url.scheme_str().unwrap_or("https"),

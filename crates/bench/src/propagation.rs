@@ -40,7 +40,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::harness::Processes;
+use crate::harness::{MEMBERS_PER_SIM, Processes};
 use crate::plot::Chart;
 use crate::resync::metrics_text;
 use crate::system::{cpu_ticks, rss_mib, settle};
@@ -72,6 +72,8 @@ pub struct Options {
     /// Measured changes per fleet size, each side by side (a bare apply, then a change
     /// through the hub): the point is the round with the median overhead.
     pub rounds: usize,
+    /// Members per simulator process (more start side by side).
+    pub members_per_sim: usize,
 }
 
 impl Options {
@@ -84,14 +86,17 @@ impl Options {
             replicas: 2,
             concurrency: CONCURRENCY,
             rounds: 3,
+            members_per_sim: MEMBERS_PER_SIM,
         }
     }
 
-    /// A smoke run: 5 and 10 members, two rounds.
+    /// A smoke run: 5 and 10 members, two rounds; the 10 on two simulators, so that the
+    /// path of the largest fleets runs too.
     pub fn quick(dir: &Path, binary: PathBuf) -> Self {
         Options {
             clusters: vec![5, 10],
             rounds: 2,
+            members_per_sim: 6,
             ..Options::new(dir, binary)
         }
     }
@@ -99,7 +104,8 @@ impl Options {
     /// As JSON.
     pub fn json(&self) -> Value {
         json!({"clusters": self.clusters, "replicas": self.replicas,
-            "concurrency": self.concurrency, "rounds": self.rounds, "sim_ready_delay_ms": 100, "joins_at_once": 8})
+            "concurrency": self.concurrency, "rounds": self.rounds, "sim_ready_delay_ms": 100, "joins_at_once": 8,
+            "members_per_sim": self.members_per_sim})
     }
 }
 
@@ -109,6 +115,8 @@ impl Options {
 pub struct Point {
     /// How many members.
     pub clusters: usize,
+    /// How many simulator processes served them.
+    pub simulators: usize,
     /// How long joining them took.
     pub join: Duration,
     /// From the Placement's creation to the hub's Deployment ready on every member.
@@ -123,7 +131,7 @@ pub struct Point {
     pub hub_rss_joined_mib: f64,
     /// The hub's resident memory once the placement ran everywhere, in MiB.
     pub hub_rss_placed_mib: f64,
-    /// The simulator's resident memory once every member joined, in MiB.
+    /// The simulators' resident memory once every member joined, in MiB (summed).
     pub sim_rss_joined_mib: f64,
     /// CPU seconds (hub, simulator, this process) from the baseline's t0 until every
     /// member saw its change.
@@ -192,7 +200,7 @@ pub fn median_round(rounds: &[Round]) -> Option<&Round> {
 pub struct Cpu {
     /// The hub's.
     pub hub: f64,
-    /// The simulator's.
+    /// The simulators'.
     pub sim: f64,
     /// The benchmark's own (watchers, and the bare applies in the baseline).
     pub bench: f64,
@@ -205,12 +213,12 @@ impl Cpu {
 }
 
 /// CPU ticks of the hub, the simulator and this process, now.
-fn ticks(hub: u32, sim: u32) -> Result<[u64; 3], Error> {
-    Ok([
-        cpu_ticks(hub)?,
-        cpu_ticks(sim)?,
-        cpu_ticks(std::process::id())?,
-    ])
+fn ticks(hub: u32, sims: &[u32]) -> Result<[u64; 3], Error> {
+    let mut sim = 0;
+    for pid in sims {
+        sim += cpu_ticks(*pid)?;
+    }
+    Ok([cpu_ticks(hub)?, sim, cpu_ticks(std::process::id())?])
 }
 
 /// The CPU seconds used since `before` (ticks of 1/100 s, the Linux USER_HZ).
@@ -305,6 +313,7 @@ impl Report {
     pub fn json(&self) -> Value {
         json!({"points": self.points.iter().map(|p| json!({
             "clusters": p.clusters,
+            "simulators": p.simulators,
             "join_s": p.join.as_secs_f64(),
             "place_s": p.place.as_secs_f64(),
             "hub": p.hub.json(),
@@ -606,8 +615,10 @@ async fn apply_everywhere(
 async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     let mut progress = Progress::new(format!("propagation N={n}"));
     progress.step("starting the hub and the simulator");
-    let processes = Processes::start(&options.binary, &options.dir.join(n.to_string()), n).await?;
-    let (hub_pid, sim_pid) = (processes.hub_pid()?, processes.sim_pid()?);
+    let dir = options.dir.join(n.to_string());
+    let processes = Processes::start(&options.binary, &dir, n, options.members_per_sim).await?;
+    let (hub_pid, sim_pids) = (processes.hub_pid()?, processes.sim_pids()?);
+    let all: Vec<u32> = std::iter::once(hub_pid).chain(sim_pids.clone()).collect();
     let hub_client = processes.hub_client().await?;
     settle(&[hub_pid], SETTLE_LIMIT).await;
     let hub_rss_idle_mib = rss_mib(hub_pid)?;
@@ -615,9 +626,12 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     let join = processes
         .join_all("bench=propagation", &mut progress)
         .await?;
-    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    settle(&all, SETTLE_LIMIT).await;
     let hub_rss_joined_mib = rss_mib(hub_pid)?;
-    let sim_rss_joined_mib = rss_mib(sim_pid)?;
+    let mut sim_rss_joined_mib = 0.0;
+    for pid in &sim_pids {
+        sim_rss_joined_mib += rss_mib(*pid)?;
+    }
 
     // Place a Deployment on every member and wait until the hub says it runs everywhere.
     progress.step("placing bench/web on every member");
@@ -656,7 +670,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     let everywhere = i64::from(options.replicas) * n as i64;
     ready_everywhere(&deployments_on_hub, everywhere).await?;
     let place = started.elapsed();
-    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    settle(&all, SETTLE_LIMIT).await;
     let hub_rss_placed_mib = rss_mib(hub_pid)?;
 
     // (b) The baseline: the object as delivered, applied by this process.
@@ -691,7 +705,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     // would open a thousand TLS connections at once. Real members, each at its own
     // address, keep theirs open with their health probes (every 10 s). The rounds follow
     // each other closely enough to keep the pool warm.
-    settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+    settle(&all, SETTLE_LIMIT).await;
     progress.step("warm-up change through the hub");
     let watchers = Watchers::start(&processes, n, "web", "nginx:1.1").await?;
     deployments_on_hub
@@ -701,8 +715,16 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     watchers.collect(Instant::now()).await?;
     ready_everywhere(&deployments_on_hub, everywhere).await?;
 
-    let sim_client = processes.sim_client().await?;
-    let sim_requests = || async { Ok::<_, Error>(requests(&metrics_text(&sim_client).await?)) };
+    let sim_clients = processes.sim_clients().await?;
+    let sim_requests = || async {
+        let mut all = BTreeMap::new();
+        for client in &sim_clients {
+            for (request, count) in requests(&metrics_text(client).await?) {
+                *all.entry(request).or_insert(0.0) += count;
+            }
+        }
+        Ok::<_, Error>(all)
+    };
     let revision = || async {
         crate::resync::metric(&hub_client, "flotilla_store_revision")
             .await
@@ -713,34 +735,34 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         let image = format!("nginx:2.{round}");
         // Each side starts with the hub and the simulator settled, so that neither pays
         // for the other's trailing work.
-        settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+        settle(&all, SETTLE_LIMIT).await;
         progress.step(&format!("round {round}: bare apply"));
         let watchers = Watchers::start(&processes, n, "web-bare", &image).await?;
         let sim_before = sim_requests().await?;
         let changed = with_image(bare.clone(), &image)?;
-        let before = ticks(hub_pid, sim_pid)?;
+        let before = ticks(hub_pid, &sim_pids)?;
         let t0 = Instant::now();
         apply_everywhere(&members, changed, options.concurrency).await?;
         let baseline = watchers.collect(t0).await?;
-        let baseline_cpu = used(before, ticks(hub_pid, sim_pid)?);
-        settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+        let baseline_cpu = used(before, ticks(hub_pid, &sim_pids)?);
+        settle(&all, SETTLE_LIMIT).await;
         let baseline_sim_requests = difference(&sim_before, &sim_requests().await?);
 
         progress.step(&format!("round {round}: template change through the hub"));
         let watchers = Watchers::start(&processes, n, "web", &image).await?;
         let writes_before = revision().await?;
         let sim_before = sim_requests().await?;
-        let before = ticks(hub_pid, sim_pid)?;
+        let before = ticks(hub_pid, &sim_pids)?;
         let t0 = Instant::now();
         deployments_on_hub
             .patch("web", &apply, &Patch::Apply(deployment(&image)))
             .await
             .map_err(|e| check("image change", e))?;
         let hub = watchers.collect(t0).await?;
-        let hub_cpu = used(before, ticks(hub_pid, sim_pid)?);
+        let hub_cpu = used(before, ticks(hub_pid, &sim_pids)?);
         // Every write the change caused on the hub, its status coming back included (some
         // of it written after a wait: until the revision stands still for 4 s).
-        settle(&[hub_pid, sim_pid], SETTLE_LIMIT).await;
+        settle(&all, SETTLE_LIMIT).await;
         let mut last = revision().await?;
         let (mut still_since, deadline) = (Instant::now(), Instant::now() + SETTLE_LIMIT);
         while still_since.elapsed() < Duration::from_secs(4) && Instant::now() < deadline {
@@ -771,6 +793,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     drop(members);
     Ok(Point {
         clusters: n,
+        simulators: sim_pids.len(),
         join,
         place,
         hub_rss_idle_mib,

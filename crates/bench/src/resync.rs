@@ -27,7 +27,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::harness::Processes;
+use crate::harness::{MEMBERS_PER_SIM, Processes};
 use crate::plot::Chart;
 use crate::propagation::FIELD_MANAGER;
 use crate::system::{peak_rss_mib, rss_mib, settle};
@@ -385,18 +385,21 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
     let works = p * n;
     let mut progress = Progress::new(format!("resync {p}×{n}"));
     progress.step("starting the hub and the simulator");
-    let mut processes = Processes::start(&options.binary, &options.dir, n).await?;
-    let (hub_pid, sim_pid) = (processes.hub_pid()?, processes.sim_pid()?);
+    let mut processes = Processes::start(&options.binary, &options.dir, n, MEMBERS_PER_SIM).await?;
+    let all: Vec<u32> = std::iter::once(processes.hub_pid()?)
+        .chain(processes.sim_pids()?)
+        .collect();
+    let hub_pid = all[0];
     let client = processes.hub_client().await?;
     let join = processes.join_all("bench=resync", &mut progress).await?;
-    settle(&[hub_pid, sim_pid], Duration::from_secs(30)).await;
+    settle(&all, Duration::from_secs(30)).await;
     let hub_rss_joined_mib = rss_mib(hub_pid)?;
 
     let started = Instant::now();
     create_placements(&client, options, &mut progress).await?;
     wait_in_sync(&client, works, started, options.timeout, &mut progress).await?;
     let setup = started.elapsed();
-    settle(&[hub_pid, sim_pid], Duration::from_secs(30)).await;
+    settle(&all, Duration::from_secs(30)).await;
     let hub_rss_in_sync_mib = rss_mib(hub_pid)?;
 
     progress.step("stopping the hub (SIGTERM)");

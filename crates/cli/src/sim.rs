@@ -10,19 +10,23 @@ use clap::Parser;
 use flotilla_apiserver::object::{NameRule, check_name};
 use flotilla_sim::{NodeShape, Simulator};
 use regex::Regex;
-use tracing::{Instrument, info, info_span};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::serve::{self, ApiServer, LogFormat, parse_duration};
 
 /// How often the simulator's store is compacted.
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
 
-/// `flotilla sim --clusters N [--data-dir DIR] [--listen ADDR] [--prefix P] [--nodes K] …`
+/// `flotilla sim --clusters N [--first F] [--data-dir DIR] [--listen ADDR] [--prefix P] …`
 #[derive(Debug, Parser)]
 pub struct SimArgs {
     /// How many member clusters to serve, named PREFIX1 … PREFIXN.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub clusters: u32,
+    /// The number of the first cluster: PREFIXF … PREFIX(F+N-1). Several simulators side
+    /// by side serve one numbered fleet, each within its own open-file limit.
+    #[arg(long, value_name = "F", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub first: u32,
     /// Where the certificates, token, store (sim.db) and kubeconfigs (kubeconfigs/) live.
     #[arg(long, value_name = "DIR", default_value = "flotilla-sim-data")]
     pub data_dir: PathBuf,
@@ -82,15 +86,22 @@ fn parse_regex(text: &str) -> Result<Regex, String> {
 impl SimArgs {
     /// The member clusters' names, checked.
     fn members(&self) -> anyhow::Result<Vec<String>> {
-        let last = format!("{}{}", self.prefix, self.clusters);
-        if let Some(why) = check_name(&last, NameRule::Label) {
+        let Some(last) = self.first.checked_add(self.clusters - 1) else {
             anyhow::bail!(
-                "--prefix {:?} is too long for {} clusters: {last}: {why}",
-                self.prefix,
-                self.clusters
+                "--first {} with --clusters {} numbers past {}",
+                self.first,
+                self.clusters,
+                u32::MAX
+            );
+        };
+        let last_name = format!("{}{last}", self.prefix);
+        if let Some(why) = check_name(&last_name, NameRule::Label) {
+            anyhow::bail!(
+                "--prefix {:?} is too long for cluster number {last}: {last_name}: {why}",
+                self.prefix
             );
         }
-        Ok((1..=self.clusters)
+        Ok((self.first..=last)
             .map(|i| format!("{}{i}", self.prefix))
             .collect())
     }
@@ -99,6 +110,21 @@ impl SimArgs {
     pub fn run(self) -> anyhow::Result<()> {
         let members = self.members()?;
         serve::init_logging(self.log_format);
+        // Every member's clients connect to this one process: the hub's drift watch and
+        // request connections, and whatever else watches the members (a benchmark does).
+        let wanted = crate::limits::SERVING.max(4 * members.len() as u64 + 1024);
+        let files = crate::limits::raise_open_files(wanted);
+        if files.reaches(wanted) {
+            info!(before = files.before, now = files.now, "open-file limit");
+        } else {
+            warn!(
+                limit = files.now,
+                wanted,
+                "the open-file limit is below what {} clusters may need: raise it (ulimit -n) \
+                 or connections past it will wait",
+                members.len()
+            );
+        }
         let span = info_span!("sim", clusters = members.len());
         serve::block_on(self.serve(members).instrument(span))
     }
@@ -206,6 +232,11 @@ mod tests {
         assert_eq!(args.ready_delay, Duration::from_millis(200));
         let fail = args.fail_images.unwrap();
         assert!(fail.is_match("registry.invalid/app:1") && !fail.is_match("nginx"));
+        let args = parse(&["--clusters=3", "--first=5001"]).unwrap();
+        assert_eq!(
+            args.members().unwrap(),
+            ["member-5001", "member-5002", "member-5003"]
+        );
     }
 
     #[test]
@@ -213,6 +244,10 @@ mod tests {
         assert!(error(&[]).contains("--clusters"));
         assert!(error(&["--clusters", "0"]).contains("invalid value '0'"));
         assert!(error(&["--clusters", "-1"]).contains("--clusters"));
+        assert!(error(&["--clusters", "1", "--first", "0"]).contains("invalid value '0'"));
+        let args = parse(&["--clusters", "2", "--first", &u32::MAX.to_string()]).unwrap();
+        let e = args.members().unwrap_err().to_string();
+        assert!(e.contains("numbers past 4294967295"), "{e}");
         for prefix in ["Member-", "-m", "a.b-", "m_"] {
             let e = error(&["--clusters", "1", &format!("--prefix={prefix}")]);
             assert!(e.contains("invalid prefix"), "{prefix}: {e}");
@@ -236,6 +271,11 @@ mod tests {
         assert_eq!(args.members().unwrap().len(), 9);
         let args = parse(&["--clusters", "10", "--prefix", &prefix]).unwrap();
         let e = args.members().unwrap_err().to_string();
-        assert!(e.contains("too long for 10 clusters"), "{e}");
+        assert!(e.contains("too long for cluster number 10"), "{e}");
+        // The longest name is the last one, wherever the numbering starts.
+        let args = parse(&["--clusters", "2", "--first", "8", "--prefix", &prefix]).unwrap();
+        assert_eq!(args.members().unwrap().len(), 2);
+        let args = parse(&["--clusters", "2", "--first", "9", "--prefix", &prefix]).unwrap();
+        assert!(args.members().is_err());
     }
 }

@@ -106,6 +106,16 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         .map(|p| p["clusters"].as_u64().unwrap())
         .collect();
     assert_eq!(sizes, [5, 10], "{propagation}");
+    // Six members per simulator in the quick run: the 10 are served by two side by side.
+    assert_eq!(
+        propagation["options"]["members_per_sim"], 6,
+        "{propagation}"
+    );
+    let simulators: Vec<u64> = points
+        .iter()
+        .map(|p| p["simulators"].as_u64().unwrap())
+        .collect();
+    assert_eq!(simulators, [1, 2], "{propagation}");
     for p in points {
         let n = p["clusters"].as_u64().unwrap();
         latency(&p["hub"], n);
