@@ -60,7 +60,8 @@ pub struct HubArgs {
     /// The hub's name, written on the objects it places on members.
     #[arg(long, value_name = "NAME", default_value = "flotilla-hub")]
     pub name: String,
-    /// How often each member cluster is probed; one that does not answer within it is
+    /// How often each member cluster is probed (less often past 2,000 clusters at 10 s:
+    /// the hub makes at most 200 probes a second); one that does not answer within it is
     /// not Ready.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
     pub health_period: Duration,

@@ -50,7 +50,8 @@ pub const FIELD_MANAGER: &str = "flotilla";
 pub struct Config {
     /// The hub's name, written on member objects as their provenance.
     pub hub: String,
-    /// How often each member is probed; a member that does not answer within it is
+    /// How often each member is probed (longer in fleets too large for it, see
+    /// [`Config::probe_period`]); a member that does not answer within it is
     /// `Ready=False`.
     pub health_period: Duration,
     /// How often each Work is re-applied even when nothing changed (drift correction when
@@ -59,6 +60,21 @@ pub struct Config {
     /// The namespace of ClusterProfiles of clusters in no set, and of ClusterPlacements'
     /// PlacementDecisions.
     pub system_namespace: String,
+}
+
+/// The most health probes per second the hub makes across its fleet. With 10 s periods a
+/// fleet of 10,000 would take 1,000 a second, each an HTTPS request the hub and the member
+/// pay for whether anything changed or not; past `MAX_PROBES_PER_SECOND × health_period`
+/// clusters (2,000 at 10 s) each is probed less often instead.
+pub const MAX_PROBES_PER_SECOND: u32 = 200;
+
+impl Config {
+    /// How often each of `clusters` members is probed: the health period, or longer when
+    /// probing so many that often would exceed [`MAX_PROBES_PER_SECOND`].
+    pub fn probe_period(&self, clusters: usize) -> Duration {
+        let spread = Duration::from_secs_f64(clusters as f64 / f64::from(MAX_PROBES_PER_SECOND));
+        self.health_period.max(spread)
+    }
 }
 
 impl Default for Config {

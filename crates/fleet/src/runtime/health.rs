@@ -52,6 +52,12 @@ impl Confirmed {
             .is_some_and(|(published, at)| *published == inputs && at.elapsed() < max_age)
     }
 
+    /// How many clusters have a profile published: every joined one after its first
+    /// check.
+    fn clusters(&self) -> usize {
+        self.profiles.len()
+    }
+
     fn forget_cluster(&mut self, cluster: &str) {
         self.namespaces.remove(&work_namespace(cluster));
         self.profiles.remove(cluster);
@@ -62,6 +68,13 @@ impl Confirmed {
 /// credentials are read again.
 pub(super) fn reconfirm_after(config: &super::Config) -> Duration {
     config.health_period * RECONFIRM_EVERY
+}
+
+/// How often each cluster is probed, and how long a confirmation lasts, in a fleet the
+/// controller knows `clusters` of: every [`RECONFIRM_EVERY`]th probe still confirms.
+fn periods(config: &super::Config, clusters: usize) -> (Duration, Duration) {
+    let probe = config.probe_period(clusters);
+    (probe, probe * RECONFIRM_EVERY)
 }
 
 /// A digest of what a cluster's ClusterProfile is made from: its name, set and status
@@ -96,6 +109,12 @@ pub(super) async fn run(
 fn error_policy(cluster: Arc<Cluster>, error: &Error, fleet: Arc<Fleet>) -> Action {
     warn!(cluster = %cluster.name_any(), %error, "cluster not reconciled; retrying");
     Action::requeue(fleet.config.health_period)
+}
+
+/// This fleet's probe period and confirmation age (see [`periods`]).
+fn fleet_periods(fleet: &Fleet) -> (Duration, Duration) {
+    let clusters = fleet.confirmed.lock().expect("lock").clusters();
+    periods(&fleet.config, clusters)
 }
 
 async fn reconcile(cluster: Arc<Cluster>, fleet: Arc<Fleet>) -> Result<Action, Error> {
@@ -170,6 +189,7 @@ fn profile_namespace(fleet: &Fleet, cluster: &Cluster) -> String {
 
 async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     let name = cluster.name_any();
+    let (probe_period, reconfirm) = fleet_periods(fleet);
     ensure_namespace(
         fleet,
         &work_namespace(&name),
@@ -178,7 +198,7 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     .await?;
     let probed = match fleet.members.get(cluster).await {
         Ok(member) => {
-            let probe = member.probe_within(reconfirm_after(&fleet.config));
+            let probe = member.probe_within(reconfirm);
             match tokio::time::timeout(fleet.config.health_period, probe).await {
                 Ok(Ok(health)) => Ok(health),
                 Ok(Err(e)) => Err(e.to_string()),
@@ -255,17 +275,17 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         }
     }
     let inputs = profile_inputs(cluster, &status);
-    let published = fleet.confirmed.lock().expect("lock").profile_published(
-        &name,
-        inputs,
-        reconfirm_after(&fleet.config),
-    );
+    let published = fleet
+        .confirmed
+        .lock()
+        .expect("lock")
+        .profile_published(&name, inputs, reconfirm);
     if !published {
         publish_profile(fleet, cluster, &status).await?;
         let mut confirmed = fleet.confirmed.lock().expect("lock");
         confirmed.profiles.insert(name, (inputs, Instant::now()));
     }
-    Ok(Action::requeue(fleet.config.health_period))
+    Ok(Action::requeue(probe_period))
 }
 
 /// Keeps the cluster's ClusterProfile (KEP-4322) in line with its status.
@@ -455,6 +475,38 @@ async fn unjoin(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_fleets_are_probed_less_often_so_that_probes_stay_under_the_cap() {
+        let config = crate::runtime::Config::default();
+        let ten = Duration::from_secs(10);
+        // Up to 2,000 clusters at 200 probes a second: the health period, unchanged.
+        for clusters in [0, 1, 1000, 2000] {
+            assert_eq!(periods(&config, clusters), (ten, ten * 6), "{clusters}");
+        }
+        // 10,000 clusters: every 50 s, confirming every 6th probe (5 minutes).
+        let fifty = Duration::from_secs(50);
+        assert_eq!(periods(&config, 10_000), (fifty, fifty * 6));
+        for clusters in [2001, 5000, 10_000, 100_000] {
+            let (probe, _) = periods(&config, clusters);
+            let per_second = clusters as f64 / probe.as_secs_f64();
+            assert!(per_second <= 200.0 + 1e-9, "{clusters}: {per_second}/s");
+        }
+        // A longer configured period stays.
+        let slow = crate::runtime::Config {
+            health_period: Duration::from_secs(120),
+            ..crate::runtime::Config::default()
+        };
+        assert_eq!(periods(&slow, 10_000).0, Duration::from_secs(120));
+
+        // The count is of clusters with a published profile: each joined one once checked.
+        let mut confirmed = Confirmed::default();
+        confirmed.profiles.insert("a".into(), (1, Instant::now()));
+        confirmed.profiles.insert("b".into(), (1, Instant::now()));
+        assert_eq!(confirmed.clusters(), 2);
+        confirmed.forget_cluster("a");
+        assert_eq!(confirmed.clusters(), 1);
+    }
 
     #[test]
     fn what_was_confirmed_is_trusted_for_a_while_and_forgotten_with_its_cluster() {
