@@ -145,6 +145,9 @@ pub struct Point {
     /// Requests the simulator served from the start of each phase (baseline, then through
     /// the hub) until the hub and the simulator were idle again, by verb and resource.
     pub sim_requests: [BTreeMap<String, u64>; 2],
+    /// Requests the hub served for the change through it, its controllers' own included,
+    /// until it was idle again, by verb and resource.
+    pub hub_requests: BTreeMap<String, u64>,
     /// Every round, in the order measured.
     pub rounds: Vec<Round>,
 }
@@ -165,6 +168,8 @@ pub struct Round {
     /// Requests the simulator served in the baseline, then through the hub, by verb and
     /// resource (each until the processes were idle again).
     pub sim_requests: [BTreeMap<String, u64>; 2],
+    /// Requests the hub served for the change through it (its controllers' included).
+    pub hub_requests: BTreeMap<String, u64>,
 }
 
 impl Round {
@@ -183,7 +188,8 @@ impl Round {
             "overhead_p99": self.overhead_p99(), "overhead_p50": self.overhead_p50(),
             "cpu_s": {"baseline": self.baseline_cpu.json(), "hub": self.hub_cpu.json()},
             "hub_writes": self.hub_writes,
-            "sim_requests": {"baseline": self.sim_requests[0], "hub": self.sim_requests[1]}})
+            "sim_requests": {"baseline": self.sim_requests[0], "hub": self.sim_requests[1]},
+            "hub_requests": self.hub_requests})
     }
 }
 
@@ -266,6 +272,7 @@ impl Point {
             self.hub_cpu = median.hub_cpu;
             self.hub_writes = median.hub_writes;
             self.sim_requests = median.sim_requests;
+            self.hub_requests = median.hub_requests;
         }
         self.rounds = rounds;
         self
@@ -328,6 +335,7 @@ impl Report {
             "hub_writes": p.hub_writes,
             "hub_writes_per_member": p.writes_per_member(),
             "sim_requests": {"baseline": p.sim_requests[0], "hub": p.sim_requests[1]},
+            "hub_requests": p.hub_requests,
             "overhead_p99_range": [p.overhead_range().0, p.overhead_range().1],
             "rounds": p.rounds.iter().map(Round::json).collect::<Vec<_>>(),
         })).collect::<Vec<_>>()})
@@ -725,6 +733,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         }
         Ok::<_, Error>(all)
     };
+    let hub_requests = || async { Ok::<_, Error>(requests(&metrics_text(&hub_client).await?)) };
     let revision = || async {
         crate::resync::metric(&hub_client, "flotilla_store_revision")
             .await
@@ -752,6 +761,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         let watchers = Watchers::start(&processes, n, "web", &image).await?;
         let writes_before = revision().await?;
         let sim_before = sim_requests().await?;
+        let hub_before = hub_requests().await?;
         let before = ticks(hub_pid, &sim_pids)?;
         let t0 = Instant::now();
         deployments_on_hub
@@ -774,6 +784,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         }
         let hub_writes = (last - writes_before).max(0.0) as u64;
         let hub_sim_requests = difference(&sim_before, &sim_requests().await?);
+        let hub_requests = difference(&hub_before, &hub_requests().await?);
         let measured = Round {
             hub,
             baseline,
@@ -781,6 +792,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
             hub_cpu,
             hub_writes,
             sim_requests: [baseline_sim_requests, hub_sim_requests],
+            hub_requests,
         };
         progress.step(&format!(
             "round {round}: p99 hub {:.0} ms, bare {:.0} ms ({:.2}×)",

@@ -132,6 +132,10 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         ] {
             assert!(positive(&p[k]), "{k}: {p}");
         }
+        // The hub's requests for the change, its controllers' in-process ones included:
+        // at least the Works written (server-side apply) for every member.
+        let patched_works = p["hub_requests"]["PATCH works"].as_u64().unwrap_or(0);
+        assert!(patched_works >= n, "{}", p["hub_requests"]);
         // CPU seconds per phase and process: numbers (a small fleet may use under a tick).
         for phase in ["baseline", "hub"] {
             for process in ["hub", "sim", "bench"] {
