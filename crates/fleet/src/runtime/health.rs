@@ -37,6 +37,8 @@ const RECONFIRM_EVERY: u32 = 6;
 pub(super) struct Confirmed {
     namespaces: HashMap<String, Instant>,
     profiles: HashMap<String, (u64, Instant)>,
+    /// When each cluster was last probed, and its generation then.
+    probed: HashMap<String, (Option<i64>, Instant)>,
 }
 
 impl Confirmed {
@@ -58,9 +60,25 @@ impl Confirmed {
         self.profiles.len()
     }
 
+    /// How long until `cluster` (at `generation`) is due for its next probe, when it was
+    /// probed less than half of `period` ago at the same generation: the controller's
+    /// own status write comes back to it as a change of the cluster, and must not probe
+    /// the member again. `None`: probe now.
+    fn probe_due_in(
+        &self,
+        cluster: &str,
+        generation: Option<i64>,
+        period: Duration,
+    ) -> Option<Duration> {
+        let (at_generation, at) = self.probed.get(cluster)?;
+        let since = at.elapsed();
+        (*at_generation == generation && since < period / 2).then(|| period - since)
+    }
+
     fn forget_cluster(&mut self, cluster: &str) {
         self.namespaces.remove(&work_namespace(cluster));
         self.profiles.remove(cluster);
+        self.probed.remove(cluster);
     }
 }
 
@@ -137,11 +155,12 @@ async fn ensure_namespace(
     name: &str,
     labels: BTreeMap<String, String>,
 ) -> Result<(), Error> {
+    let (_, reconfirm) = fleet_periods(fleet);
     if fleet
         .confirmed
         .lock()
         .expect("lock")
-        .namespace_exists(name, reconfirm_after(&fleet.config))
+        .namespace_exists(name, reconfirm)
     {
         return Ok(());
     }
@@ -190,6 +209,16 @@ fn profile_namespace(fleet: &Fleet, cluster: &Cluster) -> String {
 async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     let name = cluster.name_any();
     let (probe_period, reconfirm) = fleet_periods(fleet);
+    let generation = cluster.metadata.generation;
+    let due_in =
+        fleet
+            .confirmed
+            .lock()
+            .expect("lock")
+            .probe_due_in(&name, generation, probe_period);
+    if let Some(due_in) = due_in {
+        return Ok(Action::requeue(due_in));
+    }
     ensure_namespace(
         fleet,
         &work_namespace(&name),
@@ -207,9 +236,14 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         }
         Err(e) => Err(e.to_string()),
     };
+    fleet
+        .confirmed
+        .lock()
+        .expect("lock")
+        .probed
+        .insert(name.clone(), (generation, Instant::now()));
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous = cluster.status.clone().unwrap_or_default();
-    let generation = cluster.metadata.generation;
     let mut status = ClusterStatus {
         conditions: vec![make_condition(
             condition::JOINED,
@@ -251,11 +285,13 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
             ));
         }
     }
-    // The heartbeat alone is written at most once a minute.
+    // The heartbeat alone is written at most once per confirmation period: a minute, and
+    // longer in fleets past 2,000 clusters (each write is a change every cache of
+    // Clusters decodes).
     let stale = previous
         .last_heartbeat_time
         .as_ref()
-        .is_none_or(|t| now.0.duration_since(t.0).as_secs() >= 60);
+        .is_none_or(|t| now.0.duration_since(t.0).as_secs_f64() >= reconfirm.as_secs_f64());
     let changed = ClusterStatus {
         last_heartbeat_time: None,
         ..status.clone()
@@ -475,6 +511,34 @@ async fn unjoin(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_probed_moments_ago_is_not_probed_again_for_its_own_status_write() {
+        let mut confirmed = Confirmed::default();
+        let period = Duration::from_secs(10);
+        // Never probed: now.
+        assert_eq!(confirmed.probe_due_in("a", Some(1), period), None);
+        confirmed
+            .probed
+            .insert("a".into(), (Some(1), Instant::now()));
+        // Just probed, same generation (its status write came back): at the next period.
+        let due = confirmed.probe_due_in("a", Some(1), period).unwrap();
+        assert!(due > period / 2 && due <= period, "{due:?}");
+        // Its spec changed (a new set): now.
+        assert_eq!(confirmed.probe_due_in("a", Some(2), period), None);
+        // Probed over half a period ago: now (a requeue is due anyway).
+        confirmed.probed.insert(
+            "a".into(),
+            (Some(1), Instant::now() - Duration::from_secs(6)),
+        );
+        assert_eq!(confirmed.probe_due_in("a", Some(1), period), None);
+        // Forgotten with its cluster.
+        confirmed
+            .probed
+            .insert("a".into(), (Some(1), Instant::now()));
+        confirmed.forget_cluster("a");
+        assert_eq!(confirmed.probe_due_in("a", Some(1), period), None);
+    }
 
     #[test]
     fn large_fleets_are_probed_less_often_so_that_probes_stay_under_the_cap() {
