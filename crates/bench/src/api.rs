@@ -3,10 +3,16 @@
 //!
 //! ```text
 //!  client tasks ── HTTPS keep-alive (one connection each) ──► Api over SqliteStore (a.db)
+//!  the same tasks ── the same HTTPS ──► the floor: token, decode, store, echo (floor.db)
 //!  the same tasks ───────────── direct calls ───────────────► SqliteStore (b.db)
 //!  create / get / update at 1, 16, 64 clients; LIST of the 64-client namespace;
 //!  N watchers (own connections) vs N store watches: delay from sending a write to receipt
 //! ```
+//!
+//! The floor is the least any API server could do for a create over the same transport:
+//! check the token, decode the body, one store write, send the object back. It tells the
+//! cost of the connection (client, TLS, loopback TCP, HTTP) from the API's own. (GETs have
+//! no such floor: the API answers them from its watch cache, faster than a store read.)
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -89,6 +95,8 @@ pub struct Comparison {
     pub store: Latency,
     /// Store operations per second.
     pub store_rate: f64,
+    /// Through the floor server, and its operations per second (creates only).
+    pub floor: Option<(Latency, f64)>,
 }
 
 /// The results of the api scenario.
@@ -127,6 +135,12 @@ impl Report {
                 "api": c.api.json(), "api_per_second": c.api_rate,
                 "store": c.store.json(), "store_per_second": c.store_rate,
                 "p50_ratio": ratio(c.api.p50_ms, c.store.p50_ms), "p99_ratio": ratio(c.api.p99_ms, c.store.p99_ms),
+                "floor": c.floor.as_ref().map(|(floor, rate)| json!({
+                    "latency": floor.json(), "per_second": rate,
+                    "p50_ratio_to_store": ratio(floor.p50_ms, c.store.p50_ms),
+                    "p99_ratio_to_store": ratio(floor.p99_ms, c.store.p99_ms),
+                    "api_p50_ratio_to_floor": ratio(c.api.p50_ms, floor.p50_ms),
+                })),
             })).collect::<Vec<_>>(),
             "list": {"items": self.list_items, "api": self.list_api.json(), "store": self.list_store.json(),
                 "ratio": ratio(self.list_api.p50_ms, self.list_store.p50_ms)},
@@ -147,6 +161,25 @@ impl Report {
                 "  {:<7} {:>7}   {:>7.3} / {:<8.3}  {:>7.3} / {:<8.3}  {:>8.0}  {:>8.0}   {:>6.2}    {:>6.2}\n",
                 c.op, c.clients, c.api.p50_ms, c.api.p99_ms, c.store.p50_ms, c.store.p99_ms, c.api_rate, c.store_rate,
                 ratio(c.api.p50_ms, c.store.p50_ms), ratio(c.api.p99_ms, c.store.p99_ms),
+            ));
+        }
+        out.push_str("  the floor over the same HTTPS (token, decode, one store write, echo):\n");
+        out.push_str(
+            "  op      clients   floor p50/p99 ms    floor/s    floor/store p50  api/floor p50\n",
+        );
+        for c in &self.ops {
+            let Some((floor, rate)) = &c.floor else {
+                continue;
+            };
+            out.push_str(&format!(
+                "  {:<7} {:>7}   {:>7.3} / {:<8.3}  {:>8.0}   {:>6.2}           {:>6.2}\n",
+                c.op,
+                c.clients,
+                floor.p50_ms,
+                floor.p99_ms,
+                rate,
+                ratio(floor.p50_ms, c.store.p50_ms),
+                ratio(c.api.p50_ms, floor.p50_ms),
             ));
         }
         out.push_str(&format!(
@@ -364,6 +397,55 @@ async fn store_phase(
     Ok((Latency::of(samples), rate))
 }
 
+/// The floor server's app over `store`: a bearer token check, then `POST
+/// /api/v1/namespaces/{ns}/configmaps` decodes the body, stores it as sent under the key
+/// the API would use and sends it back.
+fn floor(store: Arc<dyn Store>, token: &str) -> axum::Router {
+    let expected = format!("Bearer {token}");
+    axum::Router::new().fallback(
+        move |method: Method, uri: hyper::Uri, headers: hyper::HeaderMap, body: Bytes| {
+            let (store, expected) = (store.clone(), expected.clone());
+            async move {
+                let authorized = headers
+                    .get(hyper::header::AUTHORIZATION)
+                    .is_some_and(|value| value.as_bytes() == expected.as_bytes());
+                if !authorized {
+                    return (StatusCode::UNAUTHORIZED, Bytes::new());
+                }
+                match floor_call(&*store, &method, uri.path(), body).await {
+                    Ok(answer) => answer,
+                    Err(e) => (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        Bytes::from(e.to_string()),
+                    ),
+                }
+            }
+        },
+    )
+}
+
+/// One request to the floor server: a create.
+async fn floor_call(
+    store: &dyn Store,
+    method: &Method,
+    path: &str,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes), Error> {
+    let namespace = path
+        .strip_prefix("/api/v1/namespaces/")
+        .and_then(|rest| rest.strip_suffix("/configmaps"))
+        .filter(|namespace| *method == Method::POST && !namespace.contains('/'))
+        .ok_or_else(|| Error::Check(format!("the floor serves no {method} {path}")))?;
+    let object: Value = serde_json::from_slice(&body).map_err(io)?;
+    let name = object["metadata"]["name"]
+        .as_str()
+        .ok_or_else(|| Error::Check("an object without a name".into()))?;
+    store
+        .create(&store_key(namespace, name), body.clone())
+        .await?;
+    Ok((StatusCode::CREATED, body))
+}
+
 /// A pseudo-random index below `n` for request `i` (the same sequence on both sides).
 fn pick(i: usize, n: usize) -> usize {
     (i.wrapping_mul(2_654_435_761) ^ (i >> 3)) % n.max(1)
@@ -407,9 +489,31 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         Arc::new(std::sync::atomic::AtomicBool::new(true)),
     );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server::serve_tls(listener, server_tls, app, async move {
-        let _ = stopped.await;
-    }));
+    let serving = tokio::spawn(server::serve_tls(
+        listener,
+        server_tls.clone(),
+        app,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let floor_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let floor_target = Target {
+        address: floor_listener.local_addr()?,
+        tls: TlsConnector::from(client_tls.clone()),
+        token: token.clone(),
+    };
+    let floor_store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(scratch.path().join("floor.db")).await?);
+    let (stop_floor, floor_stopped) = tokio::sync::oneshot::channel::<()>();
+    let floor_serving = tokio::spawn(server::serve_tls(
+        floor_listener,
+        server_tls.clone(),
+        floor(floor_store, &token),
+        async move {
+            let _ = floor_stopped.await;
+        },
+    ));
     let target = Target {
         address,
         tls: TlsConnector::from(client_tls),
@@ -442,7 +546,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
 
         progress(&format!("create, {clients} clients"));
         let ns = namespace.clone();
-        let (api_lat, api_rate) = api_phase(&target, clients, total, move |i| {
+        let create = move |i| {
             let body = configmap(&ns, &name(i), value_size, 0).to_string();
             (
                 Method::POST,
@@ -450,8 +554,9 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
                 Some(Bytes::from(body)),
                 StatusCode::CREATED,
             )
-        })
-        .await?;
+        };
+        let (api_lat, api_rate) = api_phase(&target, clients, total, create.clone()).await?;
+        let floor = api_phase(&floor_target, clients, total, create).await?;
         let ns = namespace.clone();
         let (store_lat, store_rate) = store_phase(
             &bare,
@@ -477,11 +582,12 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
             api_rate,
             store: store_lat,
             store_rate,
+            floor: Some(floor),
         });
 
         progress(&format!("get, {clients} clients"));
         let ns = namespace.clone();
-        let (api_lat, api_rate) = api_phase(&target, clients, total, move |i| {
+        let get = move |i| {
             (
                 Method::GET,
                 format!(
@@ -491,8 +597,8 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
                 None,
                 StatusCode::OK,
             )
-        })
-        .await?;
+        };
+        let (api_lat, api_rate) = api_phase(&target, clients, total, get).await?;
         let ns = namespace.clone();
         let (store_lat, store_rate) = store_phase(
             &bare,
@@ -518,6 +624,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
             api_rate,
             store: store_lat,
             store_rate,
+            floor: None,
         });
 
         progress(&format!("update, {clients} clients"));
@@ -563,6 +670,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
             api_rate,
             store: store_lat,
             store_rate,
+            floor: None,
         });
     }
 
@@ -615,8 +723,10 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
     report.watch_store = store_fan_out(&bare, options).await?;
 
     let _ = stop.send(());
+    let _ = stop_floor.send(());
     drop(admin);
     let _ = serving.await;
+    let _ = floor_serving.await;
 
     if let Some(binary) = &options.hub_binary {
         progress("idle hub process");
@@ -841,6 +951,9 @@ mod tests {
         for c in &report.ops {
             assert_eq!((c.api.samples, c.store.samples), (40, 40), "{}", c.op);
             assert!(c.api_rate > 0.0 && c.store_rate > 0.0);
+            // The floor serves creates; every one answered as expected.
+            let floor = c.floor.as_ref().map(|(latency, _)| latency.samples);
+            assert_eq!(floor, (c.op == "create").then_some(40), "{}", c.op);
         }
         assert_eq!(report.list_items, 40);
         assert_eq!(report.watch_api.samples, 15);
@@ -849,5 +962,12 @@ mod tests {
         assert_eq!(json["ops"].as_array().unwrap().len(), 6);
         assert_eq!(json["watch"]["watchers"], 5);
         assert!(report.table().contains("LIST of 40 objects"));
+        assert!(
+            json["ops"][0]["floor"]["api_p50_ratio_to_floor"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+        assert!(json["ops"][1]["floor"].is_null());
     }
 }

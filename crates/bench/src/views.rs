@@ -2,7 +2,7 @@
 //! [`store`](crate::store) and [`api`](crate::api)).
 
 use crate::plot::Chart;
-use crate::{Row, api, ratio, store};
+use crate::{Latency, Row, api, ratio, store};
 
 /// The store scenario's chart: throughput by concurrency, the store against raw SQLite.
 pub fn store_charts(report: &store::Report) -> Vec<(&'static str, Chart)> {
@@ -64,7 +64,7 @@ pub fn api_charts(report: &api::Report) -> Vec<(&'static str, Chart)> {
                 .map(|c| (c.clients as f64, f(c)))
                 .collect()
         };
-        let chart = Chart::new(
+        let mut chart = Chart::new(
             &format!("{op}: hub API over HTTPS vs the bare store"),
             "concurrent clients",
             "milliseconds",
@@ -75,6 +75,15 @@ pub fn api_charts(report: &api::Report) -> Vec<(&'static str, Chart)> {
         .line("API p50", of(|c| c.api.p50_ms))
         .line("store p99", of(|c| c.store.p99_ms))
         .line("store p50", of(|c| c.store.p50_ms));
+        let floor: Vec<(f64, f64)> = report
+            .ops
+            .iter()
+            .filter(|c| c.op == op)
+            .filter_map(|c| Some((c.clients as f64, c.floor.as_ref()?.0.p50_ms)))
+            .collect();
+        if !floor.is_empty() {
+            chart = chart.line("HTTPS floor p50", floor);
+        }
         charts.push((op, chart));
     }
     charts
@@ -102,6 +111,29 @@ pub fn api_summary(report: &api::Report) -> Vec<Row> {
             ),
             if op == "update" { "" } else { "≤ 2×" },
         ));
+        let floors: Vec<(&api::Comparison, &Latency)> = ops
+            .iter()
+            .filter_map(|c| Some((*c, &c.floor.as_ref()?.0)))
+            .collect();
+        if !floors.is_empty() {
+            let ratios = |f: &dyn Fn(&api::Comparison, &Latency) -> f64| -> String {
+                floors
+                    .iter()
+                    .map(|(c, floor)| format!("{:.2}", f(c, floor)))
+                    .collect::<Vec<_>>()
+                    .join("/")
+            };
+            rows.push(Row::new(
+                "api",
+                format!("{op}: HTTPS floor/store, API/floor (p50)"),
+                format!(
+                    "{}×, {}×",
+                    ratios(&|c, floor| ratio(floor.p50_ms, c.store.p50_ms)),
+                    ratios(&|c, floor| ratio(c.api.p50_ms, floor.p50_ms))
+                ),
+                "",
+            ));
+        }
     }
     rows.push(Row::new(
         "api",
@@ -153,6 +185,7 @@ mod tests {
                         api_rate: 100.0,
                         store: latency(1.0),
                         store_rate: 200.0,
+                        floor: (op == "create").then(|| (latency(1.5), 150.0)),
                     })
                 })
                 .collect(),
@@ -160,13 +193,18 @@ mod tests {
         };
         let charts = api_charts(&report);
         assert_eq!(charts.len(), 3);
-        for (_, chart) in &charts {
+        for (op, chart) in &charts {
+            // The create chart has the floor's p50 too.
+            let lines = if *op == "create" { 5 } else { 4 };
             let svg = chart.svg();
-            assert_eq!(svg.matches("<polyline").count(), 4);
-            assert_eq!(svg.matches("<circle").count(), 8);
+            assert_eq!(svg.matches("<polyline").count(), lines, "{op}");
+            assert_eq!(svg.matches("<circle").count(), 2 * lines, "{op}");
         }
         let rows = api_summary(&report);
-        assert_eq!(rows[1].value, "p50 2.00/2.00×, p99 2.00/2.00×");
+        assert_eq!(rows[0].value, "p50 2.00/2.00×, p99 2.00/2.00×");
+        assert_eq!(rows[1].what, "create: HTTPS floor/store, API/floor (p50)");
+        assert_eq!(rows[1].value, "1.50/1.50×, 1.33/1.33×");
+        assert_eq!(rows[2].what, "get: API/store, 1/16 clients");
     }
 
     #[test]

@@ -95,8 +95,17 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         assert!(positive(&op["api"]["p99_ms"]) && positive(&op["store"]["p99_ms"]));
         assert!(positive(&op["p99_ratio"]), "{op}");
     }
-    for op in ["create", "get", "update"] {
-        chart(dir, &format!("api-{op}"), 4);
+    for op in ops {
+        // The HTTPS floor serves creates.
+        let floor = &op["floor"];
+        assert_eq!(floor.is_null(), op["op"] != "create", "{op}");
+        if !floor.is_null() {
+            assert!(positive(&floor["api_p50_ratio_to_floor"]), "{op}");
+        }
+    }
+    // API p50/p99, store p50/p99, and the floor's p50 where there is one.
+    for (op, lines) in [("create", 5), ("get", 4), ("update", 4)] {
+        chart(dir, &format!("api-{op}"), lines);
     }
 
     let propagation = results(dir, "propagation");
