@@ -212,6 +212,20 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
         "americas"
     );
     assert_eq!(profile["spec"]["clusterManager"]["name"], "flotilla");
+    // Owned by its Cluster: the hub's garbage collector takes it away with a Cluster that
+    // is deleted without its finalizer, so a cluster re-created elsewhere leaves none behind.
+    let cluster = hub.json(&["get", "cluster", "us-1"]);
+    let owners = profile["metadata"]["ownerReferences"].as_array().unwrap();
+    assert_eq!(owners.len(), 1, "{profile}");
+    assert_eq!(
+        (&owners[0]["kind"], &owners[0]["name"], &owners[0]["uid"]),
+        (
+            &Value::from("Cluster"),
+            &Value::from("us-1"),
+            &cluster["metadata"]["uid"]
+        ),
+        "{profile}"
+    );
     eventually("the profile outside the set is gone", || {
         let out = hub.kubectl(&["get", "clusterprofile", "us-1", "-n", "flotilla-system"]);
         (!out.status.success())

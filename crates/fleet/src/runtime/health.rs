@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{self, Event};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::placement::gone;
@@ -385,11 +385,17 @@ async fn publish_profile(
         },
     );
     profile.metadata.labels = Some(labels);
-    if current
-        .as_ref()
-        .map(|c| (&c.spec, c.metadata.labels.as_ref()))
-        != Some((&profile.spec, profile.metadata.labels.as_ref()))
-    {
+    // Owned by the Cluster, so that the hub's garbage collector removes the profile of a
+    // Cluster deleted without its finalizer (whose unjoin never ran).
+    profile.metadata.owner_references = cluster.controller_owner_ref(&()).map(|o| vec![o]);
+    let shown = |p: &ClusterProfile| {
+        (
+            p.spec.clone(),
+            p.metadata.labels.clone(),
+            p.metadata.owner_references.clone(),
+        )
+    };
+    if current.as_ref().map(shown) != Some(shown(&profile)) {
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
