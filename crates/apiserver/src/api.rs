@@ -1887,7 +1887,84 @@ fn parse_apply_config(body: &Bytes) -> ApiResult<Value> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
+
+    /// Creates `object` at `path` through the API; returns it as stored.
+    async fn create(api: &Api, path: &str, object: Value) -> Value {
+        let response = api
+            .serve(
+                Method::POST,
+                path,
+                None,
+                &HeaderMap::new(),
+                Bytes::from(object.to_string()),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{path}");
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_dependents_of_few_owners_or_of_many_are_those_that_name_them() {
+        let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+        let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1");
+        api.bootstrap().await.unwrap();
+        let mut uids = Vec::new();
+        for i in 0..10 {
+            let owner = create(
+                &api,
+                "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": format!("owner-{i}")}}),
+            )
+            .await;
+            let uid = owner["metadata"]["uid"].as_str().unwrap().to_owned();
+            create(
+                &api,
+                "/api/v1/namespaces/default/configmaps",
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("dep-{i}"),
+                    "ownerReferences": [{"apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "ClusterRole", "name": format!("owner-{i}"), "uid": uid}]}}),
+            )
+            .await;
+            // Names the uid, but not as an owner.
+            create(
+                &api,
+                "/api/v1/namespaces/default/configmaps",
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("mentions-{i}")}, "data": {"owner": uid}}),
+            )
+            .await;
+            uids.push(uid);
+        }
+        let names = |found: Vec<(Arc<ResourceType>, Value)>| -> Vec<String> {
+            let mut names: Vec<String> = found
+                .iter()
+                .map(|(_, o)| meta_str(o, "name").to_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        // One owner: searched for by its uid.
+        let one = HashSet::from([uids[3].clone()]);
+        assert_eq!(names(api.dependents(&one, None).await.unwrap()), ["dep-3"]);
+        // Ten: searched for by the field, then matched exactly.
+        let all: HashSet<String> = uids.iter().cloned().collect();
+        let expected: Vec<String> = (0..10).map(|i| format!("dep-{i}")).collect();
+        assert_eq!(names(api.dependents(&all, None).await.unwrap()), expected);
+        // In a namespace without them: none.
+        assert!(
+            api.dependents(&all, Some("kube-system"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
 
     #[test]
     fn an_apply_configuration_reads_the_same_as_json_or_as_yaml() {

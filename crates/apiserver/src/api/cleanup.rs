@@ -68,6 +68,16 @@ impl Api {
     ) -> ApiResult<Vec<(Arc<ResourceType>, Value)>> {
         let mut found = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        // Only an object whose text holds one of the uids can name it as an owner; the
+        // others (nearly all, when a cluster-scoped owner's collection reads every
+        // namespace) are not decoded. Past a few uids, one search for the field is cheaper.
+        let finders: Vec<memchr::memmem::Finder> = if uids.len() <= 8 {
+            uids.iter()
+                .map(|uid| memchr::memmem::Finder::new(uid.as_bytes()))
+                .collect()
+        } else {
+            vec![memchr::memmem::Finder::new(b"\"ownerReferences\"")]
+        };
         for rt in self.registry.all() {
             // Every version of a resource shares its objects: look once per resource.
             if !seen.insert((rt.group.clone(), rt.plural.clone()))
@@ -77,6 +87,9 @@ impl Api {
             }
             let prefix = keys::prefix(&rt, &self.cluster, namespace);
             for kv in self.store.list(&prefix, ListOptions::default()).await?.kvs {
+                if !finders.iter().any(|f| f.find(&kv.value).is_some()) {
+                    continue;
+                }
                 let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
                 if uids.iter().any(|uid| gc::owned_by(&object, uid)) {
                     found.push((rt.clone(), object));
