@@ -47,10 +47,10 @@ pub use overrides::{
 };
 pub use placement::{
     ApplyPolicy, Bounds, ClusterAffinity, ClusterPlacement, ClusterPlacementSpec,
-    ClusterPlacementStatus, ClusterTerm, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy,
-    Dynamic, ExcludedCluster, MAX_LISTED_CLUSTERS, PlacedCluster, Placement, PlacementSpec,
-    PlacementStatus, PropertyOperator, PropertyRequirement, ReplicaMode, ReplicaPolicy,
-    ResourceSelector, RolloutStrategy, SpreadConstraint, StrategyType, Toleration,
+    ClusterPlacementStatus, ClusterTerm, ConflictPolicy, DeletionPolicy, Drift, DriftBound,
+    DriftPolicy, Dynamic, ExcludedCluster, MAX_LISTED_CLUSTERS, PlacedCluster, Placement,
+    PlacementSpec, PlacementStatus, PropertyOperator, PropertyRequirement, ReplicaMode,
+    ReplicaPolicy, ResourceSelector, RolloutStrategy, SpreadConstraint, StrategyType, Toleration,
     TolerationOperator, WeightTerm,
 };
 pub use work::{Json, Manifest, ManifestStatus, PlacementReference, Work, WorkSpec, WorkStatus};

@@ -444,9 +444,68 @@ pub struct PlacedCluster {
     /// `Applied` and `Available` on this cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-    /// Fields whose value on the member differs from the hub's.
+    /// Fields whose value on the member differs from the hub's, across the cluster's
+    /// manifests: at most [`DriftBound::PLACED_CLUSTER`]'s count, values shortened.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<Drift>,
+    /// How many drifted fields `drift` leaves out (unset: none); the cluster's Work lists
+    /// more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlisted_drift: Option<i32>,
+}
+
+/// How much drift a status lists, so that a status stays far below the API's object size
+/// limit however many fields drift and however long their values are. A shortened value
+/// ends with `…`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriftBound {
+    /// The most entries listed.
+    pub fields: usize,
+    /// The most bytes of each value shown.
+    pub value_bytes: usize,
+}
+
+impl DriftBound {
+    /// For one manifest in a Work's status ([`crate::ManifestStatus::drift`]).
+    pub const MANIFEST: DriftBound = DriftBound {
+        fields: 8,
+        value_bytes: 128,
+    };
+    /// For one chosen cluster in a placement's status ([`PlacedCluster::drift`]), which
+    /// lists up to [`MAX_LISTED_CLUSTERS`] clusters.
+    pub const PLACED_CLUSTER: DriftBound = DriftBound {
+        fields: 4,
+        value_bytes: 64,
+    };
+
+    /// The first entries of `drift` within the bound, and how many it left out (`None`
+    /// for none).
+    pub fn apply(self, mut drift: Vec<Drift>) -> (Vec<Drift>, Option<i32>) {
+        let all = drift.len();
+        drift.truncate(self.fields);
+        for entry in &mut drift {
+            for value in [&mut entry.hub, &mut entry.member].into_iter().flatten() {
+                shorten(value, self.value_bytes);
+            }
+        }
+        let left_out =
+            (all > drift.len()).then(|| i32::try_from(all - drift.len()).unwrap_or(i32::MAX));
+        (drift, left_out)
+    }
+}
+
+/// Cuts `value` to at most `bytes` bytes (at a character boundary), the last one `…`.
+fn shorten(value: &mut String, bytes: usize) {
+    const MARK: &str = "…";
+    if value.len() <= bytes {
+        return;
+    }
+    let mut end = bytes.saturating_sub(MARK.len());
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    value.truncate(end);
+    value.push_str(MARK);
 }
 
 /// A field whose value on a member differs from the hub's.

@@ -735,3 +735,33 @@ fn works_carry_whole_objects() {
     assert_eq!(items["x-kubernetes-embedded-resource"], true);
     assert_eq!(items["x-kubernetes-preserve-unknown-fields"], true);
 }
+
+#[test]
+fn drift_is_listed_within_its_bound_values_cut_at_a_character() {
+    let entry = |i: usize, value: &str| Drift {
+        path: format!("/data/k{i}"),
+        hub: Some(value.to_owned()),
+        member: None,
+    };
+    let bound = DriftBound {
+        fields: 2,
+        value_bytes: 8,
+    };
+    // Within the bound: as it was.
+    let short = vec![entry(0, "\"abc\"")];
+    assert_eq!(bound.apply(short.clone()), (short, None));
+    // Three entries: two listed, one counted; a long value cut to 8 bytes with its mark,
+    // never inside a character ("é" is two bytes: 5 bytes of text fit, not 6).
+    let (listed, left_out) = bound.apply(vec![
+        entry(0, "\"abcdefghij\""),
+        entry(1, "\"aaaéé\""),
+        entry(2, "\"x\""),
+    ]);
+    assert_eq!(left_out, Some(1));
+    let values: Vec<&str> = listed.iter().filter_map(|d| d.hub.as_deref()).collect();
+    assert_eq!(values, ["\"abcd…", "\"aaa…"]);
+    assert!(listed.iter().all(|d| d.member.is_none()));
+    // The statuses' bounds keep a full placement's drift far below the object size limit.
+    let most = DriftBound::PLACED_CLUSTER.fields * 2 * DriftBound::PLACED_CLUSTER.value_bytes;
+    assert!(MAX_LISTED_CLUSTERS * most < 1 << 20);
+}

@@ -167,7 +167,11 @@ pub struct ManifestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::free_object")]
     pub status_feedback: Option<Json>,
-    /// Fields whose value on the member differs from the manifest's.
+    /// Fields whose value on the member differs from the manifest's: at most
+    /// [`DriftBound::MANIFEST`](crate::DriftBound::MANIFEST)'s count, values shortened.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<Drift>,
+    /// How many drifted fields `drift` leaves out (unset: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlisted_drift: Option<i32>,
 }

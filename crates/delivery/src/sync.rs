@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use flotilla_api::condition::{APPLIED, AVAILABLE};
 use flotilla_api::{
-    ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy, Json, ManifestStatus,
+    ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftBound, DriftPolicy, Json,
+    ManifestStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -146,7 +147,7 @@ impl Member {
                 status.conditions = vec![applied, available];
                 status.status_feedback =
                     feedback(&status.api_version, &status.kind, &object).map(Json::from);
-                status.drift = drift;
+                (status.drift, status.unlisted_drift) = DriftBound::MANIFEST.apply(drift);
             }
             Outcome::Failed { reason, message } => {
                 info!(object = %describe(&status), reason, %message, "not applied");

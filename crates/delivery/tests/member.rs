@@ -412,6 +412,56 @@ async fn drift_is_corrected_or_reported() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reported_drift_is_bounded_in_fields_and_in_value_length() -> anyhow::Result<()> {
+    let c = cluster().await?;
+    let p = provenance();
+    // Twelve keys of 300 bytes, every one edited by hand on the member.
+    let data: serde_json::Map<String, Value> = (0..12)
+        .map(|i| (format!("k{i:02}"), Value::from("h".repeat(300))))
+        .collect();
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "big", "namespace": "shop"}, "data": data});
+    let report = policy(
+        ConflictPolicy::Abort,
+        DriftPolicy::Report,
+        DeletionPolicy::Delete,
+    );
+    let spec = work(vec![namespace(), big], Some(report));
+    let first = c.member.sync(&spec, Some(1), &p, &[]).await;
+    assert_all_applied(&first);
+    let edited: serde_json::Map<String, Value> = (0..12)
+        .map(|i| (format!("k{i:02}"), Value::from("m".repeat(300))))
+        .collect();
+    let configmaps: Api<ConfigMap> = Api::namespaced(c.client.clone(), "shop");
+    configmaps
+        .patch("big", &hand(), &Patch::Merge(json!({"data": edited})))
+        .await?;
+    let reported = c.member.sync(&spec, Some(1), &p, &first.manifests).await;
+    let big = &reported.manifests[1];
+    // The condition counts every field; the status lists eight, values cut to 128 bytes.
+    assert_eq!(
+        applied(big),
+        (
+            "True",
+            "Drifted",
+            "12 fields differ on the member; reported, not corrected (drift: Report)"
+        )
+    );
+    assert_eq!(big.drift.len(), 8, "{:?}", big.drift);
+    assert_eq!(big.unlisted_drift, Some(4));
+    for entry in &big.drift {
+        for value in [&entry.hub, &entry.member] {
+            let value = value.as_deref().unwrap();
+            assert_eq!(value.len(), 128, "{value}");
+            assert!(value.ends_with('…'), "{value}");
+        }
+    }
+    assert!(big.drift[0].hub.as_deref().unwrap().starts_with("\"hhh"));
+    assert!(big.drift[0].member.as_deref().unwrap().starts_with("\"mmm"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn someone_elses_object_is_a_conflict_unless_overwritten() -> anyhow::Result<()> {
     let c = cluster().await?;
     let p = provenance();

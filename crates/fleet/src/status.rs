@@ -13,8 +13,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use flotilla_api::{
-    Drift, ExcludedCluster, MAX_LISTED_CLUSTERS, ManifestStatus, PlacedCluster, PlacementStatus,
-    WorkStatus, condition,
+    Drift, DriftBound, ExcludedCluster, MAX_LISTED_CLUSTERS, ManifestStatus, PlacedCluster,
+    PlacementStatus, WorkStatus, condition,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value, json};
@@ -113,7 +113,7 @@ pub fn placement_status(
             }
             conditions.push(condition(kind, ok, &reason, message, generation, old, now));
         }
-        let drift = work
+        let (drift, unlisted_drift) = work
             .and_then(|w| w.status)
             .map(|s| drift_of(&s.manifests))
             .unwrap_or_default();
@@ -122,6 +122,7 @@ pub fn placement_status(
             replicas: plan.replicas.get(name).map(|&n| n as i32),
             conditions,
             drift,
+            unlisted_drift,
         });
     }
     let chosen = plan.selection.chosen.len();
@@ -213,9 +214,11 @@ fn unlisted(all: usize, listed: usize) -> Option<i32> {
     (all > listed).then(|| i32::try_from(all - listed).unwrap_or(i32::MAX))
 }
 
-/// Every manifest's drift, each path prefixed with the manifest's `Kind/name`.
-fn drift_of(manifests: &[ManifestStatus]) -> Vec<Drift> {
-    manifests
+/// Every manifest's drift, each path prefixed with the manifest's `Kind/name`, within
+/// [`DriftBound::PLACED_CLUSTER`]; and how many drifted fields that leaves out, those the
+/// Work's statuses already left out included.
+fn drift_of(manifests: &[ManifestStatus]) -> (Vec<Drift>, Option<i32>) {
+    let all = manifests
         .iter()
         .flat_map(|m| {
             m.drift.iter().map(move |d| Drift {
@@ -224,7 +227,14 @@ fn drift_of(manifests: &[ManifestStatus]) -> Vec<Drift> {
                 member: d.member.clone(),
             })
         })
-        .collect()
+        .collect();
+    let (drift, cut) = DriftBound::PLACED_CLUSTER.apply(all);
+    let unlisted = manifests
+        .iter()
+        .filter_map(|m| m.unlisted_drift)
+        .chain(cut)
+        .fold(0i32, i32::saturating_add);
+    (drift, (unlisted > 0).then_some(unlisted))
 }
 
 /// The status feedback of one template on each cluster, from the Works' statuses.

@@ -219,3 +219,54 @@ fn a_status_lists_at_most_a_thousand_clusters_each_way_the_troubled_first() {
     assert_eq!(few.clusters[0].name, "c-0000");
     assert_eq!((few.unlisted_clusters, few.unlisted_excluded), (None, None));
 }
+
+#[test]
+fn a_clusters_drift_in_the_placement_status_is_bounded_and_counts_what_it_leaves_out() {
+    let entry = |i: usize| Drift {
+        path: format!("/data/k{i}"),
+        hub: Some(format!("\"{}\"", "h".repeat(100))),
+        member: Some("\"m\"".into()),
+    };
+    let mut status = work(true, true, 3);
+    let first = status.manifests[0].clone();
+    // Two manifests: three drifted fields listed in one, five in the other, which left
+    // two more out of its own list.
+    status.manifests = vec![
+        ManifestStatus {
+            drift: (0..3).map(entry).collect(),
+            ..first.clone()
+        },
+        ManifestStatus {
+            name: "settings".into(),
+            kind: "ConfigMap".into(),
+            drift: (0..5).map(entry).collect(),
+            unlisted_drift: Some(2),
+            ..first
+        },
+    ];
+    let works = BTreeMap::from([(
+        "a".to_owned(),
+        WorkView {
+            generation: Some(1),
+            status: Some(&status),
+        },
+    )]);
+    let placed = placement_status(&plan(&["a"]), &works, Some(1), None, &now());
+    let cluster = &placed.clusters[0];
+    let paths: Vec<&str> = cluster.drift.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "Deployment/web/data/k0",
+            "Deployment/web/data/k1",
+            "Deployment/web/data/k2",
+            "ConfigMap/settings/data/k0"
+        ]
+    );
+    // 8 listed by the Work, 4 here: 4 + the 2 the Work left out.
+    assert_eq!(cluster.unlisted_drift, Some(6));
+    let hub = cluster.drift[0].hub.as_deref().unwrap();
+    assert_eq!(hub.len(), DriftBound::PLACED_CLUSTER.value_bytes);
+    assert!(hub.ends_with('…'), "{hub}");
+    assert_eq!(cluster.drift[0].member.as_deref(), Some("\"m\""));
+}
