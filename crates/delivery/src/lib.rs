@@ -50,9 +50,11 @@
 
 use std::time::Duration;
 
+use flotilla_api::condition::APPLIED;
 use flotilla_api::{DeletionPolicy, ManifestStatus, WorkSpec, WorkStatus};
 use futures_util::Stream;
-use tracing::{Instrument, info_span, warn};
+use serde_json::Value;
+use tracing::{Instrument, info, info_span, warn};
 
 mod availability;
 mod changes;
@@ -69,7 +71,7 @@ pub use health::Health;
 pub use provenance::Provenance;
 
 use crate::conditions::{describe, summary};
-use crate::sync::{Context, same_object};
+use crate::sync::{Context, NAMESPACE_MISSING, same_object};
 
 /// Errors of delivery. A manifest that cannot be applied is not one: it is that
 /// manifest's status.
@@ -174,6 +176,7 @@ impl Member {
             for manifest in &work.manifests {
                 manifests.push(self.sync_manifest(&manifest.value(), &cx).await);
             }
+            self.recreate_namespaces(work, &cx, &mut manifests).await;
             // Dependents before what they live in: the reverse of the applying order.
             for gone in previous.iter().rev() {
                 if manifests.iter().any(|m| same_object(m, gone)) {
@@ -191,6 +194,49 @@ impl Member {
         }
         .instrument(span)
         .await
+    }
+
+    /// A namespace the Work holds may be missing though it was taken to exist: a shared one
+    /// is not asked for again for a while (see `SHARED_FRESH`), and someone may have
+    /// deleted it on the member since. The applies into it failed and forgot it, so its
+    /// manifest is synced again now (it is asked for, and created), then each of them,
+    /// once: the Work does not wait for its next sync to heal.
+    async fn recreate_namespaces(
+        &self,
+        work: &WorkSpec,
+        cx: &Context<'_>,
+        manifests: &mut [ManifestStatus],
+    ) {
+        let namespace_of = |manifest: &Value| {
+            (manifest["apiVersion"] == "v1" && manifest["kind"] == "Namespace")
+                .then(|| manifest["metadata"]["name"].as_str().map(str::to_owned))
+                .flatten()
+        };
+        let mut recreated = Vec::new();
+        for i in 0..manifests.len() {
+            let missing = manifests[i]
+                .conditions
+                .iter()
+                .any(|c| c.type_ == APPLIED && c.reason == NAMESPACE_MISSING);
+            let Some(namespace) = manifests[i].namespace.clone().filter(|_| missing) else {
+                continue;
+            };
+            let Some(holder) = work
+                .manifests
+                .iter()
+                .position(|m| namespace_of(&m.value()).as_deref() == Some(namespace.as_str()))
+            else {
+                continue;
+            };
+            if !recreated.contains(&holder) {
+                recreated.push(holder);
+                info!(%namespace, "a namespace taken to exist is missing: created again");
+                manifests[holder] = self
+                    .sync_manifest(&work.manifests[holder].value(), cx)
+                    .await;
+            }
+            manifests[i] = self.sync_manifest(&work.manifests[i].value(), cx).await;
+        }
     }
 
     /// Removes what a Work put on the member (the Work is being deleted): every object

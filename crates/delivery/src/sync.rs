@@ -36,9 +36,12 @@ const SERVER_METADATA: [&str; 9] = [
 
 /// What became of one manifest.
 /// How long a shared object (a namespace several placements need) seen on the member is
-/// taken to exist without asking again. A later apply into a namespace found missing
-/// forgets it at once.
-const SHARED_FRESH: Duration = Duration::from_secs(30);
+/// taken to exist without asking again. An apply into a namespace found missing forgets it
+/// at once, and the sync creates it again (`Member::recreate_namespaces`).
+const SHARED_FRESH: Duration = Duration::from_secs(600);
+
+/// The reason of a manifest not applied because its namespace is missing on the member.
+pub(crate) const NAMESPACE_MISSING: &str = "NamespaceMissing";
 
 /// `(apiVersion, kind, namespace, name)` of an object on the member.
 type ObjectKey = (String, String, Option<String>, String);
@@ -314,7 +317,7 @@ impl Member {
                 let namespace = status.namespace.as_deref().unwrap_or_default();
                 self.shared.forget_namespace(namespace);
                 Outcome::failed(
-                    "NamespaceMissing",
+                    NAMESPACE_MISSING,
                     format!("the namespace {namespace} does not exist on the member"),
                 )
             }

@@ -1027,3 +1027,35 @@ async fn a_shared_namespace_seen_lately_is_not_asked_for_until_an_apply_finds_it
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_namespace_deleted_on_the_member_is_created_again_by_the_next_sync()
+-> anyhow::Result<()> {
+    let c = cluster().await?;
+    let p = provenance();
+    let shared = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "shop", "annotations": {"flotilla.io/shared": "true"}}});
+    let spec = work(vec![shared, config_map("web", "hi")], None);
+    let first = c.member.sync(&spec, Some(1), &p, &[]).await;
+    assert_all_applied(&first);
+
+    // Someone deletes the namespace on the member, and its ConfigMap with it. The hub
+    // saw the namespace moments ago and takes it to exist.
+    let namespaces: Api<Namespace> = Api::all(c.client.clone());
+    namespaces.delete("shop", &DeleteParams::default()).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while namespaces.get_opt("shop").await?.is_some() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the namespace is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The next sync finds it missing, creates it and applies what goes in it.
+    let healed = c.member.sync(&spec, Some(1), &p, &first.manifests).await;
+    assert_all_applied(&healed);
+    assert!(namespaces.get_opt("shop").await?.is_some());
+    assert!(live_cm(&c.client, "web").await?.is_some());
+    Ok(())
+}
