@@ -59,6 +59,18 @@ fn join(hub: &Hub, sim: &Sim, cluster: &str, labels: &str) {
     );
 }
 
+/// The hub's count of requests whose `apiserver_request_total` labels start with
+/// `labels` (its controllers' own requests included), summed over the rest.
+fn requests(hub: &Hub, labels: &str) -> f64 {
+    let metrics = hub.ok(&["get", "--raw", "/metrics"]);
+    let prefix = format!("apiserver_request_total{{{labels}");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The member's Deployment `shop/web`, if it has one.
 fn member_web(sim: &Sim, cluster: &str) -> Option<Value> {
     let out = sim.kubectl(
@@ -234,17 +246,12 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     });
     // Only the move looked for a profile across namespaces (a LIST of them all): the three
     // joins had none anywhere to look for.
-    let metrics = hub.ok(&["get", "--raw", "/metrics"]);
-    let lists: f64 = metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with(
-                r#"apiserver_request_total{verb="LIST",group="multicluster.x-k8s.io",resource="clusterprofiles","#,
-            )
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert_eq!(lists, 1.0, "{metrics}");
+    let lists = requests(
+        &hub,
+        r#"verb="LIST",group="multicluster.x-k8s.io",resource="clusterprofiles","#,
+    );
+    assert_eq!(lists, 1.0);
+    let joined = Instant::now();
     let set = hub.json(&["get", "namespace", "americas"]);
     assert_eq!(
         set["metadata"]["labels"]["multicluster.x-k8s.io/clusterset"],
@@ -374,6 +381,33 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
         r#"{"spec": {"apply": {"drift": "Correct"}}}"#,
     ]);
     wait_member(&large, "large-1", 8, "nginx:1.28");
+
+    // Member clients are trusted while their credentials Secrets stand still (a watch of
+    // the Secrets says when one changes). Past a recheck period (six health periods: 6 s
+    // here), each Secret was still read once only, when its client was built.
+    std::thread::sleep(Duration::from_secs(7).saturating_sub(joined.elapsed()));
+    let reads = requests(&hub, r#"verb="GET",group="",resource="secrets","#);
+    assert_eq!(reads, 3.0);
+    // A Secret that changes is read again, once: its client is rebuilt from it. (Sent as
+    // a PUT of the whole object: `kubectl patch` and `annotate` read the Secret first.)
+    let path = "/api/v1/namespaces/flotilla-system/secrets/cluster-small-1-kubeconfig";
+    let mut secret: Value = serde_json::from_str(&hub.ok(&["get", "--raw", path])).unwrap();
+    secret["metadata"]["annotations"] = serde_json::json!({"rotated": "1"});
+    let file = hub.dir.path().join("rotated.json");
+    std::fs::write(&file, secret.to_string()).unwrap();
+    let before = requests(&hub, r#"verb="GET",group="",resource="secrets","#);
+    hub.ok(&["replace", "--raw", path, "-f", file.to_str().unwrap()]);
+    eventually("the changed Secret is read", || {
+        let reads = requests(&hub, r#"verb="GET",group="",resource="secrets","#);
+        (reads == before + 1.0)
+            .then_some(())
+            .ok_or_else(|| reads.to_string())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        requests(&hub, r#"verb="GET",group="",resource="secrets","#),
+        before + 1.0
+    );
 
     // A member that stops answering is not Ready; its share moves; it comes back.
     let frozen = large.pid();

@@ -447,6 +447,45 @@ fn reflect_shared<K: Cached>(client: &Client) -> SharedCache<K> {
     (store, writer, Api::all(client.clone()), changed)
 }
 
+/// Follows the versions of the hub's Secrets (their metadata only), so that member clients
+/// are trusted while their credentials stand still and rebuilt when they change.
+fn watch_credentials(fleet: &Arc<Fleet>) {
+    let weak = Arc::downgrade(fleet);
+    let api: Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>> =
+        Api::all(fleet.client.clone());
+    tokio::spawn(async move {
+        let events = watcher(api, watcher::Config::default()).default_backoff();
+        futures_util::pin_mut!(events);
+        let mut listed = std::collections::HashSet::new();
+        while let Some(event) = events.next().await {
+            let Some(fleet) = weak.upgrade() else { return };
+            let key = |meta: &kube::api::ObjectMeta| {
+                (
+                    meta.namespace.clone().unwrap_or_default(),
+                    meta.name.clone().unwrap_or_default(),
+                )
+            };
+            match event {
+                Ok(watcher::Event::Init) => listed.clear(),
+                Ok(watcher::Event::InitApply(secret)) => {
+                    listed.insert(key(&secret.metadata));
+                    let version = secret.metadata.resource_version.clone();
+                    fleet.members.secret_seen(key(&secret.metadata), version);
+                }
+                Ok(watcher::Event::InitDone) => fleet.members.secrets_listed(&listed),
+                Ok(watcher::Event::Apply(secret)) => {
+                    let version = secret.metadata.resource_version.clone();
+                    fleet.members.secret_seen(key(&secret.metadata), version);
+                }
+                Ok(watcher::Event::Delete(secret)) => {
+                    fleet.members.secret_seen(key(&secret.metadata), None);
+                }
+                Err(e) => warn!(error = %e, "the watch of credentials failed; retrying"),
+            }
+        }
+    });
+}
+
 /// Runs a reflector until the end of the process, calling `on_event` for each event.
 fn spawn_reflector<K>(
     name: impl std::fmt::Display + Send + 'static,
@@ -553,6 +592,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             fleet.poke_all();
         }
     });
+    watch_credentials(&fleet);
     let weak = Arc::downgrade(&fleet);
     spawn_reflector("overrides", overrides_api, overrides_writer, move |event| {
         override_changed(&weak, event);

@@ -83,7 +83,7 @@ impl Confirmed {
 }
 
 /// How long what [`Confirmed`] holds is trusted, and a member client is used before its
-/// credentials are read again.
+/// credentials are read again if the watch of Secrets has not reported them.
 pub(super) fn reconfirm_after(config: &super::Config) -> Duration {
     config.health_period * RECONFIRM_EVERY
 }

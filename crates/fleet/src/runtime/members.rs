@@ -1,5 +1,10 @@
 //! Clients of the members the hub pushes to, built from the kubeconfig in each Cluster's
 //! credentials Secret and kept while the Secret does not change.
+//!
+//! A watch of the Secrets' metadata tells which version of each is current, so a client
+//! is trusted without asking the hub while its Secret stands still, and rebuilt as soon
+//! as it changes. A Secret the watch has not reported is read again once the client is
+//! `recheck` old.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,6 +42,11 @@ pub(super) struct Members {
     /// How long a client is used before its credentials Secret is read again.
     recheck: Duration,
     members: Mutex<HashMap<String, Built>>,
+    /// The current resourceVersion of each Secret `(namespace, name)` as the watch last
+    /// reported it; `""` for one deleted.
+    watched: Mutex<HashMap<(String, String), String>>,
+    /// Held while a cluster's Secret is read and its client built.
+    building: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pools: Pools,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
@@ -48,6 +58,8 @@ impl Members {
             timeout,
             recheck,
             members: Mutex::default(),
+            watched: Mutex::default(),
+            building: Mutex::default(),
             pools: Pools::default(),
             turns: Mutex::default(),
         }
@@ -65,16 +77,10 @@ impl Members {
         turns.acquire_owned().await.expect("never closed")
     }
 
-    /// The member client of `cluster`; its credentials Secret is read again once the client
-    /// is `recheck` old (a rotation is picked up then; a failed probe forgets the client at
-    /// once).
+    /// The member client of `cluster`, built from its credentials Secret and rebuilt when
+    /// the watch reports the Secret changed (a failed probe forgets the client at once).
     pub async fn get(&self, cluster: &Cluster) -> Result<Arc<Member>, Error> {
         let name = cluster.metadata.name.clone().unwrap_or_default();
-        if let Some(built) = self.members.lock().expect("lock").get(&name)
-            && built.checked.elapsed() < self.recheck
-        {
-            return Ok(built.member.clone());
-        }
         let fail = |message: String| Error::Member {
             cluster: name.clone(),
             message,
@@ -86,6 +92,23 @@ impl Members {
             .and_then(|a| a.push.as_ref())
             .map(|p| p.secret_ref.clone())
             .ok_or_else(|| fail("no push access: spec.access.push is not set".into()))?;
+        let secret_key = (reference.namespace.clone(), reference.name.clone());
+        if let Some(member) = self.current(&name, &secret_key) {
+            return Ok(member);
+        }
+        // One reader of the Secret at a time per cluster: the others wait, and find the
+        // client it built.
+        let building = self
+            .building
+            .lock()
+            .expect("lock")
+            .entry(name.clone())
+            .or_default()
+            .clone();
+        let _building = building.lock().await;
+        if let Some(member) = self.current(&name, &secret_key) {
+            return Ok(member);
+        }
         let secret = Api::<Secret>::namespaced(self.hub.clone(), &reference.namespace)
             .get_opt(&reference.name)
             .await?
@@ -125,10 +148,42 @@ impl Members {
         Ok(member)
     }
 
+    /// The client of `cluster`, if it is current: built from the version of `secret`
+    /// the watch says is current, or (a Secret the watch has not reported) not yet
+    /// `recheck` old.
+    fn current(&self, cluster: &str, secret: &(String, String)) -> Option<Arc<Member>> {
+        let watched = self.watched.lock().expect("lock").get(secret).cloned();
+        let members = self.members.lock().expect("lock");
+        let built = members.get(cluster)?;
+        let fresh = match watched {
+            Some(version) => version == built.version,
+            None => built.checked.elapsed() < self.recheck,
+        };
+        fresh.then(|| built.member.clone())
+    }
+
+    /// The watch saw `secret` (namespace, name) at `version` (`None`: deleted).
+    pub fn secret_seen(&self, secret: (String, String), version: Option<String>) {
+        self.watched
+            .lock()
+            .expect("lock")
+            .insert(secret, version.unwrap_or_default());
+    }
+
+    /// The watch listed the Secrets again, these ones: any other it knew is gone.
+    pub fn secrets_listed(&self, listed: &std::collections::HashSet<(String, String)>) {
+        for (secret, version) in self.watched.lock().expect("lock").iter_mut() {
+            if !listed.contains(secret) {
+                version.clear();
+            }
+        }
+    }
+
     /// Forgets the client of `cluster`.
     pub fn forget(&self, cluster: &str) {
         // Its turns stay: syncs in flight hold them.
         self.members.lock().expect("lock").remove(cluster);
+        self.building.lock().expect("lock").remove(cluster);
     }
 }
 
