@@ -34,6 +34,17 @@ pub enum Change {
 /// The longest wait between two looks for a kind the member does not serve yet.
 const MAX_KIND_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a change watch waits on the member before it asks again (kube's default is
+/// 290 s), drawn at random between 240 and 299 s for each watch. Watches started together
+/// (a mass join, a placement reaching every member) then come apart instead of all asking
+/// again at the same moment every few minutes.
+fn watch_timeout() -> u32 {
+    use std::hash::BuildHasher;
+    // A new `RandomState` has new random keys: hashing nothing with it draws a number.
+    let drawn = std::collections::hash_map::RandomState::new().hash_one(());
+    240 + u32::try_from(drawn % 60).unwrap_or_default()
+}
+
 impl Member {
     pub(crate) fn watch_changes(
         &self,
@@ -52,7 +63,9 @@ impl Member {
                     .flat_map(move |found| {
                         let api: Api<DynamicObject> =
                             Api::all_with(client.clone(), &found.resource);
-                        let config = watcher::Config::default().labels(&selector);
+                        let config = watcher::Config::default()
+                            .labels(&selector)
+                            .timeout(watch_timeout());
                         let objects = live::Shared::default();
                         // The store serves syncs for as long as this stream lives.
                         let registration =
@@ -108,5 +121,18 @@ fn change(event: Result<Event<DynamicObject>, watcher::Error>, kind: &Kind) -> O
             warn!(kind = %kind.resource.kind, error = %e, "watch failed; retrying with backoff");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watches_time_out_at_spread_moments_within_five_minutes() {
+        let drawn: std::collections::BTreeSet<u32> = (0..200).map(|_| watch_timeout()).collect();
+        assert!(drawn.iter().all(|t| (240..300).contains(t)), "{drawn:?}");
+        // 200 draws over 60 values: far more than a handful of distinct ones.
+        assert!(drawn.len() > 20, "{drawn:?}");
     }
 }
