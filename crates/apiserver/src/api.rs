@@ -44,6 +44,7 @@ mod cleanup;
 mod watch;
 
 use cleanup::{Cleanup, Collector, Owner};
+use watch::Shape;
 
 /// The logical cluster the root API serves.
 pub const ROOT_CLUSTER: &str = "root";
@@ -633,7 +634,12 @@ impl Api {
         }
         match (method, target.name.clone()) {
             (Method::GET, None) if query.flag("watch") => {
-                self.watch(&target, query, table::wants_table(accept)).await
+                let shape = if table::wants_table(accept) {
+                    Shape::Table
+                } else {
+                    table::wants_metadata(accept).map_or(Shape::Object, Shape::Metadata)
+                };
+                self.watch(&target, query, shape).await
             }
             (Method::GET, None) if table::wants_table(accept) => {
                 let list = self.list(&target, query).await?.to_value()?;
@@ -647,6 +653,22 @@ impl Api {
                     table["metadata"]["continue"] = next.clone();
                 }
                 Ok(json_response(StatusCode::OK, &table))
+            }
+            (Method::GET, None) if let Some(api_version) = table::wants_metadata(accept) => {
+                let mut list = self.list(&target, query).await?.to_value()?;
+                let items: Vec<Value> = list["items"]
+                    .as_array()
+                    .map(|items| {
+                        items
+                            .iter()
+                            .map(|o| table::partial(o, api_version))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                list["items"] = Value::Array(items);
+                list["kind"] = json!("PartialObjectMetadataList");
+                list["apiVersion"] = json!(api_version);
+                Ok(json_response(StatusCode::OK, &list))
             }
             (Method::GET, None) => self
                 .list(&target, query)
@@ -668,6 +690,15 @@ impl Api {
                     return Ok(json_response(
                         StatusCode::OK,
                         &self.table(rt, &[object], &rv, query),
+                    ));
+                }
+                if let Some(api_version) = table::wants_metadata(accept) {
+                    let object: Value = serde_json::from_slice(&object).map_err(|e| {
+                        ApiError::internal(format!("a stored object is not JSON: {e}"))
+                    })?;
+                    return Ok(json_response(
+                        StatusCode::OK,
+                        &table::partial(&object, api_version),
                     ));
                 }
                 Ok(json_bytes_response(StatusCode::OK, object))

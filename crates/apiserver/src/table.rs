@@ -21,6 +21,30 @@ pub fn wants_table(accept: Option<&str>) -> bool {
     })
 }
 
+/// The `meta.k8s.io` version of the metadata-only object the client asked for
+/// (`as=PartialObjectMetadata` or `as=PartialObjectMetadataList`), unless it asked for
+/// whole objects.
+pub fn wants_metadata(accept: Option<&str>) -> Option<&'static str> {
+    accept?.split(',').find_map(|range| {
+        let params: Vec<&str> = range.split(';').map(str::trim).collect();
+        let partial = params.contains(&"as=PartialObjectMetadata")
+            || params.contains(&"as=PartialObjectMetadataList");
+        if !partial || !params.contains(&"g=meta.k8s.io") {
+            return None;
+        }
+        Some(if params.contains(&"v=v1beta1") {
+            "meta.k8s.io/v1beta1"
+        } else {
+            "meta.k8s.io/v1"
+        })
+    })
+}
+
+/// `object`'s metadata alone, as a `PartialObjectMetadata` of `api_version`.
+pub fn partial(object: &Value, api_version: &str) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": object["metadata"]})
+}
+
 /// How one cell is computed from an object.
 #[derive(Clone, Debug)]
 enum Cell {
@@ -571,9 +595,7 @@ fn row(columns: &[Column], object: &Value, now: jiff::Timestamp, include_object:
     let embedded = match include_object {
         "None" => Value::Null,
         "Object" => object.clone(),
-        _ => {
-            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"]})
-        }
+        _ => partial(object, "meta.k8s.io/v1"),
     };
     json!({"cells": cells, "object": embedded})
 }
@@ -655,6 +677,23 @@ mod tests {
         )));
         assert!(!wants_table(Some("application/json")));
         assert!(!wants_table(None));
+        assert_eq!(
+            wants_metadata(Some(
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            )),
+            Some("meta.k8s.io/v1")
+        );
+        assert_eq!(
+            wants_metadata(Some(
+                "application/json;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io"
+            )),
+            Some("meta.k8s.io/v1beta1")
+        );
+        assert_eq!(wants_metadata(Some("application/json")), None);
+        assert_eq!(
+            wants_metadata(Some("application/json;as=Table;g=meta.k8s.io;v=v1")),
+            None
+        );
     }
 
     #[test]

@@ -1,21 +1,44 @@
 //! Watches: the initial state, then the watch cache's changes through the client's
-//! selectors, as JSON lines (or Table rows), with bookmarks and a timeout.
+//! selectors, as JSON lines (or Table rows, or metadata alone), with bookmarks and a
+//! timeout.
 
 use super::*;
+
+/// What a watcher's events carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// The objects.
+    Object,
+    /// Table rows (`as=Table`).
+    Table,
+    /// The objects' metadata alone, as `PartialObjectMetadata` of this `meta.k8s.io`
+    /// version (`as=PartialObjectMetadata`).
+    Metadata(&'static str),
+}
 
 impl Api {
     pub(super) async fn watch(
         &self,
         target: &Target,
         query: &Query,
-        as_table: bool,
+        shape: Shape,
     ) -> ApiResult<Response> {
         let rt = target.rt.clone();
-        let mut tables = as_table.then(|| TableWatch {
-            rt: rt.clone(),
-            include: query.get("includeObject").unwrap_or("Metadata").to_owned(),
-            columns_sent: false,
-        });
+        let mut shaped = match shape {
+            Shape::Object => None,
+            Shape::Table => Some(ShapedWatch {
+                rt: rt.clone(),
+                include: query.get("includeObject").unwrap_or("Metadata").to_owned(),
+                columns_sent: false,
+                partial: None,
+            }),
+            Shape::Metadata(api_version) => Some(ShapedWatch {
+                rt: rt.clone(),
+                include: String::new(),
+                columns_sent: false,
+                partial: Some(api_version),
+            }),
+        };
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), &rt)?;
         let prefix = keys::prefix(&rt, &self.cluster, target.namespace.as_deref());
@@ -46,8 +69,8 @@ impl Api {
                         if let Some(api_version) = reads_as(&rt) {
                             object["apiVersion"] = json!(api_version);
                         }
-                        initial.push(match &mut tables {
-                            Some(tables) => tables.line("ADDED", &object),
+                        initial.push(match &mut shaped {
+                            Some(shaped) => shaped.line("ADDED", &object),
                             None => event_line("ADDED", &object),
                         });
                     }
@@ -76,7 +99,7 @@ impl Api {
             initial: initial.into(),
             subscription,
             reads_as: reads_as(&rt),
-            tables,
+            shaped,
             labels,
             fields,
             rt,
@@ -105,8 +128,8 @@ pub(super) struct WatchFeed {
     subscription: Subscription,
     /// The apiVersion custom resources are shown with (see `reads_as`).
     reads_as: Option<String>,
-    /// Set when the client asked for Tables.
-    tables: Option<TableWatch>,
+    /// Set when the client asked for Tables or metadata alone.
+    shaped: Option<ShapedWatch>,
     labels: LabelSelector,
     fields: FieldSelector,
     pub(super) rt: Arc<ResourceType>,
@@ -145,7 +168,7 @@ impl WatchFeed {
                 }
                 item = self.subscription.next() => match item {
                     Some(Next::Change(change)) => {
-                        if let Some(tables) = &mut self.tables {
+                        if let Some(shaped) = &mut self.shaped {
                             if let Some((kind, side)) = selected(&change, &self.labels, &self.fields)
                                 && let Some(object) = side.of(&change)
                             {
@@ -153,7 +176,7 @@ impl WatchFeed {
                                 if let Some(api_version) = &self.reads_as {
                                     object["apiVersion"] = json!(api_version);
                                 }
-                                return Some(tables.line(kind, &object));
+                                return Some(shaped.line(kind, &object));
                             }
                         } else if let Some(line) = watch_line(&change, &self.labels, &self.fields, self.reads_as.as_deref()) {
                             return Some(line);
@@ -232,16 +255,21 @@ pub(super) fn selected(
     })
 }
 
-/// A watch that sends Tables (kubectl get -w): one row per event; only the first event
-/// carries the column definitions.
-pub(super) struct TableWatch {
+/// A watch that sends each object in a shape of its own: Tables (kubectl get -w), one row
+/// per event, only the first event carrying the column definitions; or the objects'
+/// metadata alone (`partial`: the `meta.k8s.io` version of its `PartialObjectMetadata`).
+pub(super) struct ShapedWatch {
     pub(super) rt: Arc<ResourceType>,
     include: String,
     columns_sent: bool,
+    partial: Option<&'static str>,
 }
 
-impl TableWatch {
+impl ShapedWatch {
     pub(super) fn line(&mut self, kind: &str, object: &Value) -> Bytes {
+        if let Some(api_version) = self.partial {
+            return event_line(kind, &table::partial(object, api_version));
+        }
         let printer = self
             .rt
             .printer_columns
