@@ -26,18 +26,12 @@ impl Api {
         let rt = target.rt.clone();
         let mut shaped = match shape {
             Shape::Object => None,
-            Shape::Table => Some(ShapedWatch {
+            Shape::Table => Some(Shaped::Table(TableWatch {
                 rt: rt.clone(),
                 include: query.get("includeObject").unwrap_or("Metadata").to_owned(),
                 columns_sent: false,
-                partial: None,
-            }),
-            Shape::Metadata(api_version) => Some(ShapedWatch {
-                rt: rt.clone(),
-                include: String::new(),
-                columns_sent: false,
-                partial: Some(api_version),
-            }),
+            })),
+            Shape::Metadata(api_version) => Some(Shaped::Metadata(api_version)),
         };
         let labels = LabelSelector::parse(query.get("labelSelector").unwrap_or(""))?;
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), &rt)?;
@@ -129,7 +123,7 @@ pub(super) struct WatchFeed {
     /// The apiVersion custom resources are shown with (see `reads_as`).
     reads_as: Option<String>,
     /// Set when the client asked for Tables or metadata alone.
-    shaped: Option<ShapedWatch>,
+    shaped: Option<Shaped>,
     labels: LabelSelector,
     fields: FieldSelector,
     pub(super) rt: Arc<ResourceType>,
@@ -170,7 +164,7 @@ impl WatchFeed {
                     Some(Next::Change(change)) => {
                         if let Some(shaped) = &mut self.shaped {
                             if let Some((kind, side)) = selected(&change, &self.labels, &self.fields)
-                                && let Some(object) = side.of(&change)
+                                && let Some(object) = shaped.object(side, &change)
                             {
                                 let mut object = object::with_resource_version(object.clone(), change.revision.get());
                                 if let Some(api_version) = &self.reads_as {
@@ -255,21 +249,43 @@ pub(super) fn selected(
     })
 }
 
-/// A watch that sends each object in a shape of its own: Tables (kubectl get -w), one row
-/// per event, only the first event carrying the column definitions; or the objects'
-/// metadata alone (`partial`: the `meta.k8s.io` version of its `PartialObjectMetadata`).
-pub(super) struct ShapedWatch {
+/// A watch whose events carry each object in a shape of its own.
+pub(super) enum Shaped {
+    /// Table rows.
+    Table(TableWatch),
+    /// The metadata alone, as a `PartialObjectMetadata` of this `meta.k8s.io` version.
+    Metadata(&'static str),
+}
+
+impl Shaped {
+    /// The object of a change this watch shows: for metadata alone, the metadata decoded
+    /// alone (once per change, for every such watcher).
+    fn object<'c>(&self, side: Side, change: &'c Change) -> Option<&'c Value> {
+        match (self, side) {
+            (Shaped::Table(_), side) => side.of(change),
+            (Shaped::Metadata(_), Side::Before) => change.previous_metadata(),
+            (Shaped::Metadata(_), Side::After) => change.object_metadata(),
+        }
+    }
+
+    fn line(&mut self, kind: &str, object: &Value) -> Bytes {
+        match self {
+            Shaped::Table(tables) => tables.line(kind, object),
+            Shaped::Metadata(api_version) => event_line(kind, &table::partial(object, api_version)),
+        }
+    }
+}
+
+/// A watch that sends Tables (kubectl get -w): one row per event; only the first event
+/// carries the column definitions.
+pub(super) struct TableWatch {
     pub(super) rt: Arc<ResourceType>,
     include: String,
     columns_sent: bool,
-    partial: Option<&'static str>,
 }
 
-impl ShapedWatch {
+impl TableWatch {
     pub(super) fn line(&mut self, kind: &str, object: &Value) -> Bytes {
-        if let Some(api_version) = self.partial {
-            return event_line(kind, &table::partial(object, api_version));
-        }
         let printer = self
             .rt
             .printer_columns
