@@ -93,7 +93,7 @@ async fn metadata_only_requests_get_the_metadata_alone() {
             Method::GET,
             CONFIGMAPS,
             Some(
-                "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+                "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=3",
             ),
             &headers,
             Bytes::new(),
@@ -104,24 +104,25 @@ async fn metadata_only_requests_get_the_metadata_alone() {
             Method::GET,
             CONFIGMAPS,
             Some(&format!(
-                "watch=1&resourceVersion={revision}&timeoutSeconds=1"
+                "watch=1&resourceVersion={revision}&timeoutSeconds=3"
             )),
             &headers,
             Bytes::new(),
         )
         .await;
-    call(&api, Method::POST, None, json, configmap("c")).await;
+    // Both streams are read while the change arrives, well before their timeouts.
+    let (initial, after, _) = tokio::join!(
+        axum::body::to_bytes(initial.into_body(), usize::MAX),
+        axum::body::to_bytes(after.into_body(), usize::MAX),
+        call(&api, Method::POST, None, json, configmap("c")),
+    );
     let events = |body: Bytes| -> Vec<Value> {
         body.split(|b| *b == b'\n')
             .filter(|line| !line.is_empty())
             .map(|line| serde_json::from_slice(line).unwrap())
             .collect()
     };
-    let initial = events(
-        axum::body::to_bytes(initial.into_body(), usize::MAX)
-            .await
-            .unwrap(),
-    );
+    let initial = events(initial.unwrap());
     // The two objects, the end of the initial events, then the third one.
     let kinds: Vec<(&str, &str)> = initial
         .iter()
@@ -142,11 +143,7 @@ async fn metadata_only_requests_get_the_metadata_alone() {
     );
     assert_partial(&initial[0]["object"], "a");
     assert_partial(&initial[3]["object"], "c");
-    let after = events(
-        axum::body::to_bytes(after.into_body(), usize::MAX)
-            .await
-            .unwrap(),
-    );
+    let after = events(after.unwrap());
     assert_eq!(after.len(), 1, "{after:?}");
     assert_eq!(after[0]["type"], "ADDED");
     assert_partial(&after[0]["object"], "c");
