@@ -30,10 +30,11 @@ pub const MAX_REQUEST_BYTES: usize = 2 * MAX_OBJECT_BYTES;
 /// 1), `managedFields` included: a write of anything deeper is refused with 422 Invalid.
 ///
 /// Kubernetes (Go's JSON decoder) allows 10,000 levels; serde_json, which decodes stored
-/// objects here and in kube-rs clients, stops at 127. `managedFields` nest one level per
-/// level of the object plus 4 (`metadata.managedFields[i].fieldsV1`), and a list answer, a
-/// watch event or a Table row wraps an object in up to 3 more: 100 leaves room for those
-/// and for the server's own later additions, so that nothing stored fails to decode.
+/// objects here and in kube-rs clients, stops at 127. `managedFields` nest 5 levels deeper
+/// than the fields they record (`metadata.managedFields[i].fieldsV1`, and a `{}` for each
+/// leaf), and a list answer, a watch event or a Table row wraps an object in up to 3 more:
+/// 100 leaves room for those and for the server's own later additions, so that nothing
+/// stored fails to decode.
 pub const MAX_DEPTH: usize = 100;
 
 /// The deepest stored object that is read back: serde_json's 127 levels, less the 3 of the
@@ -499,7 +500,7 @@ pub fn check_depth(object: &Value, rt: &ResourceType) -> ApiResult<()> {
         name => name,
     };
     let managed = if field == "metadata.managedFields" {
-        " (managedFields record one level per level of the object, plus 4)"
+        " (managedFields nest 5 levels deeper than the fields they record)"
     } else {
         ""
     };

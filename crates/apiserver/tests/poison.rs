@@ -202,7 +202,7 @@ async fn objects_nested_past_the_limit_as_stored_are_refused_on_every_write() {
         .await;
     assert_refused(&answer, 422, "Invalid", &["nested more than 100 levels"]);
 
-    // managedFields nest 4 levels deeper than the spec's deepest field: a spec of 94
+    // managedFields nest 5 levels deeper than the object: a spec of 94 (an object of 95)
     // levels is stored exactly 100 deep, one of 95 would be 101.
     let key = "/example.com/widgets/root/default/";
     s.ok(Method::POST, WIDGETS, &widget("deepest", nested(94)))
@@ -796,4 +796,55 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
         .serve(Method::GET, CRDS, None, &HeaderMap::new(), Bytes::new())
         .await;
     assert_eq!(crds.status(), 200);
+}
+
+#[tokio::test]
+async fn a_json_patch_cannot_nest_an_object_past_the_limit_one_operation_at_a_time() {
+    let s = Server::new().await;
+    let configmaps = "/api/v1/namespaces/default/configmaps";
+    s.ok(
+        Method::POST,
+        configmaps,
+        &json!({"metadata": {"name": "p"}, "data": {"k": "v"}}),
+    )
+    .await;
+    // Each operation adds 120 levels at the deepest point so far: 12,000 levels in all,
+    // which would overflow the stack of whatever walks the object next (the process
+    // aborts), though every value in the body is within the JSON parser's limit.
+    let mut ops = vec![json!({"op": "add", "path": "/data/x", "value": nested(120)})];
+    let mut path = String::from("/data/x");
+    for _ in 0..100 {
+        path.push_str(&"/a".repeat(119));
+        ops.push(json!({"op": "add", "path": format!("{path}/a"), "value": nested(120)}));
+        path.push_str("/a");
+    }
+    let body = Value::Array(ops).to_string();
+    let answer = s
+        .call(
+            Method::PATCH,
+            &format!("{configmaps}/p"),
+            None,
+            "application/json-patch+json",
+            body.as_bytes(),
+        )
+        .await;
+    assert_refused(&answer, 422, "Invalid", &["operation 0", "100 levels"]);
+    // Within the limit as stored (its managedFields 5 deeper): taken; a value that would
+    // nest the object itself past it: refused at the operation.
+    for (levels, code) in [(93, 200), (99, 422)] {
+        let ops = json!([{"op": "add", "path": "/data/y", "value": nested(levels)}]);
+        let answer = s
+            .call(
+                Method::PATCH,
+                &format!("{configmaps}/p"),
+                Some("dryRun=All"),
+                "application/json-patch+json",
+                ops.to_string().as_bytes(),
+            )
+            .await;
+        assert_eq!(answer.code, code, "{levels}: {}", answer.body);
+        if code == 422 {
+            assert_refused(&answer, 422, "Invalid", &["operation 0", "100 levels"]);
+        }
+    }
 }
