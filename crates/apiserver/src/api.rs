@@ -26,7 +26,7 @@ use crate::discovery;
 use crate::gc;
 use crate::keys;
 use crate::managed::{self, Writer};
-use crate::object::{self, MAX_OBJECT_BYTES, meta_str};
+use crate::object::{self, MAX_REQUEST_BYTES, meta_str};
 use crate::openapi;
 use crate::patch;
 use crate::resources::{Registry, ResourceType};
@@ -256,13 +256,85 @@ impl Answer {
     }
 }
 
-/// The JSON the store holds for `object`.
-fn stored_json(object: &Value) -> ApiResult<Bytes> {
+/// The JSON the store holds for `object`, an object of `rt` named `name`: refused (422)
+/// when it nests deeper than [`object::MAX_DEPTH`], or (413) when it is longer than
+/// [`object::MAX_OBJECT_BYTES`], so that everything stored can be read back.
+fn stored_json(object: &Value, rt: &ResourceType, name: &str) -> ApiResult<Bytes> {
+    object::check_depth(object, rt)?;
     let mut json = Vec::with_capacity(1024);
     crate::json::write(&mut json, object);
+    object::check_size(json.len(), rt, name)?;
     // The bytes live on in the watch cache: not with the spare room of the last growth.
     json.shrink_to_fit();
     Ok(Bytes::from(json))
+}
+
+/// A stored object the server cannot read back ([`object::undecodable`], or not JSON): left
+/// out of lists and watches with a warning, never failing them; it can still be deleted.
+struct Unreadable {
+    key: Bytes,
+    reason: String,
+}
+
+impl Unreadable {
+    /// Logs it (a tracing warning) and returns it.
+    fn new(key: &Bytes, reason: String) -> Self {
+        tracing::warn!(key = %String::from_utf8_lossy(key), %reason,
+            "a stored object cannot be decoded; left out (it can still be deleted)");
+        Unreadable {
+            key: key.clone(),
+            reason,
+        }
+    }
+
+    /// Why `json` cannot be read back, if it cannot.
+    fn check(key: &Bytes, json: &[u8]) -> Option<Self> {
+        object::undecodable(json).map(|reason| Self::new(key, reason))
+    }
+
+    /// The `Warning` headers for objects left out (the first few named, then how many more).
+    fn warnings(all: &[Unreadable]) -> Vec<String> {
+        const NAMED: usize = 10;
+        let mut warnings: Vec<String> = all
+            .iter()
+            .take(NAMED)
+            .map(|u| {
+                format!(
+                    "the stored object {} cannot be decoded ({}) and is left out; it can still be deleted",
+                    String::from_utf8_lossy(&u.key),
+                    u.reason
+                )
+            })
+            .collect();
+        if all.len() > NAMED {
+            warnings.push(format!(
+                "{} more stored objects cannot be decoded and are left out",
+                all.len() - NAMED
+            ));
+        }
+        warnings
+    }
+}
+
+/// 500 for a stored object that cannot be decoded (only a delete of it works).
+fn unreadable_error(rt: &ResourceType, name: &str, reason: &str) -> ApiError {
+    let what = if rt.group.is_empty() {
+        rt.plural.clone()
+    } else {
+        format!("{}.{}", rt.plural, rt.group)
+    };
+    ApiError::internal(format!(
+        "the stored object {what} \"{name}\" cannot be decoded: {reason}; it can only be deleted"
+    ))
+    .on(&rt.group, &rt.plural, name)
+}
+
+/// A stored object of `rt` decoded, or 500 if it cannot be ([`unreadable_error`]).
+fn decode_stored(rt: &ResourceType, name: &str, json: &[u8]) -> ApiResult<Value> {
+    if let Some(reason) = object::undecodable(json) {
+        return Err(unreadable_error(rt, name, &reason));
+    }
+    serde_json::from_slice(json).map_err(|e| unreadable_error(rt, name, &e.to_string()))
 }
 
 impl Api {
@@ -364,8 +436,13 @@ impl Api {
             )
             .await?;
         for kv in page.kvs {
-            let mut object: Value = serde_json::from_slice(&kv.value)
-                .map_err(|e| ApiError::internal(format!("a stored CRD is not JSON: {e}")))?;
+            let mut object: Value = match serde_json::from_slice(&kv.value) {
+                Ok(object) => object,
+                Err(e) => {
+                    Unreadable::new(&kv.key, e.to_string());
+                    continue;
+                }
+            };
             let name = meta_str(&object, "name").to_owned();
             match crd::admit(&mut object) {
                 Ok(definition) if crd::conflict(&definition, &self.registry).is_none() => {
@@ -602,9 +679,9 @@ impl Api {
             }
             Route::Objects(target) => target,
         };
-        if body.len() > MAX_OBJECT_BYTES {
+        if body.len() > MAX_REQUEST_BYTES {
             return Err(ApiError::too_large(format!(
-                "the request body is {} bytes, over the limit of {MAX_OBJECT_BYTES} bytes",
+                "the request body is {} bytes, over the limit of {MAX_REQUEST_BYTES} bytes",
                 body.len()
             )));
         }
@@ -642,7 +719,9 @@ impl Api {
                 self.watch(&target, query, shape).await
             }
             (Method::GET, None) if table::wants_table(accept) => {
-                let list = self.list(&target, query).await?.to_value()?;
+                let listed = self.list(&target, query).await?;
+                let warnings = Unreadable::warnings(&listed.unreadable);
+                let list = listed.to_value()?;
                 let items = list["items"].as_array().cloned().unwrap_or_default();
                 let rv = list["metadata"]["resourceVersion"]
                     .as_str()
@@ -652,10 +731,15 @@ impl Api {
                 if let Some(next) = list["metadata"].get("continue") {
                     table["metadata"]["continue"] = next.clone();
                 }
-                Ok(json_response(StatusCode::OK, &table))
+                Ok(with_warnings(
+                    json_response(StatusCode::OK, &table),
+                    &warnings,
+                ))
             }
             (Method::GET, None) if let Some(api_version) = table::wants_metadata(accept) => {
-                let mut list = self.list(&target, query).await?.to_value()?;
+                let listed = self.list(&target, query).await?;
+                let warnings = Unreadable::warnings(&listed.unreadable);
+                let mut list = listed.to_value()?;
                 let items: Vec<Value> = list["items"]
                     .as_array()
                     .map(|items| {
@@ -668,12 +752,18 @@ impl Api {
                 list["items"] = Value::Array(items);
                 list["kind"] = json!("PartialObjectMetadataList");
                 list["apiVersion"] = json!(api_version);
-                Ok(json_response(StatusCode::OK, &list))
+                Ok(with_warnings(
+                    json_response(StatusCode::OK, &list),
+                    &warnings,
+                ))
             }
-            (Method::GET, None) => self
-                .list(&target, query)
-                .await
-                .map(|listed| json_bytes_response(StatusCode::OK, listed.to_bytes())),
+            (Method::GET, None) => self.list(&target, query).await.map(|listed| {
+                let warnings = Unreadable::warnings(&listed.unreadable);
+                with_warnings(
+                    json_bytes_response(StatusCode::OK, listed.to_bytes()),
+                    &warnings,
+                )
+            }),
             (Method::GET, Some(name)) => {
                 let rt = &target.rt;
                 let key = keys::key(rt, &self.cluster, &namespace, &name);
@@ -681,6 +771,9 @@ impl Api {
                     .read(&key)
                     .await?
                     .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, &name))?;
+                if let Some(reason) = object::undecodable(&value) {
+                    return Err(unreadable_error(rt, &name, &reason));
+                }
                 let object = stored_with_version(&value, revision, rt)?;
                 if table::wants_table(accept) {
                     let object: Value = serde_json::from_slice(&object).map_err(|e| {
@@ -758,7 +851,7 @@ impl Api {
             (Method::DELETE, None) => self
                 .delete_collection(&target, query, &delete_options(body, headers)?)
                 .await
-                .map(|v| json_response(StatusCode::OK, &v)),
+                .map(|(v, warnings)| with_warnings(json_response(StatusCode::OK, &v), &warnings)),
             (method, _) => Err(ApiError::method_not_allowed(
                 method.as_str(),
                 &target.rt.plural,
@@ -776,13 +869,28 @@ impl Api {
         Ok(kv.map(|kv| (kv.value, kv.mod_revision)))
     }
 
-    /// An object and its revision.
+    /// An object and its revision; 500 if the stored object cannot be decoded.
     pub async fn get(
         &self,
         rt: &ResourceType,
         namespace: &str,
         name: &str,
     ) -> ApiResult<(Value, Revision)> {
+        let (value, revision) = self.get_stored(rt, namespace, name).await?;
+        let object = decode_stored(rt, name, &value)?;
+        Ok((
+            object::with_resource_version(object, revision.get()),
+            revision,
+        ))
+    }
+
+    /// An object's stored JSON and its revision.
+    async fn get_stored(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<(Bytes, Revision)> {
         let key = keys::key(rt, &self.cluster, namespace, name);
         let not_found = || ApiError::not_found(&rt.group, &rt.plural, name);
         // The key's latest revision from the store's index; its value from the watch
@@ -795,12 +903,7 @@ impl Api {
                 (kv.value, kv.mod_revision)
             }
         };
-        let object: Value = serde_json::from_slice(&value)
-            .map_err(|e| ApiError::internal(format!("stored object {name} is not JSON: {e}")))?;
-        Ok((
-            object::with_resource_version(object, revision.get()),
-            revision,
-        ))
+        Ok((value, revision))
     }
 
     async fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
@@ -893,11 +996,11 @@ impl Api {
             };
             managed::record_update(None, &mut object, rt, writer)?;
         }
+        let json = stored_json(&object, rt, &name)?;
         if query.dry_run()? {
             return Ok((Answer::Object(object), warnings));
         }
         let key = keys::key(rt, &self.cluster, &namespace, &name);
-        let json = stored_json(&object)?;
         let revision = self
             .store
             .create(&key, json.clone())
@@ -995,6 +1098,8 @@ impl Api {
             false => None,
         };
         if query.dry_run()? {
+            // Refused as the write would be.
+            stored_json(&object, rt, name)?;
             return Ok((
                 Answer::Object(object::with_resource_version(object, revision.get())),
                 false,
@@ -1029,7 +1134,7 @@ impl Api {
         if object::same_but_resource_version(&current, &object) {
             return Ok((Answer::Object(current), false, warnings));
         }
-        let json = stored_json(&object)?;
+        let json = stored_json(&object, rt, name)?;
         let new = self
             .store
             .update(&key, json.clone(), revision)
@@ -1427,7 +1532,16 @@ impl Api {
                 ApiError::bad_request(format!("the delete options are not valid JSON: {e}"))
             })?
         };
-        let (mut current, revision) = self.get(rt, &namespace, name).await?;
+        let (value, revision) = self.get_stored(rt, &namespace, name).await?;
+        let mut current = match decode_stored(rt, name, &value) {
+            Ok(object) => object::with_resource_version(object, revision.get()),
+            Err(e) => {
+                let stored = (&value[..], revision);
+                return self
+                    .delete_unreadable(rt, &namespace, name, &options, query, stored, &e)
+                    .await;
+            }
+        };
         if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
             && parse_resource_version(rv)? != revision.get()
         {
@@ -1520,13 +1634,91 @@ impl Api {
         ))
     }
 
+    /// Deletes a stored object that cannot be decoded ([`decode_stored`]): at once, without
+    /// its finalizers or garbage collection, which need the object (a namespace is still
+    /// emptied after it). Answers a `Status` of success.
+    #[allow(clippy::too_many_arguments)]
+    async fn delete_unreadable(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        options: &Value,
+        query: &Query,
+        (value, revision): (&[u8], Revision),
+        why: &ApiError,
+    ) -> ApiResult<(StatusCode, Value)> {
+        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
+            && parse_resource_version(rv)? != revision.get()
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        // The uid cannot be read: it must at least be in the stored bytes.
+        if let Some(uid) = options["preconditions"]["uid"].as_str()
+            && memchr::memmem::find(value, uid.as_bytes()).is_none()
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Success", "details": {"name": name, "group": rt.group, "kind": rt.plural}});
+        if query.dry_run()? {
+            return Ok((StatusCode::OK, status));
+        }
+        let key = keys::key(rt, &self.cluster, namespace, name);
+        self.store
+            .delete(&key, Some(revision))
+            .await
+            .map_err(|e| self.write_error(e, rt, name))?;
+        tracing::warn!(resource = %rt.plural, %namespace, %name, error = %why.message,
+            "deleted a stored object that cannot be decoded, without its finalizers or garbage collection");
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            self.spawn_cleanup(Cleanup::Namespace(name.to_owned()));
+        }
+        Ok((StatusCode::OK, status))
+    }
+
+    /// The namespace and name of the object of `rt` under `key` in this logical cluster.
+    fn identity(&self, rt: &ResourceType, key: &[u8]) -> Option<(Option<String>, String)> {
+        let prefix = keys::prefix(rt, &self.cluster, None);
+        let rest = std::str::from_utf8(key.strip_prefix(prefix.as_slice())?).ok()?;
+        if rt.namespaced {
+            let (namespace, name) = rest.split_once('/')?;
+            Some((Some(namespace.to_owned()), name.to_owned()))
+        } else {
+            Some((None, rest.to_owned()))
+        }
+    }
+
+    /// A deletecollection; returns the list of objects deleted, and warnings for stored
+    /// objects that cannot be decoded (deleted too when no selector is given, since they
+    /// are in the collection whatever they hold).
     async fn delete_collection(
         &self,
         target: &Target,
         query: &Query,
         body: &Bytes,
-    ) -> ApiResult<Value> {
-        let list = self.list(target, query).await?.to_value()?;
+    ) -> ApiResult<(Value, Vec<String>)> {
+        let listed = self.list(target, query).await?;
+        let warnings = Unreadable::warnings(&listed.unreadable);
+        let selects_all =
+            query.get("labelSelector").is_none() && query.get("fieldSelector").is_none();
+        for unreadable in listed.unreadable.iter().filter(|_| selects_all) {
+            let Some((namespace, name)) = self.identity(&target.rt, &unreadable.key) else {
+                continue;
+            };
+            let one = Target {
+                rt: target.rt.clone(),
+                namespace,
+                name: Some(name.clone()),
+                sub: None,
+            };
+            match self.delete(&one, &name, query, body, true).await {
+                Ok(_) => {}
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let list = listed.to_value()?;
         let mut deleted = Vec::new();
         for item in list["items"].as_array().into_iter().flatten() {
             let name = meta_str(item, "name").to_owned();
@@ -1543,10 +1735,11 @@ impl Api {
                 Err(e) => return Err(e),
             }
         }
-        Ok(
+        Ok((
             json!({"kind": target.rt.list_kind(), "apiVersion": target.rt.api_version(),
             "metadata": {"resourceVersion": list["metadata"]["resourceVersion"]}, "items": deleted}),
-        )
+            warnings,
+        ))
     }
 
     /// The list's revision, start key and limit, from resourceVersion, resourceVersionMatch,
@@ -1613,14 +1806,27 @@ impl Api {
             )
             .await?;
         let mut items = Vec::with_capacity(page.kvs.len());
+        let mut unreadable = Vec::new();
         let selects_all = labels.is_empty() && fields.is_empty();
         for kv in &page.kvs {
-            if selects_all {
-                items.push(stored_with_version(&kv.value, kv.mod_revision, rt)?);
+            if let Some(left_out) = Unreadable::check(&kv.key, &kv.value) {
+                unreadable.push(left_out);
                 continue;
             }
-            let object: Value = serde_json::from_slice(&kv.value)
-                .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
+            if selects_all {
+                match stored_with_version(&kv.value, kv.mod_revision, rt) {
+                    Ok(item) => items.push(item),
+                    Err(e) => unreadable.push(Unreadable::new(&kv.key, e.message)),
+                }
+                continue;
+            }
+            let object: Value = match serde_json::from_slice(&kv.value) {
+                Ok(object) => object,
+                Err(e) => {
+                    unreadable.push(Unreadable::new(&kv.key, e.to_string()));
+                    continue;
+                }
+            };
             if labels.matches(&object) && fields.matches(&object) {
                 let mut object = object::with_resource_version(object, kv.mod_revision.get());
                 if let Some(api_version) = reads_as(rt) {
@@ -1638,6 +1844,7 @@ impl Api {
             api_version: rt.api_version(),
             metadata,
             items,
+            unreadable,
         })
     }
 }
@@ -1649,6 +1856,8 @@ struct Listed {
     api_version: String,
     metadata: Value,
     items: Vec<Vec<u8>>,
+    /// The stored objects of the page that cannot be decoded, left out.
+    unreadable: Vec<Unreadable>,
 }
 
 impl Listed {

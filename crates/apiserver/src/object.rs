@@ -10,9 +10,38 @@ use serde_json::{Map, Value, json};
 use crate::resources::ResourceType;
 use crate::status::{ApiError, ApiResult, Cause};
 
-/// The longest object the server accepts, in bytes (etcd's request limit is 1.5 MiB;
-/// Kubernetes allows 3 MiB request bodies).
+/// The longest object the server stores, in bytes, as stored (its JSON with
+/// `managedFields` and the rest of the server's metadata): every write (create, update,
+/// patch, apply, the status and scale subresources) over it is refused with 413.
+///
+/// Not etcd's default 1.5 MiB: a placement's status may list 1,000 chosen and 1,000
+/// excluded clusters (`MAX_LISTED_CLUSTERS`), their drift and conditions, which is not
+/// clearly within 1.5 MiB. An etcd backend must run with `--max-request-bytes` above this
+/// (4 MiB leaves room for the key and the transaction).
 pub const MAX_OBJECT_BYTES: usize = 3 << 20;
+
+/// The longest request body, in bytes: twice [`MAX_OBJECT_BYTES`], as Kubernetes takes
+/// 3 MiB bodies over etcd's 1.5 MiB, so that an object stored at the limit can be read,
+/// changed and sent back whatever its client's encoding adds (its resourceVersion,
+/// indentation, YAML, Go's `\u003c` for `<`): the limit that refuses it is the stored one.
+pub const MAX_REQUEST_BYTES: usize = 2 * MAX_OBJECT_BYTES;
+
+/// The deepest nesting of objects and arrays the server stores (the object itself is level
+/// 1), `managedFields` included: a write of anything deeper is refused with 422 Invalid.
+///
+/// Kubernetes (Go's JSON decoder) allows 10,000 levels; serde_json, which decodes stored
+/// objects here and in kube-rs clients, stops at 127. `managedFields` nest 5 levels deeper
+/// than the fields they record (`metadata.managedFields[i].fieldsV1`, and a `{}` for each
+/// leaf), and a list answer, a watch event or a Table row wraps an object in up to 3 more:
+/// 100 leaves room for those and for the server's own later additions, so that nothing
+/// stored fails to decode.
+pub const MAX_DEPTH: usize = 100;
+
+/// The deepest stored object that is read back: serde_json's 127 levels, less the 3 of the
+/// deepest wrapper the server sends an object in (a Table row). Nothing deeper can be
+/// stored through the API ([`MAX_DEPTH`]); an object written before that limit, or by
+/// something else, is left out of lists and watches with a warning (see [`undecodable`]).
+pub const READABLE_DEPTH: usize = 124;
 
 /// The current time as Kubernetes writes timestamps (`2006-01-02T15:04:05Z`), formatted
 /// once per second.
@@ -429,9 +458,220 @@ pub fn with_resource_version(mut object: Value, revision: u64) -> Value {
     object
 }
 
+/// Whether `value` nests objects and arrays more than `limit` levels deep (a scalar is
+/// level 0, an object or array one more than its deepest member). Looks no deeper than
+/// `limit + 1` levels, so a value of any depth is checked without deep recursion.
+pub fn deeper_than(value: &Value, limit: usize) -> bool {
+    match value {
+        Value::Object(map) => limit == 0 || map.values().any(|m| deeper_than(m, limit - 1)),
+        Value::Array(items) => limit == 0 || items.iter().any(|m| deeper_than(m, limit - 1)),
+        _ => false,
+    }
+}
+
+/// Refuses an object about to be stored that nests deeper than [`MAX_DEPTH`], with 422
+/// Invalid naming the limit and the top-level field (or `metadata` field) that is too deep.
+pub fn check_depth(object: &Value, rt: &ResourceType) -> ApiResult<()> {
+    if !deeper_than(object, MAX_DEPTH) {
+        return Ok(());
+    }
+    // The field under the object (or under its metadata) that goes too deep.
+    let mut field = String::new();
+    if let Some(map) = object.as_object() {
+        for (key, value) in map {
+            if !deeper_than(value, MAX_DEPTH - 1) {
+                continue;
+            }
+            field = key.clone();
+            if key == "metadata"
+                && let Some((inner, _)) = value
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .find(|(_, v)| deeper_than(v, MAX_DEPTH - 2))
+            {
+                field = format!("metadata.{inner}");
+            }
+            break;
+        }
+    }
+    let name = match meta_str(object, "name") {
+        "" => meta_str(object, "generateName"),
+        name => name,
+    };
+    let managed = if field == "metadata.managedFields" {
+        " (managedFields nest 5 levels deeper than the fields they record)"
+    } else {
+        ""
+    };
+    Err(ApiError::invalid(
+        &rt.group,
+        &rt.kind,
+        name,
+        vec![Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!(
+                "Invalid value: nested more than {MAX_DEPTH} levels deep as stored, managedFields included{managed}: the limit is {MAX_DEPTH} levels"
+            ),
+            field,
+        }],
+    ))
+}
+
+/// Refuses an object whose stored JSON is `bytes` long when that is over
+/// [`MAX_OBJECT_BYTES`], with 413 naming both.
+pub fn check_size(bytes: usize, rt: &ResourceType, name: &str) -> ApiResult<()> {
+    if bytes <= MAX_OBJECT_BYTES {
+        return Ok(());
+    }
+    Err(ApiError::too_large(format!(
+        "{} \"{name}\" is too large to store: {bytes} bytes as stored (managedFields included), over the limit of {MAX_OBJECT_BYTES} bytes",
+        rt.kind
+    ))
+    .on(&rt.group, &rt.plural, name))
+}
+
+/// Why stored JSON cannot be read back and served, if it cannot: not a JSON object,
+/// unbalanced or cut short, or nested deeper than [`READABLE_DEPTH`]. A scan of the
+/// structure alone (strings skipped with `memchr`), not a full parse: the server writes
+/// what it stores itself, so what goes wrong is depth (objects stored before the limit)
+/// and bytes cut short or put there by something else.
+pub fn undecodable(json: &[u8]) -> Option<String> {
+    let json = json.trim_ascii();
+    if !json.starts_with(b"{") {
+        return Some("it is not a JSON object".into());
+    }
+    let cut_short = || Some("it is not whole JSON (cut short or unbalanced)".to_owned());
+    // Which open brackets are objects, a bit per level (READABLE_DEPTH < 128).
+    let mut objects = 0u128;
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                let mut at = i + 1;
+                loop {
+                    let Some(found) = json.get(at..).and_then(|r| memchr::memchr2(b'"', b'\\', r))
+                    else {
+                        return cut_short();
+                    };
+                    if json[at + found] == b'"' {
+                        i = at + found;
+                        break;
+                    }
+                    // An escape: the next byte is part of it, whatever it is.
+                    at += found + 2;
+                }
+            }
+            open @ (b'{' | b'[') => {
+                if depth == READABLE_DEPTH {
+                    return Some(format!(
+                        "it is nested more than {READABLE_DEPTH} levels deep"
+                    ));
+                }
+                objects = (objects & !(1 << depth)) | (u128::from(open == b'{') << depth);
+                depth += 1;
+            }
+            close @ (b'}' | b']') => {
+                depth = match depth.checked_sub(1) {
+                    Some(depth) if (objects >> depth & 1 == 1) == (close == b'}') => depth,
+                    _ => return cut_short(),
+                };
+                if depth == 0 && i + 1 != json.len() {
+                    return Some("it has more after the object".into());
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if depth != 0 {
+        return cut_short();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_is_counted_in_objects_and_arrays_and_looked_at_no_deeper_than_needed() {
+        let nested = |levels: usize| {
+            let mut value = json!(1);
+            for i in 0..levels {
+                value = if i % 2 == 0 {
+                    json!({"a": value})
+                } else {
+                    json!([value])
+                };
+            }
+            value
+        };
+        assert!(!deeper_than(&json!(1), 0));
+        assert!(deeper_than(&json!({}), 0));
+        assert!(!deeper_than(&json!({}), 1));
+        assert!(!deeper_than(&nested(100), 100));
+        assert!(deeper_than(&nested(101), 100));
+        // Far deeper than a recursion would survive if it went to the bottom.
+        let mut deep = nested(0);
+        for _ in 0..5000 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert!(deeper_than(&deep, MAX_DEPTH));
+        // Dropping it would recurse 5,000 levels on the test's stack.
+        std::mem::forget(deep);
+
+        let configmaps = ResourceType::new("", "v1", "ConfigMap", "configmaps", true);
+        let mut object = json!({"metadata": {"name": "a"}, "data": nested(MAX_DEPTH - 1)});
+        assert!(check_depth(&object, &configmaps).is_ok());
+        object["data"] = nested(MAX_DEPTH);
+        let error = check_depth(&object, &configmaps).unwrap_err();
+        assert_eq!(error.code, 422);
+        let cause = &error.details.as_ref().unwrap().causes[0];
+        assert_eq!(cause.field, "data");
+        assert!(
+            cause.message.contains("more than 100 levels"),
+            "{}",
+            cause.message
+        );
+        object["data"] = json!({});
+        object["metadata"]["managedFields"] = nested(MAX_DEPTH - 1);
+        let error = check_depth(&object, &configmaps).unwrap_err();
+        assert_eq!(
+            error.details.unwrap().causes[0].field,
+            "metadata.managedFields"
+        );
+    }
+
+    #[test]
+    fn stored_json_that_cannot_be_served_is_told_apart_from_json_that_can() {
+        let text = |n: usize| format!("{}{}", "{\"a\":".repeat(n), "1".to_owned() + &"}".repeat(n));
+        assert_eq!(undecodable(br#"{"a":"x\"}]{","b":[1,{"c":"\\"}]}"#), None);
+        assert_eq!(undecodable(text(READABLE_DEPTH).as_bytes()), None);
+        serde_json::from_str::<Value>(&text(READABLE_DEPTH)).unwrap();
+        let deep = undecodable(text(READABLE_DEPTH + 1).as_bytes()).unwrap();
+        assert!(deep.contains("nested more than 124"), "{deep}");
+        assert!(serde_json::from_str::<Value>(&text(128)).is_err());
+        for broken in [
+            &b"not json"[..],
+            b"",
+            b"[1]",
+            b"{\"a\":\"x}",
+            b"{\"a\":{}",
+            b"{\"a\":1}}",
+            b"{\"a\":1}{}",
+            b"{]",
+            b"{\"a\":[1}}",
+            b"{\"a\":{1]}",
+        ] {
+            assert!(
+                undecodable(broken).is_some(),
+                "{}",
+                String::from_utf8_lossy(broken)
+            );
+        }
+    }
 
     #[test]
     fn objects_compare_in_place_but_for_the_fields_left_out() {

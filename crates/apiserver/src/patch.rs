@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::object::{MAX_DEPTH, deeper_than};
 use crate::status::{ApiError, ApiResult};
 
 /// Applies a JSON merge patch: objects merge key by key, `null` removes, anything else
@@ -48,11 +49,23 @@ pub fn json_patch(target: &Value, patch: &Value) -> ApiResult<Value> {
 fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
     let name = op["op"].as_str().ok_or("it has no \"op\"")?;
     let path = parse_pointer(op["path"].as_str().ok_or("it has no \"path\"")?)?;
-    let value = || {
+    // A value placed at `path` must not nest the object past the limit: operations one
+    // below another could otherwise nest it thousands of levels deep, past what any
+    // recursive walk of it survives.
+    let placed = |value: Value| {
+        if path.len() > MAX_DEPTH || deeper_than(&value, MAX_DEPTH - path.len()) {
+            return Err(format!(
+                "it would nest the object more than {MAX_DEPTH} levels deep"
+            ));
+        }
+        Ok(value)
+    };
+    let given = || {
         op.get("value")
             .cloned()
             .ok_or_else(|| "it has no \"value\"".to_owned())
     };
+    let value = || given().and_then(placed);
     match name {
         "add" => add(doc, &path, value()?),
         "remove" => remove(doc, &path).map(drop),
@@ -74,10 +87,10 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
                     .cloned()
                     .ok_or_else(|| format!("{} does not exist", show(&from)))?
             };
-            add(doc, &path, moved)
+            add(doc, &path, placed(moved)?)
         }
         "test" => {
-            let expected = value()?;
+            let expected = given()?;
             match get(doc, &path) {
                 Some(actual) if *actual == expected => Ok(()),
                 None if expected.is_null() => Ok(()),

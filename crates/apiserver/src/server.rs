@@ -16,7 +16,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::Api;
 use crate::metrics::Metrics;
-use crate::object::MAX_OBJECT_BYTES;
+use crate::object::MAX_REQUEST_BYTES;
 use crate::status::ApiError;
 
 /// How long a client has to finish its TLS handshake.
@@ -107,11 +107,11 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             );
             return response;
         }
-        let body = match to_bytes(body, MAX_OBJECT_BYTES + 1).await {
+        let body = match to_bytes(body, MAX_REQUEST_BYTES + 1).await {
             Ok(body) => body,
             Err(_) => {
                 return ApiError::too_large(format!(
-                    "the request body is over the limit of {MAX_OBJECT_BYTES} bytes"
+                    "the request body is over the limit of {MAX_REQUEST_BYTES} bytes"
                 ))
                 .into_response();
             }
@@ -268,7 +268,7 @@ where
                 info_span!("local request", method = %parts.method, path = %parts.uri.path());
             async move {
                 let started = std::time::Instant::now();
-                let response = match to_bytes(Body::new(body), MAX_OBJECT_BYTES + 1).await {
+                let response = match to_bytes(Body::new(body), MAX_REQUEST_BYTES + 1).await {
                     Ok(body) => {
                         api.serve(
                             parts.method.clone(),
@@ -280,7 +280,7 @@ where
                         .await
                     }
                     Err(_) => ApiError::too_large(format!(
-                        "the request body is over the limit of {MAX_OBJECT_BYTES} bytes"
+                        "the request body is over the limit of {MAX_REQUEST_BYTES} bytes"
                     ))
                     .into_response(),
                 };

@@ -113,10 +113,21 @@ fn metadata_of(whole: &OnceLock<Option<Value>>, raw: Option<&[u8]>) -> Option<Va
     Some(serde_json::json!({ "metadata": metadata }))
 }
 
-fn decode(value: &[u8], revision: Revision) -> Option<Value> {
-    serde_json::from_slice::<Value>(value)
-        .ok()
-        .map(|object| crate::object::with_resource_version(object, revision.get()))
+/// A stored object decoded, with its resourceVersion; `None` (and a warning) if it cannot be
+/// ([`crate::object::undecodable`], or not JSON): its events are left out.
+fn decode(key: &[u8], value: &[u8], revision: Revision) -> Option<Value> {
+    let decoded = match crate::object::undecodable(value) {
+        Some(reason) => Err(reason),
+        None => serde_json::from_slice::<Value>(value).map_err(|e| e.to_string()),
+    };
+    match decoded {
+        Ok(object) => Some(crate::object::with_resource_version(object, revision.get())),
+        Err(reason) => {
+            tracing::warn!(key = %String::from_utf8_lossy(key), %reason,
+                "a stored object cannot be decoded; its watch events are left out");
+            None
+        }
+    }
 }
 
 impl Change {
@@ -144,7 +155,7 @@ impl Change {
             .get_or_init(|| {
                 self.raw_object
                     .as_ref()
-                    .and_then(|raw| decode(raw, self.revision))
+                    .and_then(|raw| decode(&self.key, raw, self.revision))
             })
             .as_ref()
     }
@@ -155,7 +166,7 @@ impl Change {
             .get_or_init(|| {
                 self.raw_previous
                     .as_ref()
-                    .and_then(|(raw, revision)| decode(raw, *revision))
+                    .and_then(|(raw, revision)| decode(&self.key, raw, *revision))
             })
             .as_ref()
     }

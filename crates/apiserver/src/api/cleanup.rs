@@ -90,6 +90,10 @@ impl Api {
                 if !finders.iter().any(|f| f.find(&kv.value).is_some()) {
                     continue;
                 }
+                // Its ownerReferences cannot be read: it stays (a delete of it works).
+                if Unreadable::check(&kv.key, &kv.value).is_some() {
+                    continue;
+                }
                 let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
                 if uids.iter().any(|uid| gc::owned_by(&object, uid)) {
                     found.push((rt.clone(), object));
@@ -231,12 +235,16 @@ impl Api {
         let mut left = 0;
         let page = self.store.list(prefix, ListOptions::default()).await?;
         for kv in page.kvs {
-            let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
-            let name = meta_str(&object, "name").to_owned();
-            let namespace = meta_str(&object, "namespace");
+            // Named by its key, not its contents: a stored object that cannot be decoded
+            // goes too (see `delete_unreadable`).
+            let Some((namespace, name)) = self.identity(rt, &kv.key) else {
+                tracing::warn!(key = %String::from_utf8_lossy(&kv.key), "a stored key names no object; left");
+                left += 1;
+                continue;
+            };
             let target = Target {
                 rt: rt.clone(),
-                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+                namespace,
                 name: Some(name.clone()),
                 sub: None,
             };

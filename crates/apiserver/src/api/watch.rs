@@ -50,13 +50,24 @@ impl Api {
             .map(parse_resource_version)
             .transpose()?;
         let mut initial = Vec::new();
+        let mut unreadable = Vec::new();
         let since = match requested {
             Some(rv) if rv > 0 && !send_initial => Revision::new(rv),
             _ => {
                 // Current state first, as ADDED, then every change after it.
                 let page = self.store.list(&prefix, ListOptions::default()).await?;
                 for kv in page.kvs {
-                    let object: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+                    if let Some(left_out) = Unreadable::check(&kv.key, &kv.value) {
+                        unreadable.push(left_out);
+                        continue;
+                    }
+                    let object: Value = match serde_json::from_slice(&kv.value) {
+                        Ok(object) => object,
+                        Err(e) => {
+                            unreadable.push(Unreadable::new(&kv.key, e.to_string()));
+                            continue;
+                        }
+                    };
                     if labels.matches(&object) && fields.matches(&object) {
                         let mut object =
                             object::with_resource_version(object, kv.mod_revision.get());
@@ -111,7 +122,10 @@ impl Api {
                 .await
                 .map(|line| (Ok::<_, std::io::Error>(line), feed))
         });
-        Ok(watch_response(Body::from_stream(body)))
+        Ok(with_warnings(
+            watch_response(Body::from_stream(body)),
+            &Unreadable::warnings(&unreadable),
+        ))
     }
 }
 
@@ -355,8 +369,13 @@ pub(super) fn watch_line(
         return decoded().map(|object| render(kind, object));
     }
     // Every watcher without selectors shares one rendering, made from the stored bytes
-    // (the objects are not decoded unless those bytes cannot be spliced).
-    Some(change.line(|change| {
+    // (the objects are not decoded unless those bytes cannot be spliced). Bytes that cannot
+    // be decoded make no event (an empty line, not sent).
+    let line = change.line(|change| {
+        if let Some(reason) = object::undecodable(raw) {
+            Unreadable::new(&change.key, reason);
+            return Bytes::new();
+        }
         match object::with_resource_version_raw(raw, change.revision.get()) {
             Some(object) => {
                 let mut line = Vec::with_capacity(object.len() + 32);
@@ -367,7 +386,8 @@ pub(super) fn watch_line(
             }
             None => decoded().map_or_else(Bytes::new, |object| render(kind, object)),
         }
-    }))
+    });
+    (!line.is_empty()).then_some(line)
 }
 
 pub(super) fn watch_response(body: Body) -> Response {
