@@ -1,6 +1,7 @@
-//! Every file in `examples/` applied to a real `flotilla hub` with simulated members (the
-//! fleet `examples/README.md` describes: the walkthrough's three clusters and two bigger
-//! ones, one tainted), and its effect checked on the members as the file's comment says.
+//! Every file in `examples/` applied to a real `flotilla hub` with simulated members, and
+//! its effect checked on the members as the file's comment says. The fleet is the one
+//! `examples/README.md` describes (the walkthrough's three clusters and two bigger ones,
+//! one tainted), made by the `flotilla sim` and `flotilla join` commands of the two READMEs.
 //! One hub and two simulators serve every example, side by side in their own namespaces.
 
 mod support;
@@ -9,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
-use support::{Hub, Sim, eventually, join_with, repo_root};
+use support::{Hub, Sim, eventually, join_with, repo_root, sh_blocks};
 
 /// The example files this test applies (paths under `examples/`).
 const APPLIED: [&str; 7] = [
@@ -43,20 +44,94 @@ fn yaml_files(root: &Path, dir: &Path, found: &mut BTreeSet<String>) {
     }
 }
 
-/// The examples' fleet: which simulator serves each member.
+/// The `flotilla sim` and `flotilla join` commands of the ```sh blocks under `heading` in
+/// `markdown`, each as its words up to a redirection or `&`.
+fn fleet_commands(markdown: &str, heading: &str) -> Vec<Vec<String>> {
+    sh_blocks(markdown, heading)
+        .iter()
+        .flat_map(|block| block.lines())
+        .filter(|l| l.starts_with("flotilla sim ") || l.starts_with("flotilla join "))
+        .map(|l| {
+            l.split_whitespace()
+                .take_while(|w| !w.starts_with('>') && *w != "&" && !w.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+/// The value of `--flag` in `words`.
+fn flag<'a>(words: &'a [String], flag: &str) -> &'a str {
+    let at = words.iter().position(|w| w == flag);
+    at.and_then(|i| words.get(i + 1))
+        .unwrap_or_else(|| panic!("no {flag} in {words:?}"))
+}
+
+/// `words` without the flags `drop` and their values.
+fn without(words: &[String], drop: &[&str]) -> Vec<String> {
+    let mut kept = Vec::new();
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        if drop.contains(&word.as_str()) {
+            words.next();
+        } else {
+            kept.push(word.clone());
+        }
+    }
+    kept
+}
+
+/// The examples' fleet, made by the commands of the README's walkthrough and of
+/// examples/README.md (their own data directories and free ports instead of `--data-dir`
+/// and `--listen`; the simulators make workloads ready in 200 ms, the hub probes every
+/// second).
 struct Fleet {
     hub: Hub,
-    members: Sim,
-    big: Sim,
+    /// Each simulator with its `--data-dir` in the commands.
+    sims: Vec<(String, Sim)>,
+    /// Each joined cluster and its simulator's index in `sims`, in the order joined.
+    clusters: Vec<(String, usize)>,
 }
 
 impl Fleet {
-    fn sim(&self, cluster: &str) -> &Sim {
-        if cluster.starts_with("big-") {
-            &self.big
-        } else {
-            &self.members
+    fn start(commands: &[Vec<String>]) -> Fleet {
+        let hub = Hub::start_with(&["--health-period", "1s"]);
+        let mut fleet = Fleet {
+            hub,
+            sims: Vec::new(),
+            clusters: Vec::new(),
+        };
+        for words in commands {
+            if words[1] == "sim" {
+                let dir = flag(words, "--data-dir").to_owned();
+                let mut args = without(&words[2..], &["--data-dir", "--listen"]);
+                args.extend(["--ready-delay".into(), "200ms".into()]);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                fleet.sims.push((dir, Sim::start(&args)));
+            } else {
+                let name = words[2].clone();
+                let kubeconfig = flag(words, "--kubeconfig");
+                let sim = fleet
+                    .sims
+                    .iter()
+                    .position(|(dir, _)| kubeconfig.starts_with(&format!("{dir}/")))
+                    .unwrap_or_else(|| panic!("no simulator serves {kubeconfig}"));
+                let more = without(&words[3..], &["--kubeconfig"]);
+                let more: Vec<&str> = more.iter().map(String::as_str).collect();
+                join_with(&fleet.hub, &fleet.sims[sim].1, &name, &more);
+                fleet.clusters.push((name, sim));
+            }
         }
+        fleet
+    }
+
+    fn sim(&self, cluster: &str) -> &Sim {
+        let (_, sim) = self
+            .clusters
+            .iter()
+            .find(|(name, _)| name == cluster)
+            .unwrap_or_else(|| panic!("{cluster} has not joined"));
+        &self.sims[*sim].1
     }
 
     /// `kubectl get KIND NAME -n NAMESPACE -o json` on `cluster`: the object, or why not.
@@ -159,9 +234,9 @@ fn image(deployment: &Value) -> &str {
 fn every_example_does_what_its_comment_says() {
     // Every example file is applied here or by the walkthrough's test: a new example
     // without a test fails this.
-    let root = repo_root().join("examples");
+    let dir = repo_root().join("examples");
     let mut found = BTreeSet::new();
-    yaml_files(&root, &root, &mut found);
+    yaml_files(&dir, &dir, &mut found);
     let tested: BTreeSet<String> = APPLIED
         .iter()
         .chain(&WALKTHROUGH)
@@ -169,39 +244,19 @@ fn every_example_does_what_its_comment_says() {
         .collect();
     assert_eq!(found, tested, "examples/ and the tests' lists differ");
 
-    // The fleet of examples/README.md.
-    let hub = Hub::start_with(&["--health-period", "1s"]);
-    let members = Sim::start(&["--clusters", "3", "--ready-delay", "200ms"]);
-    let big = Sim::start(&[
-        "--clusters",
-        "2",
-        "--prefix",
-        "big-",
-        "--nodes",
-        "6",
-        "--ready-delay",
-        "200ms",
-    ]);
-    for (cluster, labels) in [
-        ("member-1", "region=eu,size=small"),
-        ("member-2", "region=eu,size=large"),
-        ("member-3", "region=us,size=large"),
-    ] {
-        join_with(&hub, &members, cluster, &["--labels", labels]);
-    }
-    join_with(&hub, &big, "big-1", &["--labels", "region=us,size=xlarge"]);
-    join_with(
-        &hub,
-        &big,
-        "big-2",
-        &[
-            "--labels",
-            "region=us,size=xlarge",
-            "--taints",
-            "dedicated=batch:NoSchedule",
-        ],
+    // The fleet of examples/README.md: the walkthrough's, and two bigger clusters.
+    let root = repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let examples = std::fs::read_to_string(root.join("examples/README.md")).unwrap();
+    let mut commands = fleet_commands(&readme, "## Walkthrough");
+    commands.extend(fleet_commands(&examples, "## The fleet they assume"));
+    let fleet = Fleet::start(&commands);
+    let joined: Vec<&str> = fleet.clusters.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        joined,
+        ["member-1", "member-2", "member-3", "big-1", "big-2"],
+        "{commands:?}"
     );
-    let fleet = Fleet { hub, members, big };
 
     for file in APPLIED.iter().filter(|f| **f != "crd/instances.yaml") {
         fleet.apply(file);
@@ -287,7 +342,7 @@ fn every_example_does_what_its_comment_says() {
 
     // drift-report.yaml: a hand edit on member-1 is listed, not overwritten.
     fleet.wait_replicas("member-1", "api", "audit", 2);
-    fleet.members.ok(
+    fleet.sim("member-1").ok(
         "member-1",
         &["scale", "deploy", "api", "-n", "audit", "--replicas=5"],
     );

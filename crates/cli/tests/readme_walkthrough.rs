@@ -17,27 +17,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{free_port, kubectl_binary, repo_root};
+use support::{free_port, kubectl_binary, repo_root, sh_blocks};
 
 /// The heading of the section whose blocks are run.
 const HEADING: &str = "## Walkthrough";
-
-/// The ```sh blocks of the README section under `heading` (up to the next `## `), in order.
-fn sh_blocks(readme: &str, heading: &str) -> Vec<String> {
-    let mut lines = readme
-        .lines()
-        .skip_while(|l| !l.starts_with(heading))
-        .skip(1)
-        .take_while(|l| !l.starts_with("## "));
-    let mut blocks = Vec::new();
-    while let Some(line) = lines.next() {
-        if line.trim_end() == "```sh" {
-            let block: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
-            blocks.push(block.join("\n"));
-        }
-    }
-    blocks
-}
 
 /// A process group that is SIGTERMed (then SIGKILLed) when dropped.
 struct Group(Child);

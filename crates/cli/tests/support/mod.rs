@@ -488,3 +488,21 @@ pub fn join_with(hub: &Hub, sim: &Sim, cluster: &str, more: &[&str]) {
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
+
+/// The ```sh blocks of the Markdown section under `heading` (up to the next `## `), in
+/// order.
+pub fn sh_blocks(readme: &str, heading: &str) -> Vec<String> {
+    let mut lines = readme
+        .lines()
+        .skip_while(|l| !l.starts_with(heading))
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "));
+    let mut blocks = Vec::new();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == "```sh" {
+            let block: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+            blocks.push(block.join("\n"));
+        }
+    }
+    blocks
+}
