@@ -1,7 +1,8 @@
 //! README.md's walkthrough, run as written: every ```sh block of its "Walkthrough"
 //! section, in order, as one bash script (`set -euo pipefail`), in a fresh directory
 //! holding a link to `examples/`. `flotilla` on its PATH is the binary under test and
-//! `kubectl` the kubectl under test; HOME is the fresh directory (kubectl's caches).
+//! `kubectl` the kubectl under test; HOME is a folder of its own (kubectl's caches). What
+//! the walkthrough leaves behind must be in `.gitignore`.
 //!
 //! The walkthrough uses the default addresses (the hub on 127.0.0.1:6443, the simulator on
 //! 127.0.0.1:7443). The script runs in a network namespace of its own where the machine
@@ -93,6 +94,8 @@ fn the_readme_walkthrough_works_as_written() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
     std::os::unix::fs::symlink(root.join("examples"), dir.join("examples")).unwrap();
+    let home = dir.join("home");
+    std::fs::create_dir(&home).unwrap();
     let bin = dir.join("bin");
     std::fs::create_dir(&bin).unwrap();
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_flotilla"), bin.join("flotilla")).unwrap();
@@ -139,7 +142,7 @@ fn the_readme_walkthrough_works_as_written() {
     command
         .current_dir(dir)
         .env("PATH", path)
-        .env("HOME", dir)
+        .env("HOME", &home)
         .env_remove("KUBECONFIG")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
@@ -190,4 +193,33 @@ fn the_readme_walkthrough_works_as_written() {
     );
     assert!(stdout.contains("member-3"), "the clusters: {stdout}");
     drop(group);
+
+    // What the walkthrough leaves in the repository's root is ignored by git.
+    let gitignore = std::fs::read_to_string(root.join(".gitignore")).unwrap();
+    let ignored: Vec<&str> = gitignore
+        .lines()
+        .filter_map(|l| l.strip_prefix('/'))
+        .collect();
+    let ours = [
+        "bin",
+        "home",
+        "examples",
+        "walkthrough.sh",
+        "stdout",
+        "stderr",
+    ];
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if !ours.contains(&name.as_str()) {
+            left.push(name);
+        }
+    }
+    assert!(left.len() >= 2, "the walkthrough made nothing? {left:?}");
+    for name in &left {
+        assert!(
+            ignored.contains(&name.as_str()),
+            "{name} is not in .gitignore"
+        );
+    }
 }
