@@ -437,3 +437,72 @@ impl Sim {
         self.child.id()
     }
 }
+
+/// Polls `probe` until it gives `Ok`; panics with `what` and the last `Err` after two
+/// minutes.
+pub fn eventually<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match probe() {
+            Ok(done) => return done,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what}: never happened; last: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+/// Runs the `flotilla` binary under test; its output.
+pub fn flotilla(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run flotilla")
+}
+
+/// `flotilla join CLUSTER --kubeconfig <sim's> --hub-kubeconfig <hub's>` with `more` flags
+/// (`--labels`, `--taints`); panics unless it succeeds.
+pub fn join_with(hub: &Hub, sim: &Sim, cluster: &str, more: &[&str]) {
+    let kubeconfig = sim.kubeconfig(cluster);
+    let hub_kubeconfig = hub.kubeconfig();
+    let mut args = vec![
+        "join",
+        cluster,
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--hub-kubeconfig",
+        hub_kubeconfig.to_str().unwrap(),
+    ];
+    args.extend(more);
+    let out = flotilla(&args);
+    assert!(
+        out.status.success(),
+        "join {cluster}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The repository's root (README.md, examples/).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The ```sh blocks of the Markdown section under `heading` (up to the next `## `), in
+/// order.
+pub fn sh_blocks(readme: &str, heading: &str) -> Vec<String> {
+    let mut lines = readme
+        .lines()
+        .skip_while(|l| !l.starts_with(heading))
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "));
+    let mut blocks = Vec::new();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == "```sh" {
+            let block: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+            blocks.push(block.join("\n"));
+        }
+    }
+    blocks
+}
