@@ -26,7 +26,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 /// How long a test waits for what a bound of a second or two should bring about.
-const PATIENCE: Duration = Duration::from_secs(30);
+const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A bound no test reaches.
 const NEVER: Duration = Duration::from_secs(3600);
