@@ -67,6 +67,8 @@ pub struct Api {
     address: Arc<str>,
     /// How often a watch that allows bookmarks gets one.
     bookmark_interval: Duration,
+    /// A watch without `timeoutSeconds` lasts this × [1, 2) (see `watch::lifetime`).
+    min_request_timeout: Duration,
     /// The OpenAPI documents of the registry's current generation.
     openapi: Arc<openapi::Cache>,
     /// Every client watch is served from here, over one store watch.
@@ -346,6 +348,7 @@ impl Api {
             cluster: Arc::from(ROOT_CLUSTER),
             address: Arc::from(address.into()),
             bookmark_interval: Duration::from_secs(60),
+            min_request_timeout: watch::MIN_REQUEST_TIMEOUT,
             openapi: Arc::default(),
             watch_cache: Arc::new(WatchCache::new(store, watchcache::Config::default())),
             collector: Arc::default(),
@@ -406,6 +409,13 @@ impl Api {
     /// Sends watch bookmarks at this interval (60 s by default).
     pub fn with_bookmark_interval(mut self, interval: Duration) -> Self {
         self.bookmark_interval = interval;
+        self
+    }
+
+    /// Ends a watch without `timeoutSeconds` after this × [1, 2), drawn at random
+    /// (kube-apiserver's `--min-request-timeout`; 1800 s by default).
+    pub fn with_min_request_timeout(mut self, timeout: Duration) -> Self {
+        self.min_request_timeout = timeout;
         self
     }
 

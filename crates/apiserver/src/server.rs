@@ -1,15 +1,22 @@
-//! Serving the API over HTTPS: TLS, the bearer token, health endpoints, graceful shutdown.
+//! Serving the API over HTTPS: TLS, the bearer token, health endpoints, bounds on slow
+//! and idle connections, graceful shutdown.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -19,8 +26,36 @@ use crate::metrics::Metrics;
 use crate::object::MAX_REQUEST_BYTES;
 use crate::status::ApiError;
 
-/// How long a client has to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a connection may take at each step before [`serve_tls_with`] closes it. The
+/// defaults are kube-apiserver's: its secure serving sets Go's `ReadHeaderTimeout` to 32 s
+/// (which Go also applies to the TLS handshake) and `IdleTimeout` to 90 s, and its
+/// `--request-timeout` is 60 s. Without them, a client that opens connections and sends a
+/// byte now and then holds a task and a socket each for as long as it likes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// The TLS handshake, from accept.
+    pub handshake: Duration,
+    /// A request's headers: for a connection's first request from the end of the
+    /// handshake, for a later one from its first byte. The connection is closed after it.
+    pub headers: Duration,
+    /// A request's body, from its headers to its last byte: answered with a 408 after it
+    /// (and the connection closed, its unread body in the way of the next request).
+    pub body: Duration,
+    /// A keep-alive connection with no request, from the end of the last answer. The
+    /// connection is closed after it.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            handshake: Duration::from_secs(32),
+            headers: Duration::from_secs(32),
+            body: Duration::from_secs(60),
+            idle: Duration::from_secs(90),
+        }
+    }
+}
 
 /// Who may call the API.
 #[derive(Clone)]
@@ -79,8 +114,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer);
         let started = std::time::Instant::now();
         let observe = |code: u16| {
             let (method, query) = (parts.method.as_str(), parts.uri.query());
@@ -88,7 +122,10 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
                 .metrics
                 .observe_request(method, path, query, code, started.elapsed());
         };
-        if !token.is_some_and(|t| (shared.auth.check)(t)) {
+        // `/version` is public on a cluster (system:public-info-viewer): clients ask it
+        // before they authenticate.
+        let public = matches!(path, "/version" | "/version/");
+        if !public && !token.is_some_and(|t| (shared.auth.check)(t)) {
             observe(401);
             return ApiError::unauthorized().into_response();
         }
@@ -109,11 +146,17 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         }
         let body = match to_bytes(body, MAX_REQUEST_BYTES + 1).await {
             Ok(body) => body,
-            Err(_) => {
-                return ApiError::too_large(format!(
-                    "the request body is over the limit of {MAX_REQUEST_BYTES} bytes"
-                ))
-                .into_response();
+            Err(e) => {
+                let error = match timed_out(&e) {
+                    Some(timeout) => {
+                        ApiError::new(408, "Timeout", BodyTimedOut(timeout).to_string())
+                    }
+                    None => ApiError::too_large(format!(
+                        "the request body is over the limit of {MAX_REQUEST_BYTES} bytes"
+                    )),
+                };
+                observe(error.code);
+                return error.into_response();
             }
         };
         let response = shared
@@ -132,6 +175,15 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     }
     .instrument(span)
     .await
+}
+
+/// The token of an `Authorization` header's value, if it is a bearer token: the scheme
+/// is case-insensitive (RFC 9110 §11.1), as Kubernetes reads it, and may be followed by
+/// any run of spaces.
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 fn text(code: StatusCode, body: &'static str) -> Response {
@@ -164,11 +216,23 @@ fn accept_pause(error: &std::io::Error) -> Option<std::time::Duration> {
 }
 
 /// Serves `app` over TLS on `listener` until `shutdown` completes, then stops accepting,
-/// lets requests in flight finish (watches end), and returns.
+/// lets requests in flight finish (watches end), and returns. Connections are bounded by
+/// [`Timeouts::default`].
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    serve_tls_with(listener, tls, app, Timeouts::default(), shutdown).await;
+}
+
+/// [`serve_tls`] with connections bounded by `timeouts`.
+pub async fn serve_tls_with(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: axum::Router,
+    timeouts: Timeouts,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     let acceptor = TlsAcceptor::from(tls);
@@ -205,7 +269,8 @@ pub async fn serve_tls(
         let mut stopped = stopped.clone();
         connections.spawn(async move {
             // A client that never finishes its handshake does not hold a connection.
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+            let tls = match tokio::time::timeout(timeouts.handshake, acceptor.accept(socket)).await
+            {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     debug!(%peer, error = %e, "TLS handshake failed");
@@ -216,11 +281,28 @@ pub async fn serve_tls(
                     return;
                 }
             };
-            let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                app.clone().oneshot(request.map(Body::new))
+            let activity = Arc::new(Activity::new());
+            let io = TokioIo::new(Watched {
+                io: tls,
+                activity: activity.clone(),
             });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), service);
+            let requests = activity.clone();
+            let service = hyper::service::service_fn(
+                move |request: hyper::Request<hyper::body::Incoming>| {
+                    let answering = requests.answering();
+                    let request = request.map(|body| Body::new(Deadline::new(body, timeouts.body)));
+                    let response = app.clone().oneshot(request);
+                    async move {
+                        let response = response.await?;
+                        Ok::<_, std::convert::Infallible>(response.map(|body| Answer {
+                            body,
+                            _answering: answering,
+                        }))
+                    }
+                },
+            );
+            let connection =
+                hyper::server::conn::http1::Builder::new().serve_connection(io, service);
             tokio::pin!(connection);
             tokio::select! {
                 result = connection.as_mut() => {
@@ -228,9 +310,13 @@ pub async fn serve_tls(
                         debug!(%peer, error = %e, "connection ended with an error");
                     }
                 }
+                // Dropping the connection closes it: no request is being answered.
+                () = activity.expired(&timeouts) => {
+                    debug!(%peer, "closing a connection idle or slow to send its headers");
+                }
                 _ = stopped.changed() => {
                     connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), connection).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
                 }
             }
         });
@@ -238,6 +324,251 @@ pub async fn serve_tls(
     info!("shutting down: no new connections; finishing requests in flight");
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
+}
+
+/// Where a connection stands between requests, for its [`Timeouts`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a request's headers since then (the handshake's end, or the
+    /// request's first byte).
+    Headers(Instant),
+    /// No request and nothing read since then (the last answer's end).
+    Idle(Instant),
+    /// This many requests being answered (their headers read, their answers not yet
+    /// all handed over): no bound here; the body's is [`Deadline`], a watch's its own.
+    Answering(usize),
+}
+
+/// One connection's [`Phase`], and a signal when it changes.
+struct Activity {
+    phase: Mutex<Phase>,
+    changed: Notify,
+}
+
+impl Activity {
+    /// A connection whose handshake has just ended, waiting for its first request.
+    fn new() -> Self {
+        Activity {
+            phase: Mutex::new(Phase::Headers(Instant::now())),
+            changed: Notify::new(),
+        }
+    }
+
+    fn update(&self, next: impl FnOnce(Phase) -> Phase) {
+        let mut phase = self
+            .phase
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let next = next(*phase);
+        if next != *phase {
+            *phase = next;
+            // One waiter ([`Activity::expired`]); a permit is kept if it is not waiting yet.
+            self.changed.notify_one();
+        }
+    }
+
+    /// Bytes arrived: on an idle connection, a request has begun.
+    fn read(&self) {
+        self.update(|phase| match phase {
+            Phase::Idle(_) => Phase::Headers(Instant::now()),
+            phase => phase,
+        });
+    }
+
+    /// A request's headers have been read; it is being answered until the guard drops.
+    fn answering(self: &Arc<Self>) -> Answering {
+        self.update(|phase| match phase {
+            Phase::Answering(n) => Phase::Answering(n + 1),
+            Phase::Headers(_) | Phase::Idle(_) => Phase::Answering(1),
+        });
+        Answering(self.clone())
+    }
+
+    fn deadline(&self, timeouts: &Timeouts) -> Option<Instant> {
+        match *self
+            .phase
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Phase::Headers(since) => Some(since + timeouts.headers),
+            Phase::Idle(since) => Some(since + timeouts.idle),
+            Phase::Answering(_) => None,
+        }
+    }
+
+    /// Completes when the connection has waited too long for headers, or idled too long.
+    async fn expired(&self, timeouts: &Timeouts) {
+        loop {
+            match self.deadline(timeouts) {
+                Some(deadline) if deadline <= Instant::now() => return,
+                Some(deadline) => tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = self.changed.notified() => {}
+                },
+                None => self.changed.notified().await,
+            }
+        }
+    }
+}
+
+/// A request being answered: its connection is idle again when this drops (when hyper
+/// has taken the answer's last bytes, or the connection is gone).
+struct Answering(Arc<Activity>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.update(|phase| match phase {
+            Phase::Answering(n) if n > 1 => Phase::Answering(n - 1),
+            _ => Phase::Idle(Instant::now()),
+        });
+    }
+}
+
+/// A connection's stream, telling its [`Activity`] when bytes arrive.
+struct Watched<T> {
+    io: T,
+    activity: Arc<Activity>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.read();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// An answer's body, holding its request's [`Answering`] until hyper is done with it.
+struct Answer {
+    body: Body,
+    _answering: Answering,
+}
+
+impl hyper::body::Body for Answer {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.body)
+    }
+}
+
+/// A request body that fails with [`BodyTimedOut`] if it has not all arrived by its
+/// deadline.
+struct Deadline {
+    body: hyper::body::Incoming,
+    timeout: Duration,
+    at: Instant,
+    /// Set on the first wait: most bodies are there at once, and need no timer.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Deadline {
+    fn new(body: hyper::body::Incoming, timeout: Duration) -> Self {
+        Deadline {
+            body,
+            timeout,
+            at: Instant::now() + timeout,
+            sleep: None,
+        }
+    }
+}
+
+impl hyper::body::Body for Deadline {
+    type Data = bytes::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
+        }
+        let at = this.at;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(this.timeout))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.body)
+    }
+}
+
+/// A request body did not arrive within [`Timeouts::body`].
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} s", .0.as_secs_f64())]
+struct BodyTimedOut(Duration);
+
+/// The bound, if reading a request body failed because it passed it.
+fn timed_out(error: &axum::Error) -> Option<Duration> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = next {
+        if let Some(BodyTimedOut(timeout)) = error.downcast_ref() {
+            return Some(*timeout);
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// The API as an in-process HTTP service, for the hub's own controllers: requests go

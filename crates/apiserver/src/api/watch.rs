@@ -1,6 +1,6 @@
 //! Watches: the initial state, then the watch cache's changes through the client's
 //! selectors, as JSON lines (or Table rows, or metadata alone), with bookmarks and a
-//! timeout.
+//! lifetime (`timeoutSeconds`, else 30–60 min drawn at random).
 
 use super::*;
 
@@ -38,13 +38,14 @@ impl Api {
         let prefix = keys::prefix(&rt, &self.cluster, target.namespace.as_deref());
         let send_initial = query.flag("sendInitialEvents");
         let bookmarks = query.flag("allowWatchBookmarks");
-        let timeout = match query.get("timeoutSeconds") {
-            None => Duration::from_secs(1800),
-            Some(s) => Duration::from_secs(
-                s.parse()
-                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))?,
-            ),
-        };
+        let requested_timeout = query
+            .get("timeoutSeconds")
+            .map(|s| {
+                s.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {s:?}")))
+            })
+            .transpose()?;
+        let timeout = lifetime(requested_timeout, self.min_request_timeout, draw());
         let requested = query
             .get("resourceVersion")
             .map(parse_resource_version)
@@ -127,6 +128,30 @@ impl Api {
             &Unreadable::warnings(&unreadable),
         ))
     }
+}
+
+/// kube-apiserver's `--min-request-timeout`: a watch without `timeoutSeconds` lasts
+/// between this and twice this.
+pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How long a watch lasts: the client's `timeoutSeconds` if it gave one above 0, else
+/// `min_request_timeout` × (1 + `draw`), `draw` in [0, 1) at random, as kube-apiserver
+/// does: watches started together (a restart, a mass join) do not all end together, and
+/// no watch outlives the server's bound when its client sets none.
+fn lifetime(timeout_seconds: Option<u64>, min_request_timeout: Duration, draw: f64) -> Duration {
+    match timeout_seconds {
+        Some(seconds) if seconds > 0 => Duration::from_secs(seconds),
+        _ => min_request_timeout.mul_f64(1.0 + draw.clamp(0.0, 1.0)),
+    }
+}
+
+/// A number in [0, 1) at random.
+fn draw() -> f64 {
+    use std::hash::{BuildHasher, RandomState};
+    // A new `RandomState` has new random keys: hashing nothing with it draws 64 bits, of
+    // which 53 make the fraction.
+    let bits = RandomState::new().hash_one(()) >> 11;
+    bits as f64 / (1u64 << 53) as f64
 }
 
 /// One client's watch: the initial events, then the store's changes as seen through the
@@ -432,6 +457,28 @@ mod tests {
 
     fn parsed(line: &Bytes) -> Value {
         serde_json::from_slice(line).unwrap()
+    }
+
+    #[test]
+    fn a_watch_lasts_its_timeout_seconds_or_the_minimum_request_timeout_times_one_to_two() {
+        let min = Duration::from_secs(1800);
+        assert_eq!(lifetime(Some(5), min, 0.7), Duration::from_secs(5));
+        // None or 0: drawn in [1800 s, 3600 s).
+        assert_eq!(lifetime(None, min, 0.0), min);
+        assert_eq!(lifetime(Some(0), min, 0.5), Duration::from_secs(2700));
+        assert!(lifetime(None, min, 0.999_999) < 2 * min);
+        // The draws the server makes spread across the range.
+        let drawn: std::collections::BTreeSet<Duration> =
+            (0..100).map(|_| lifetime(None, min, draw())).collect();
+        assert!(
+            drawn.iter().all(|d| (min..2 * min).contains(d)),
+            "{drawn:?}"
+        );
+        assert!(
+            drawn.len() > 50,
+            "{} distinct lifetimes of 100",
+            drawn.len()
+        );
     }
 
     #[test]
