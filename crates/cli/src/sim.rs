@@ -126,7 +126,12 @@ impl SimArgs {
     async fn serve(self, members: Vec<String>) -> anyhow::Result<()> {
         let started = Instant::now();
         let store = self.data_dir.join("sim.db");
-        let server = ApiServer::open("sim", &self.data_dir, self.listen, &store).await?;
+        // The members are provisioned again at every start: an empty store is no loss.
+        let options = crate::serve::OpenOptions {
+            init: true,
+            ..crate::serve::OpenOptions::default()
+        };
+        let server = ApiServer::open("sim", &self.data_dir, self.listen, &store, &options).await?;
         info!(clusters = members.len(), "setting up the member clusters");
         let nodes = NodeShape {
             count: self.nodes,

@@ -177,7 +177,14 @@ fn check_pages(conn: &Connection) -> std::result::Result<(), PageCheck> {
     let findings: Vec<String> = statement
         .query_map([], |row| row.get::<_, String>(0))
         .and_then(|rows| rows.collect())
-        .map_err(PageCheck::Sql)?;
+        .map_err(|e| match e.sqlite_error_code() {
+            // Damage bad enough to stop the check itself.
+            Some(ErrorCode::DatabaseCorrupt) => PageCheck::Damaged(match &e {
+                rusqlite::Error::SqliteFailure(_, Some(message)) => message.clone(),
+                other => other.to_string(),
+            }),
+            _ => PageCheck::Sql(e),
+        })?;
     let seconds = started.elapsed().as_secs_f64();
     if findings.len() == 1 && findings[0] == "ok" {
         tracing::info!(seconds, "store pages checked");
@@ -190,7 +197,6 @@ fn check_pages(conn: &Connection) -> std::result::Result<(), PageCheck> {
         .filter(|f| !f.is_empty() && !f.starts_with("***"))
         .collect::<Vec<_>>()
         .join("; ");
-    tracing::error!(seconds, %findings, "store pages damaged");
     Err(PageCheck::Damaged(findings))
 }
 
