@@ -69,7 +69,8 @@ pub struct HubArgs {
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = positive_duration)]
     pub resync_period: Duration,
     /// Start with an empty store even though the data directory held a hub before (its
-    /// CA and token are there) and the store file is missing or empty.
+    /// CA and token are there) and the store file is missing or empty. A store that holds
+    /// data is used as it is.
     #[arg(long)]
     pub init: bool,
     /// Do not check the store's pages at start (SQLite's quick_check: about a second per

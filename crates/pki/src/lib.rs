@@ -4,7 +4,9 @@
 //! `flotilla hub` calls [`load_or_create`] on its data directory. The first
 //! call creates a private CA, a serving certificate signed by it and an admin
 //! token; later calls reuse them, re-issuing only the serving certificate
-//! when it no longer fits (new host names, close to expiry, different CA).
+//! when it no longer fits (another set of host names, close to expiry,
+//! different CA). [`load_or_create_with`] can serve a certificate of the
+//! user's own instead ([`ServingCert::Files`]).
 //! The CA and the token are never replaced once they exist, because clients
 //! trust them. [`Kubeconfig`] then writes files that point kubectl at the
 //! hub.
