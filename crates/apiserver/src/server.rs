@@ -123,9 +123,14 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
                 .observe_request(method, path, query, code, started.elapsed());
         };
         // `/version` is public on a cluster (system:public-info-viewer): clients ask it
-        // before they authenticate.
+        // before they authenticate. As there, a token that is presented must be valid:
+        // a wrong one is refused on every path (`flotilla join` checks credentials so).
         let public = matches!(path, "/version" | "/version/");
-        if !public && !token.is_some_and(|t| (shared.auth.check)(t)) {
+        let authenticated = match token {
+            Some(token) => (shared.auth.check)(token),
+            None => public,
+        };
+        if !authenticated {
             observe(401);
             return ApiError::unauthorized().into_response();
         }

@@ -441,6 +441,11 @@ async fn version_answers_without_a_token_and_the_api_does_not() {
                 .is_some_and(|v| v.starts_with('v')),
             "{version}"
         );
+        // A token that is presented must be valid, on public paths too.
+        let (status, body) = hub
+            .call(Method::GET, path, Some("Bearer wrong"), Value::Null)
+            .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body:?}");
     }
     for path in [
         "/api",

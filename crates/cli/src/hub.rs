@@ -38,7 +38,7 @@ impl std::str::FromStr for StoreUrl {
     }
 }
 
-/// `flotilla hub [--data-dir DIR] [--listen ADDR] [--store URL]`
+/// `flotilla hub [--data-dir DIR] [--listen ADDR] [--store URL] [--tls-san NAME]…`
 #[derive(Debug, Parser)]
 pub struct HubArgs {
     /// Where the hub keeps its certificates, token, kubeconfig and (by default) its store.
@@ -68,6 +68,66 @@ pub struct HubArgs {
     /// How often every Work is applied again even when nothing changed.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = positive_duration)]
     pub resync_period: Duration,
+    /// Start with an empty store even though the data directory held a hub before (its
+    /// CA and token are there) and the store file is missing or empty. A store that holds
+    /// data is used as it is.
+    #[arg(long)]
+    pub init: bool,
+    /// Do not check the store's pages at start (SQLite's quick_check: about a second per
+    /// GiB); a damaged store then fails where the damage is, not at start.
+    #[arg(long)]
+    pub skip_store_check: bool,
+    /// Another DNS name or IP address for the serving certificate the hub issues
+    /// (repeatable). The certificate is issued again, by the same CA, when the set changes.
+    #[arg(long = "tls-san", value_name = "NAME_OR_IP", value_parser = tls_san)]
+    pub tls_sans: Vec<String>,
+    /// Serve this certificate (PEM, leaf first, then its chain) instead of one issued by
+    /// the hub's CA; needs --tls-private-key-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// The URL clients reach the hub at (`https://HOST[:PORT]`), written into
+    /// admin.kubeconfig instead of the listening address; its host is added to the
+    /// issued certificate's names.
+    #[arg(long, value_name = "URL", value_parser = advertise_address)]
+    pub advertise_address: Option<String>,
+}
+
+/// A `--tls-san`: a DNS name or an IP address.
+fn tls_san(text: &str) -> Result<String, String> {
+    flotilla_pki::normalize_host(text).map_err(|e| e.to_string())
+}
+
+/// An `--advertise-address`: `https://HOST[:PORT]`, a trailing `/` dropped.
+fn advertise_address(text: &str) -> Result<String, String> {
+    let url = text.strip_suffix('/').unwrap_or(text);
+    let bad = |why: &str| format!("invalid URL {text:?}: {why}; expected https://HOST[:PORT]");
+    let Some(authority) = url.strip_prefix("https://") else {
+        return Err(bad("it must start with https://"));
+    };
+    if authority.contains(['/', '?', '#', '@']) {
+        return Err(bad("it must not have a path, query or user"));
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').ok_or_else(|| bad("an unclosed ["))?,
+        None if authority.matches(':').count() > 1 => {
+            return Err(bad("an IPv6 address goes in brackets"));
+        }
+        None => authority
+            .split_once(':')
+            .map_or((authority, ""), |(host, port)| (host, port)),
+    };
+    let port = port.strip_prefix(':').unwrap_or(port);
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    if !port.is_empty() && port.parse::<u16>().is_err() {
+        return Err(bad("the port is not a number"));
+    }
+    flotilla_pki::normalize_host(host).map_err(|e| bad(&e.to_string()))?;
+    Ok(url.to_owned())
 }
 
 /// A duration that is not zero.
@@ -79,8 +139,36 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 impl HubArgs {
+    /// Flag combinations clap does not check; each refusal is one line.
+    fn validate(&self) -> anyhow::Result<()> {
+        match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(_), None) => anyhow::bail!("--tls-cert-file needs --tls-private-key-file"),
+            (None, Some(_)) => anyhow::bail!("--tls-private-key-file needs --tls-cert-file"),
+            (Some(_), Some(_)) if !self.tls_sans.is_empty() => anyhow::bail!(
+                "--tls-san names go into the certificate the hub issues; with --tls-cert-file \
+                 the certificate is yours: put the names in it"
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// How the server opens its store and serving certificate.
+    fn open_options(&self) -> serve::OpenOptions {
+        serve::OpenOptions {
+            init: self.init,
+            skip_store_check: self.skip_store_check,
+            tls_sans: self.tls_sans.clone(),
+            tls_files: self
+                .tls_cert_file
+                .clone()
+                .zip(self.tls_private_key_file.clone()),
+            advertise: self.advertise_address.clone(),
+        }
+    }
+
     /// Serves until SIGTERM or SIGINT.
     pub fn run(self) -> anyhow::Result<()> {
+        self.validate()?;
         serve::init_logging(self.log_format);
         // A connection per member cluster (its drift watch) besides the clients' own.
         let files = crate::limits::raise_open_files(crate::limits::SERVING);
@@ -93,7 +181,9 @@ impl HubArgs {
             .store
             .clone()
             .unwrap_or_else(|| StoreUrl::Sqlite(self.data_dir.join("hub.db")));
-        let mut server = ApiServer::open("hub", &self.data_dir, self.listen, &path).await?;
+        let options = self.open_options();
+        let mut server =
+            ApiServer::open("hub", &self.data_dir, self.listen, &path, &options).await?;
         install_fleet_api(&server.api).await?;
         let metrics = flotilla_fleet::runtime::Metrics::default();
         metrics.register(
@@ -267,6 +357,93 @@ mod tests {
         let e = parse(&["--store", "mysql://x"]).unwrap_err().to_string();
         assert!(e.contains("unknown store URL"), "{e}");
         assert!(parse(&["--store", "sqlite://"]).is_err());
+    }
+
+    #[test]
+    fn tls_flags() {
+        let args = parse(&[
+            "--tls-san",
+            "Hub.Example.test",
+            "--tls-san=10.0.0.7",
+            "--tls-san",
+            "[fd00::1]",
+            "--advertise-address",
+            "https://hub.example.test:7443/",
+        ])
+        .unwrap();
+        assert_eq!(args.tls_sans, ["hub.example.test", "10.0.0.7", "fd00::1"]);
+        assert_eq!(
+            args.advertise_address.as_deref(),
+            Some("https://hub.example.test:7443")
+        );
+        args.validate().unwrap();
+        let options = args.open_options();
+        assert_eq!(options.tls_sans.len(), 3);
+        assert!(options.tls_files.is_none());
+        let args = parse(&[
+            "--tls-cert-file",
+            "c.pem",
+            "--tls-private-key-file",
+            "k.pem",
+        ])
+        .unwrap();
+        args.validate().unwrap();
+        assert_eq!(
+            args.open_options().tls_files,
+            Some(("c.pem".into(), "k.pem".into()))
+        );
+        for url in ["https://[::1]:6443", "https://127.0.0.1", "https://h"] {
+            assert!(parse(&["--advertise-address", url]).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn bad_tls_flags_are_refused_in_one_line() {
+        let invalid = |args: &[&str]| {
+            let e = parse(args).unwrap().validate().unwrap_err().to_string();
+            assert!(!e.contains('\n'), "{e}");
+            e
+        };
+        assert_eq!(
+            invalid(&["--tls-cert-file", "c.pem"]),
+            "--tls-cert-file needs --tls-private-key-file"
+        );
+        assert_eq!(
+            invalid(&["--tls-private-key-file", "k.pem"]),
+            "--tls-private-key-file needs --tls-cert-file"
+        );
+        let e = invalid(&[
+            "--tls-cert-file=c",
+            "--tls-private-key-file=k",
+            "--tls-san=a.example",
+        ]);
+        assert!(e.contains("put the names in it"), "{e}");
+        let e = parse(&["--tls-san", "not a name"]).unwrap_err().to_string();
+        assert!(e.contains("neither a DNS name nor an IP address"), "{e}");
+        for (url, why) in [
+            ("http://h:1", "must start with https://"),
+            ("https://h:1/api", "must not have a path"),
+            ("https://h:port", "not a number"),
+            ("https://:6443", "no host"),
+            ("https://::1:6443", "in brackets"),
+            ("https://[::1:6443", "unclosed"),
+            ("https://a b", "neither a DNS name"),
+        ] {
+            let e = parse(&["--advertise-address", url])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn store_flags() {
+        let args = parse(&[]).unwrap();
+        assert!(!args.init && !args.skip_store_check);
+        let options = parse(&["--init", "--skip-store-check"])
+            .unwrap()
+            .open_options();
+        assert!(options.init && options.skip_store_check);
     }
 
     #[test]

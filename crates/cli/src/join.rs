@@ -2,10 +2,11 @@
 //! mode (its kubeconfig in a Secret on the hub, referenced by the Cluster), and remove it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use base64::Engine as _;
 use clap::Parser;
 use flotilla_api::{
     Cluster, ClusterAccess, ClusterSpec, PushAccess, SecretReference, Taint, TaintEffect,
@@ -174,18 +175,82 @@ impl JoinArgs {
     }
 
     pub(crate) async fn join(self) -> anyhow::Result<()> {
-        let bytes = std::fs::read(&self.kubeconfig)
-            .with_context(|| format!("cannot read {}", self.kubeconfig.display()))?;
+        // Everything about the member is checked before anything is written on the hub.
+        let bytes = flatten(&self.kubeconfig)?;
+        let target = Target::of(&bytes);
+        let fail = |why: String| {
+            anyhow::anyhow!(
+                "cluster {} cannot join: {why}; nothing was written on the hub",
+                self.name
+            )
+        };
         let member = client_from_kubeconfig(&bytes, Duration::from_secs(10))
             .await
-            .map_err(|e| anyhow::anyhow!("the kubeconfig of {} does not work: {e}", self.name))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "the kubeconfig of {} does not work: {e}; nothing was written on the hub",
+                    self.name
+                )
+            })?;
         let version = tokio::time::timeout(Duration::from_secs(15), member.apiserver_version())
             .await
-            .map_err(|_| {
-                anyhow::anyhow!("the kubeconfig of {} does not work: no answer", self.name)
-            })?
-            .map_err(|e| anyhow::anyhow!("the kubeconfig of {} does not work: {e}", self.name))?;
+            .map_err(|_| fail(format!("{} does not answer", target.address)))?
+            .map_err(|e| fail(target.explain(&e)))?;
         let hub = self.hub.client().await?;
+        let secret_name = format!("cluster-{}-kubeconfig", self.name);
+        let secrets = Api::<Secret>::namespaced(hub.clone(), CREDENTIALS_NAMESPACE);
+        let clusters: Api<Cluster> = Api::all(hub.clone());
+        // What exists already is a join of before: a failed join again leaves it alone.
+        let had_secret = secrets
+            .get_opt(&secret_name)
+            .await
+            .context("cannot reach the hub")?
+            .is_some();
+        let had_cluster = clusters.get_opt(&self.name).await?.is_some();
+        let joined = self.register(&hub, &secret_name, bytes).await;
+        let joined = match joined {
+            Ok(()) => self.wait_ready(&clusters).await,
+            Err(e) => Err(e),
+        };
+        let Err(e) = joined else {
+            println!(
+                "cluster {} joined (Kubernetes {}); Ready",
+                self.name, version.git_version
+            );
+            return Ok(());
+        };
+        let mut left = Vec::new();
+        // The hub lets a Cluster go once its controllers have withdrawn it.
+        let patience = self.hub.timeout.max(Duration::from_secs(30));
+        if !had_cluster && let Err(e) = remove(&clusters, &self.name, patience).await {
+            left.push(format!("Cluster {} ({e:#})", self.name));
+        }
+        if !had_secret && let Err(e) = remove(&secrets, &secret_name, patience).await {
+            left.push(format!(
+                "Secret {CREDENTIALS_NAMESPACE}/{secret_name} ({e:#})"
+            ));
+        }
+        if left.is_empty() {
+            Err(e.context(format!(
+                "cluster {} did not join; what this join wrote was removed",
+                self.name
+            )))
+        } else {
+            Err(e.context(format!(
+                "cluster {} did not join, and its removal failed, left: {}",
+                self.name,
+                left.join(", ")
+            )))
+        }
+    }
+
+    /// Writes the credentials' Secret and the Cluster.
+    async fn register(
+        &self,
+        hub: &Client,
+        secret_name: &str,
+        bytes: Vec<u8>,
+    ) -> anyhow::Result<()> {
         let namespaces: Api<Namespace> = Api::all(hub.clone());
         let namespace = Namespace {
             metadata: ObjectMeta {
@@ -199,10 +264,9 @@ impl JoinArgs {
             .patch(CREDENTIALS_NAMESPACE, &apply, &Patch::Apply(&namespace))
             .await
             .context("cannot reach the hub")?;
-        let secret_name = format!("cluster-{}-kubeconfig", self.name);
         let secret = Secret {
             metadata: ObjectMeta {
-                name: Some(secret_name.clone()),
+                name: Some(secret_name.to_owned()),
                 namespace: Some(CREDENTIALS_NAMESPACE.into()),
                 labels: Some(BTreeMap::from([(
                     "flotilla.io/cluster".into(),
@@ -215,7 +279,7 @@ impl JoinArgs {
             ..Secret::default()
         };
         Api::<Secret>::namespaced(hub.clone(), CREDENTIALS_NAMESPACE)
-            .patch(&secret_name, &apply, &Patch::Apply(&secret))
+            .patch(secret_name, &apply, &Patch::Apply(&secret))
             .await
             .context("cannot store the cluster's credentials on the hub")?;
         let mut cluster = Cluster::new(
@@ -227,7 +291,7 @@ impl JoinArgs {
                     push: Some(PushAccess {
                         secret_ref: SecretReference {
                             namespace: CREDENTIALS_NAMESPACE.into(),
-                            name: secret_name,
+                            name: secret_name.to_owned(),
                         },
                     }),
                     pull: None,
@@ -235,12 +299,15 @@ impl JoinArgs {
             },
         );
         cluster.metadata.labels = Some(self.labels.clone());
-        let clusters: Api<Cluster> = Api::all(hub);
-        clusters
+        Api::<Cluster>::all(hub.clone())
             .patch(&self.name, &apply, &Patch::Apply(&cluster))
             .await
             .context("cannot register the cluster on the hub")?;
-        // Wait for the hub's first health check.
+        Ok(())
+    }
+
+    /// Waits for the hub's first health check to find the cluster Ready.
+    async fn wait_ready(&self, clusters: &Api<Cluster>) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + self.hub.timeout;
         loop {
             let current = clusters.get(&self.name).await?;
@@ -249,28 +316,275 @@ impl JoinArgs {
                 .as_ref()
                 .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
             match ready {
-                Some(c) if c.status == "True" => {
-                    println!(
-                        "cluster {} joined (Kubernetes {}); Ready",
-                        self.name, version.git_version
-                    );
-                    return Ok(());
-                }
+                Some(c) if c.status == "True" => return Ok(()),
                 Some(c) if tokio::time::Instant::now() >= deadline => {
                     bail!(
-                        "cluster {} joined but is not ready: {}",
-                        self.name,
+                        "the hub found it not Ready within {:?}: {}",
+                        self.hub.timeout,
                         c.message
                     )
                 }
                 _ if tokio::time::Instant::now() >= deadline => bail!(
-                    "cluster {} joined but the hub has not checked it within {:?}: is the hub running its controllers?",
-                    self.name,
+                    "the hub has not checked it within {:?}: is the hub running its controllers?",
                     self.hub.timeout
                 ),
                 _ => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
+    }
+}
+
+/// Deletes `name` and waits (within `timeout`) until it is gone.
+async fn remove<K>(api: &Api<K>, name: &str, timeout: Duration) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    while api.get_opt(name).await?.is_some() {
+        if tokio::time::Instant::now() >= deadline {
+            bail!("still there after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The kubeconfig at `path` as the hub will hold it: every file it names
+/// (`certificate-authority`, `client-certificate`, `client-key`, `tokenFile`; relative to
+/// the kubeconfig's folder) read into it, since the hub cannot read this machine's files.
+/// Unchanged (the bytes as written) when it names none. A file that cannot be read is
+/// refused, naming it.
+fn flatten(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    // `read_from` makes the paths in it absolute, from the kubeconfig's folder.
+    let kubeconfig = Kubeconfig::read_from(path)
+        .with_context(|| format!("{} is not a usable kubeconfig", path.display()))?;
+    let mut doc = serde_json::to_value(&kubeconfig)?;
+    let mut changed = false;
+    let mut embed = |entry: &mut serde_json::Value,
+                     kind: &str,
+                     inner: &str,
+                     file_key: &str,
+                     data_key: &str,
+                     as_text: bool|
+     -> anyhow::Result<()> {
+        let name = entry["name"].as_str().unwrap_or_default().to_owned();
+        let Some(fields) = entry[inner].as_object_mut() else {
+            return Ok(());
+        };
+        let Some(file) = fields.remove(file_key) else {
+            return Ok(());
+        };
+        let Some(file) = file.as_str() else {
+            return Ok(());
+        };
+        let content = std::fs::read(file).with_context(|| {
+            format!(
+                "cannot read {file}, the {file_key} of {kind} {name:?} in {}; nothing was \
+                 written on the hub",
+                path.display()
+            )
+        })?;
+        let value = if as_text {
+            String::from_utf8_lossy(&content).trim().to_owned()
+        } else {
+            base64::engine::general_purpose::STANDARD.encode(content)
+        };
+        fields.insert(data_key.to_owned(), value.into());
+        changed = true;
+        Ok(())
+    };
+    for cluster in doc["clusters"].as_array_mut().into_iter().flatten() {
+        embed(
+            cluster,
+            "cluster",
+            "cluster",
+            "certificate-authority",
+            "certificate-authority-data",
+            false,
+        )?;
+    }
+    for user in doc["users"].as_array_mut().into_iter().flatten() {
+        for (file, data) in [
+            ("client-certificate", "client-certificate-data"),
+            ("client-key", "client-key-data"),
+        ] {
+            embed(user, "user", "user", file, data, false)?;
+        }
+        embed(user, "user", "user", "tokenFile", "token", true)?;
+    }
+    if !changed {
+        return Ok(bytes);
+    }
+    Ok(serde_json::to_vec_pretty(&doc)?)
+}
+
+/// A name as rustls presents it (`DnsName("a.b")`, `IpAddress(0::1)`), plainly.
+fn plain_name(presented: &str) -> String {
+    let inner = presented
+        .split_once('(')
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .unwrap_or(presented)
+        .trim_matches('"');
+    match inner.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => inner.to_owned(),
+    }
+}
+
+/// What caused `e`, looking into what an `io::Error` wraps (whose `source` skips it).
+fn cause<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    match e
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+    {
+        Some(inner) => Some(inner),
+        None => e.source(),
+    }
+}
+
+/// Whom a kubeconfig's current context talks to, to say what went wrong.
+#[derive(Debug, Default)]
+struct Target {
+    /// `host:port` of its server.
+    address: String,
+    /// The name it expects in the server's certificate.
+    server_name: String,
+    /// The user's name in the kubeconfig.
+    user: String,
+}
+
+impl Target {
+    fn of(kubeconfig: &[u8]) -> Target {
+        let Some(config) = std::str::from_utf8(kubeconfig)
+            .ok()
+            .and_then(|text| Kubeconfig::from_yaml(text).ok())
+        else {
+            return Target::default();
+        };
+        let context = config
+            .contexts
+            .iter()
+            .find(|c| Some(&c.name) == config.current_context.as_ref())
+            .and_then(|c| c.context.as_ref());
+        let cluster = context.and_then(|c| {
+            config
+                .clusters
+                .iter()
+                .find(|n| n.name == c.cluster)
+                .and_then(|n| n.cluster.as_ref())
+        });
+        let server = cluster
+            .and_then(|c| c.server.as_deref())
+            .unwrap_or_default();
+        let authority = server
+            .split_once("://")
+            .map_or(server, |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let has_port = match authority.rsplit_once(':') {
+            Some((host, port)) => !port.is_empty() && (!host.contains(':') || host.ends_with(']')),
+            None => false,
+        };
+        let address = if has_port {
+            authority.to_owned()
+        } else {
+            format!("{authority}:443")
+        };
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None if has_port => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+            None => authority,
+        };
+        Target {
+            address,
+            server_name: cluster
+                .and_then(|c| c.tls_server_name.clone())
+                .unwrap_or_else(|| host.to_owned()),
+            user: context.and_then(|c| c.user.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// What `error` (from a request to the member) means, on one line: the address was
+    /// unreachable, TLS failed (and why, with the names), or the credentials were refused.
+    fn explain(&self, error: &kube::Error) -> String {
+        use rustls::CertificateError;
+        let address = &self.address;
+        if let kube::Error::Api(status) = error {
+            return match status.code {
+                401 => format!(
+                    "authentication failed: {address} refused the credentials of user {:?} \
+                     (401 Unauthorized)",
+                    self.user
+                ),
+                403 => format!(
+                    "user {:?} may not read {address}'s version (403 Forbidden): {}",
+                    self.user, status.message
+                ),
+                code => format!("{address} answered {code}: {}", status.message),
+            };
+        }
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        let mut io = None;
+        while let Some(e) = source {
+            let tls = e.downcast_ref::<rustls::Error>();
+            if let Some(tls) = tls {
+                let name = &self.server_name;
+                return match tls {
+                    rustls::Error::InvalidCertificate(
+                        CertificateError::NotValidForNameContext { presented, .. },
+                    ) => format!(
+                        "TLS failed: the certificate of {address} is for {}, not {name}",
+                        presented
+                            .iter()
+                            .map(|name| plain_name(name))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
+                        format!("TLS failed: the certificate of {address} is not for {name}")
+                    }
+                    rustls::Error::InvalidCertificate(
+                        CertificateError::UnknownIssuer | CertificateError::BadSignature,
+                    ) => format!(
+                        "TLS failed: the certificate of {address} is not trusted by the \
+                         kubeconfig's certificate authority (its issuer is unknown)"
+                    ),
+                    rustls::Error::InvalidCertificate(why) => {
+                        format!("TLS failed: the certificate of {address} is refused: {why:?}")
+                    }
+                    other => format!("TLS with {address} failed: {other}"),
+                };
+            }
+            if io.is_none()
+                && let Some(e) = e.downcast_ref::<std::io::Error>()
+            {
+                io = Some(e);
+            }
+            source = cause(e);
+        }
+        if let Some(io) = io {
+            return format!("cannot reach {address}: {io}");
+        }
+        // Any other failure: its messages, not its structure.
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(e) = source {
+            let part = e.to_string();
+            if !text.contains(&part) {
+                text = format!("{text}: {part}");
+            }
+            source = e.source();
+        }
+        format!("{address}: {text}")
     }
 }
 
@@ -339,6 +653,88 @@ mod tests {
             Command::Join(j) => j,
             other => panic!("parsed as {other:?}"),
         })
+    }
+
+    #[test]
+    fn names_in_certificates_are_shown_plainly() {
+        assert_eq!(plain_name("DnsName(\"localhost\")"), "localhost");
+        assert_eq!(plain_name("IpAddress(0::1)"), "::1");
+        assert_eq!(plain_name("IpAddress(127.0.0.1)"), "127.0.0.1");
+        assert_eq!(plain_name("hub.example.test"), "hub.example.test");
+    }
+
+    #[test]
+    fn addresses_and_users_of_a_kubeconfig() {
+        let target = |server: &str| {
+            Target::of(
+                format!(
+                    r#"{{"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                    "clusters": [{{"name": "k", "cluster": {{"server": "{server}"}}}}],
+                    "users": [{{"name": "u", "user": {{"token": "t"}}}}],
+                    "contexts": [{{"name": "c", "context": {{"cluster": "k", "user": "u"}}}}]}}"#
+                )
+                .as_bytes(),
+            )
+        };
+        let t = target("https://10.0.0.1:6443/clusters/x");
+        assert_eq!(
+            (t.address.as_str(), t.server_name.as_str()),
+            ("10.0.0.1:6443", "10.0.0.1")
+        );
+        assert_eq!(t.user, "u");
+        let t = target("https://api.example.test");
+        assert_eq!(
+            (t.address.as_str(), t.server_name.as_str()),
+            ("api.example.test:443", "api.example.test")
+        );
+        let t = target("https://[::1]:7443");
+        assert_eq!(
+            (t.address.as_str(), t.server_name.as_str()),
+            ("[::1]:7443", "::1")
+        );
+    }
+
+    #[test]
+    fn files_a_kubeconfig_names_are_read_into_it_from_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        for (file, content) in [
+            ("ca.crt", "CA"),
+            ("c.crt", "CERT"),
+            ("c.key", "KEY"),
+            ("t", "tok\n"),
+        ] {
+            std::fs::write(dir.path().join(file), content).unwrap();
+        }
+        let path = dir.path().join("config");
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://h:1\n    certificate-authority: ca.crt\nusers:\n- name: u\n  user:\n    client-certificate: c.crt\n    client-key: c.key\n- name: v\n  user:\n    tokenFile: t\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\n",
+        )
+        .unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&flatten(&path).unwrap()).unwrap();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let cluster = &doc["clusters"][0]["cluster"];
+        assert_eq!(cluster["certificate-authority-data"], b64("CA"));
+        assert!(cluster["certificate-authority"].is_null());
+        let user = &doc["users"][0]["user"];
+        assert_eq!(user["client-certificate-data"], b64("CERT"));
+        assert_eq!(user["client-key-data"], b64("KEY"));
+        assert!(user["client-certificate"].is_null() && user["client-key"].is_null());
+        assert_eq!(doc["users"][1]["user"]["token"], "tok");
+        assert!(doc["users"][1]["user"]["tokenFile"].is_null());
+        // What kube reads back is the same cluster and user.
+        let back =
+            Kubeconfig::from_yaml(std::str::from_utf8(&flatten(&path).unwrap()).unwrap()).unwrap();
+        assert_eq!(back.current_context.as_deref(), Some("c"));
+        // A kubeconfig naming no file is kept byte for byte.
+        let plain = dir.path().join("plain");
+        let text = "apiVersion: v1\nkind: Config\nclusters: []\n";
+        std::fs::write(&plain, text).unwrap();
+        assert_eq!(flatten(&plain).unwrap(), text.as_bytes());
+        // A file that is missing is named.
+        std::fs::remove_file(dir.path().join("c.key")).unwrap();
+        let e = format!("{:#}", flatten(&path).unwrap_err());
+        assert!(e.contains("c.key, the client-key of user \"u\""), "{e}");
     }
 
     #[test]

@@ -28,6 +28,25 @@ impl OpenFiles {
     }
 }
 
+/// How many descriptors a simulator of `members` clusters needs: four per member (the
+/// hub's drift watch and request connections, and whatever else watches it) and 1,024 for
+/// everything else.
+pub fn needed_by_members(members: u64) -> u64 {
+    members.saturating_mul(4).saturating_add(1024)
+}
+
+/// The warning to give when the limit reached is below what is `needed`, saying how many
+/// that is; none when it is enough (a limit below [`SERVING`] alone is no reason to warn).
+pub fn shortfall_warning(files: OpenFiles, needed: u64, what: &str) -> Option<String> {
+    (!files.reaches(needed)).then(|| {
+        format!(
+            "the open-file limit is {}, below the {needed} that {what} need: raise it \
+             (ulimit -n {needed}) or connections past it will wait",
+            files.now
+        )
+    })
+}
+
 fn value(limit: Option<u64>) -> u64 {
     limit.unwrap_or(u64::MAX)
 }
@@ -125,6 +144,27 @@ mod tests {
             "{raised:?}, hard limit {hard}"
         );
         assert_eq!(soft_and_hard().0, raised.now);
+    }
+
+    #[test]
+    fn the_warning_comes_only_below_what_the_members_need_and_names_it() {
+        let limit = |now| OpenFiles { before: 1024, now };
+        let needed = needed_by_members(3);
+        assert_eq!(needed, 1036);
+        // A hard limit of 4,096 is below SERVING but plenty for 3 members: no warning.
+        assert_eq!(shortfall_warning(limit(4096), needed, "3 clusters"), None);
+        assert_eq!(shortfall_warning(limit(1036), needed, "3 clusters"), None);
+        let warning = shortfall_warning(limit(1035), needed, "3 clusters").unwrap();
+        assert!(
+            warning.contains("is 1035, below the 1036 that 3 clusters need")
+                && warning.contains("ulimit -n 1036"),
+            "{warning}"
+        );
+        let needed = needed_by_members(20_000);
+        assert_eq!(needed, 81_024);
+        let warning = shortfall_warning(limit(65_536), needed, "20000 clusters").unwrap();
+        assert!(warning.contains("below the 81024"), "{warning}");
+        assert_eq!(needed_by_members(u64::MAX), u64::MAX);
     }
 
     #[test]

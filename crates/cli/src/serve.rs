@@ -2,8 +2,11 @@
 //! and an API server over SQLite, served over HTTPS until SIGTERM or SIGINT.
 //!
 //! ```text
-//!  ApiServer::open(role, DIR, ADDR, store file)  data dir, TLS identity (flotilla-pki),
-//!        │                                      store, Api + its initial namespaces
+//!  ApiServer::open(role, DIR, ADDR, store file, options)  data dir; the store (its lock
+//!        │        first, then its pages checked; an empty store where a server was
+//!        │        refused without --init); then the TLS identity (flotilla-pki): issued
+//!        │        for ADDR + --tls-san + --advertise-address, or the user's own files;
+//!        │        Api + its initial namespaces
 //!        ├─ the role's own set-up through `api` (the hub's CRDs, the sim's clusters)
 //!        ├─ compact_every(interval)
 //!        └─ serve(): bind ADDR, DIR/admin.kubeconfig, HTTPS until a signal
@@ -103,29 +106,104 @@ pub struct ApiServer {
     store_path: PathBuf,
 }
 
+/// How [`ApiServer::open`] treats the store and the serving certificate.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Accept a missing or empty store file in a data directory where a server existed
+    /// before (its CA and token are there): start over with an empty store.
+    pub init: bool,
+    /// Skip SQLite's `quick_check` of the store's pages at open.
+    pub skip_store_check: bool,
+    /// More names and addresses for the serving certificate the CA issues.
+    pub tls_sans: Vec<String>,
+    /// A serving certificate (chain) and key of the user's own, instead of one issued.
+    pub tls_files: Option<(PathBuf, PathBuf)>,
+    /// The URL the admin kubeconfig points at (`https://HOST[:PORT]`) instead of the
+    /// listening address; its host is added to the issued certificate's names.
+    pub advertise: Option<String>,
+}
+
+/// Whether a store file holds nothing: missing or 0 bytes, and no write-ahead log with
+/// anything in it either.
+fn store_is_empty(path: &Path) -> bool {
+    let empty = |p: &Path| std::fs::metadata(p).map_or(true, |m| m.len() == 0);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    empty(path) && empty(Path::new(&wal))
+}
+
 impl ApiServer {
-    /// Creates `data_dir`, loads (or creates) the TLS identity there, opens the store file
-    /// and creates the initial namespaces. `role` (`hub`, `sim`) names the server in
-    /// messages.
+    /// Creates `data_dir`, opens the store file (taking its lock before any other file is
+    /// touched, so that a second server on the same directory changes nothing), loads (or
+    /// creates) the TLS identity there and creates the initial namespaces. `role` (`hub`,
+    /// `sim`) names the server in messages.
+    ///
+    /// A missing or empty store where the directory shows a server existed before is
+    /// refused unless `options.init`; a store with damaged pages is refused unless
+    /// `options.skip_store_check`.
     pub async fn open(
         role: &'static str,
         data_dir: &Path,
         listen: SocketAddr,
         store_path: &Path,
+        options: &OpenOptions,
     ) -> anyhow::Result<ApiServer> {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+        let existed = [flotilla_pki::CA_CERT_FILE, flotilla_pki::ADMIN_TOKEN_FILE]
+            .iter()
+            .all(|file| data_dir.join(file).exists());
+        if existed && !options.init && store_is_empty(store_path) {
+            let state = if store_path.exists() {
+                "empty"
+            } else {
+                "missing"
+            };
+            anyhow::bail!(
+                "the store {} is {state}, but {} held a {role} before (its CA and token are \
+                 there): refusing to start it empty; restore the store, or pass --init to \
+                 start over with an empty one",
+                store_path.display(),
+                data_dir.display()
+            );
+        }
+        let started = std::time::Instant::now();
+        let config = flotilla_store_sqlite::Config {
+            check_pages: !options.skip_store_check,
+            ..flotilla_store_sqlite::Config::new(store_path)
+        };
+        let store: Arc<dyn Store> = match SqliteStore::open_with(config).await {
+            Ok(store) => Arc::new(store),
+            Err(e) => return Err(store_open_error(role, data_dir, e)),
+        };
+        info!(
+            store = %store_path.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            checked = !options.skip_store_check,
+            "store open"
+        );
         let host = if listen.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else {
             listen.ip().to_string()
         };
-        let identity = flotilla_pki::load_or_create(data_dir, std::slice::from_ref(&host))
+        let sans: Vec<String>;
+        let serving = match &options.tls_files {
+            Some((cert, key)) => flotilla_pki::ServingCert::Files { cert, key },
+            None => {
+                let hosts = std::iter::once(host.clone())
+                    .chain(options.tls_sans.iter().cloned())
+                    .chain(options.advertise.as_deref().and_then(url_host));
+                sans = hosts.collect();
+                flotilla_pki::ServingCert::Issued(&sans)
+            }
+        };
+        let identity = flotilla_pki::load_or_create_with(data_dir, serving)
             .with_context(|| format!("cannot set up the {role}'s certificates"))?;
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(store_path).await?);
-        let url = match listen.ip() {
-            std::net::IpAddr::V6(_) => format!("https://[{host}]:{}", listen.port()),
-            std::net::IpAddr::V4(_) => format!("https://{host}:{}", listen.port()),
+        let url = match (&options.advertise, listen.ip()) {
+            (Some(url), _) => url.clone(),
+            (None, std::net::IpAddr::V6(_)) => format!("https://[{host}]:{}", listen.port()),
+            (None, std::net::IpAddr::V4(_)) => format!("https://{host}:{}", listen.port()),
         };
         let api = Api::new(
             store.clone(),
@@ -148,13 +226,23 @@ impl ApiServer {
         })
     }
 
+    /// The CA a kubeconfig for this server embeds: none (the system's) for a serving
+    /// certificate of the user's own.
+    fn kubeconfig_ca(&self) -> &str {
+        if self.identity.own_serving_cert {
+            ""
+        } else {
+            &self.identity.ca_cert_pem
+        }
+    }
+
     /// Writes a kubeconfig for `server` (this server's URL, or a logical cluster's under
     /// it) with the admin token, unless `path` already holds exactly that.
     pub fn write_kubeconfig(&self, name: &str, server: &str, path: &Path) -> anyhow::Result<()> {
         let kubeconfig = flotilla_pki::Kubeconfig {
             name,
             server,
-            ca_pem: &self.identity.ca_cert_pem,
+            ca_pem: self.kubeconfig_ca(),
             token: &self.identity.admin_token,
         };
         if std::fs::read(path).is_ok_and(|current| current == kubeconfig.render().as_bytes()) {
@@ -184,7 +272,7 @@ impl ApiServer {
         flotilla_pki::Kubeconfig {
             name: "flotilla",
             server: &self.url,
-            ca_pem: &self.identity.ca_cert_pem,
+            ca_pem: self.kubeconfig_ca(),
             token: &self.identity.admin_token,
         }
         .write(&kubeconfig)?;
@@ -202,6 +290,38 @@ impl ApiServer {
         info!("{role} stopped");
         Ok(())
     }
+}
+
+/// The store's open error as one line, with what to do about it.
+fn store_open_error(role: &str, data_dir: &Path, e: flotilla_store::Error) -> anyhow::Error {
+    use flotilla_store::OpenFailure;
+    let hint = match &e {
+        flotilla_store::Error::Open {
+            reason: OpenFailure::Locked,
+            ..
+        } => format!(
+            "is another flotilla {role} serving {}? Nothing was changed",
+            data_dir.display()
+        ),
+        flotilla_store::Error::Open {
+            reason: OpenFailure::Corrupt,
+            ..
+        } if role == "hub" => "restore it from a backup (--skip-store-check serves it \
+             unchecked, failing where the damage is)"
+            .to_owned(),
+        _ => return anyhow::Error::from(e),
+    };
+    anyhow::anyhow!("{:#}; {hint}", anyhow::Error::from(e))
+}
+
+/// The host of an `https://HOST[:PORT]` URL (an IPv6 address without brackets).
+pub fn url_host(url: &str) -> Option<String> {
+    let authority = url.strip_prefix("https://")?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.0,
+        None => authority.split(':').next()?,
+    };
+    (!host.is_empty()).then(|| host.to_owned())
 }
 
 async fn shutdown_signal() {

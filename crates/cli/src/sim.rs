@@ -112,18 +112,12 @@ impl SimArgs {
         serve::init_logging(self.log_format);
         // Every member's clients connect to this one process: the hub's drift watch and
         // request connections, and whatever else watches the members (a benchmark does).
-        let wanted = crate::limits::SERVING.max(4 * members.len() as u64 + 1024);
-        let files = crate::limits::raise_open_files(wanted);
-        if files.reaches(wanted) {
-            info!(before = files.before, now = files.now, "open-file limit");
-        } else {
-            warn!(
-                limit = files.now,
-                wanted,
-                "the open-file limit is below what {} clusters may need: raise it (ulimit -n) \
-                 or connections past it will wait",
-                members.len()
-            );
+        let needed = crate::limits::needed_by_members(members.len() as u64);
+        let files = crate::limits::raise_open_files(crate::limits::SERVING.max(needed));
+        let what = format!("{} clusters", members.len());
+        match crate::limits::shortfall_warning(files, needed, &what) {
+            Some(warning) => warn!(limit = files.now, needed, "{warning}"),
+            None => info!(before = files.before, now = files.now, "open-file limit"),
         }
         let span = info_span!("sim", clusters = members.len());
         serve::block_on(self.serve(members).instrument(span))
@@ -132,7 +126,12 @@ impl SimArgs {
     async fn serve(self, members: Vec<String>) -> anyhow::Result<()> {
         let started = Instant::now();
         let store = self.data_dir.join("sim.db");
-        let server = ApiServer::open("sim", &self.data_dir, self.listen, &store).await?;
+        // The members are provisioned again at every start: an empty store is no loss.
+        let options = crate::serve::OpenOptions {
+            init: true,
+            ..crate::serve::OpenOptions::default()
+        };
+        let server = ApiServer::open("sim", &self.data_dir, self.listen, &store, &options).await?;
         info!(clusters = members.len(), "setting up the member clusters");
         let nodes = NodeShape {
             count: self.nodes,

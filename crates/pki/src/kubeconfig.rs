@@ -23,7 +23,7 @@ pub struct Kubeconfig<'a> {
     /// `https://127.0.0.1:6443/clusters/east`.
     pub server: &'a str,
     /// PEM of the CA that signed the server's certificate; embedded as
-    /// `certificate-authority-data`.
+    /// `certificate-authority-data`. Empty: none, the client trusts its system's CAs.
     pub ca_pem: &'a str,
     /// The bearer token the user presents.
     pub token: &'a str,
@@ -42,7 +42,7 @@ impl fmt::Debug for Kubeconfig<'_> {
 impl Kubeconfig<'_> {
     /// The kubeconfig as a JSON document (ending in a newline).
     pub fn render(&self) -> String {
-        let doc = json!({
+        let mut doc = json!({
             "apiVersion": "v1",
             "kind": "Config",
             "preferences": {},
@@ -63,6 +63,11 @@ impl Kubeconfig<'_> {
             }],
             "current-context": self.name,
         });
+        if self.ca_pem.is_empty()
+            && let Some(cluster) = doc["clusters"][0]["cluster"].as_object_mut()
+        {
+            cluster.remove("certificate-authority-data");
+        }
         // Serializing a `Value` with string keys cannot fail.
         let mut out = serde_json::to_string_pretty(&doc).unwrap_or_default();
         out.push('\n');

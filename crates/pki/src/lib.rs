@@ -4,7 +4,9 @@
 //! `flotilla hub` calls [`load_or_create`] on its data directory. The first
 //! call creates a private CA, a serving certificate signed by it and an admin
 //! token; later calls reuse them, re-issuing only the serving certificate
-//! when it no longer fits (new host names, close to expiry, different CA).
+//! when it no longer fits (another set of host names, close to expiry,
+//! different CA). [`load_or_create_with`] can serve a certificate of the
+//! user's own instead ([`ServingCert::Files`]).
 //! The CA and the token are never replaced once they exist, because clients
 //! trust them. [`Kubeconfig`] then writes files that point kubectl at the
 //! hub.
@@ -12,6 +14,7 @@
 //! All TLS configurations use rustls's *ring* provider explicitly, so nothing
 //! depends on a process-wide default provider.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -198,6 +201,10 @@ pub struct HubIdentity {
     pub server_key_pem: String,
     /// The admin bearer token: 32 random bytes, base64url without padding.
     pub admin_token: String,
+    /// Whether the serving certificate is the user's own ([`ServingCert::Files`]):
+    /// `server_cert_pem` then holds its whole chain, leaf first, presented as it is
+    /// (without the CA, which did not issue it).
+    pub own_serving_cert: bool,
 }
 
 impl fmt::Debug for HubIdentity {
@@ -207,18 +214,27 @@ impl fmt::Debug for HubIdentity {
             .field("server_cert_pem", &self.server_cert_pem)
             .field("server_key_pem", &"[elided]")
             .field("admin_token", &"[elided]")
+            .field("own_serving_cert", &self.own_serving_cert)
             .finish()
     }
 }
 
 impl HubIdentity {
     /// A rustls server configuration presenting the serving certificate
-    /// followed by the CA certificate, offering ALPN `http/1.1`, without
+    /// followed by the CA certificate (a certificate of the user's own: its chain as
+    /// given), offering ALPN `http/1.1`, without
     /// client authentication.
     pub fn server_config(&self) -> Result<ServerConfig, Error> {
-        let leaf = single_cert(self.server_cert_pem.as_bytes())
-            .map_err(|p| p.in_field("server_cert_pem"))?;
-        let ca = single_cert(self.ca_cert_pem.as_bytes()).map_err(|p| p.in_field("ca_cert_pem"))?;
+        let chain = if self.own_serving_cert {
+            cert_chain(self.server_cert_pem.as_bytes())
+                .map_err(|p| p.in_field("server_cert_pem"))?
+        } else {
+            let leaf = single_cert(self.server_cert_pem.as_bytes())
+                .map_err(|p| p.in_field("server_cert_pem"))?;
+            let ca =
+                single_cert(self.ca_cert_pem.as_bytes()).map_err(|p| p.in_field("ca_cert_pem"))?;
+            vec![leaf, ca]
+        };
         let key = private_key_der(self.server_key_pem.as_bytes())
             .map_err(|p| p.in_field("server_key_pem"))?;
         let tls = |source| Error::Tls {
@@ -229,7 +245,7 @@ impl HubIdentity {
             .with_safe_default_protocol_versions()
             .map_err(tls)?
             .with_no_client_auth()
-            .with_single_cert(vec![leaf, ca], key)
+            .with_single_cert(chain, key)
             .map_err(tls)?;
         config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
         Ok(config)
@@ -263,6 +279,22 @@ impl HubIdentity {
     }
 }
 
+/// Where the serving certificate comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum ServingCert<'a> {
+    /// Issued by the CA for these hosts (DNS names or IP addresses, an IPv6 address
+    /// possibly in brackets), plus `localhost`, `127.0.0.1` and `::1`.
+    Issued(&'a [String]),
+    /// The user's own: a PEM chain (leaf first) and its private key, checked to belong
+    /// together, presented as they are. The CA and token are still loaded or created.
+    Files {
+        /// The certificate chain file.
+        cert: &'a Path,
+        /// The private key file.
+        key: &'a Path,
+    },
+}
+
 /// Loads the hub's identity from `dir`, creating whatever is missing: files
 /// `ca.crt`, `ca.key`, `server.crt`, `server.key` and `admin.token` (keys and
 /// token with mode 0600). `dir` itself is created (mode 0700) if missing.
@@ -272,22 +304,72 @@ impl HubIdentity {
 /// and `::1` are always added.
 ///
 /// The serving certificate and its key are re-issued, with the same CA, when
-/// they are missing or unusable, when the certificate does not cover every
-/// host, is not signed by the CA, or is not valid from now until 30 days from
-/// now. The CA and the token are never replaced once they exist: if they are
-/// unusable this returns an error naming the file.
+/// they are missing or unusable, when the certificate's names are not exactly
+/// these hosts, when it is not signed by the CA, or is not valid from now until
+/// 30 days from now. The CA and the token are never replaced once they exist: if
+/// they are unusable this returns an error naming the file.
 pub fn load_or_create(dir: &Path, hosts: &[String]) -> Result<HubIdentity, Error> {
-    let hosts = normalize_hosts(hosts)?;
+    load_or_create_with(dir, ServingCert::Issued(hosts))
+}
+
+/// [`load_or_create`] with the serving certificate from `serving`: issued by the CA
+/// (as [`load_or_create`] does), or the user's own files, which are then only read
+/// (`server.crt` and `server.key` are left as they are).
+pub fn load_or_create_with(dir: &Path, serving: ServingCert<'_>) -> Result<HubIdentity, Error> {
+    // Check what is asked for before creating anything.
+    let hosts = match serving {
+        ServingCert::Issued(hosts) => Some(normalize_hosts(hosts)?),
+        ServingCert::Files { .. } => None,
+    };
     files::create_private_dir(dir)?;
     let ca = load_or_create_ca(dir)?;
     let admin_token = load_or_create_token(dir)?;
-    let (server_cert_pem, server_key_pem) = load_or_issue_server_cert(dir, &ca, &hosts)?;
+    let (server_cert_pem, server_key_pem) = match (serving, hosts) {
+        (ServingCert::Files { cert, key }, _) => load_own_serving_cert(cert, key)?,
+        (_, hosts) => load_or_issue_server_cert(dir, &ca, &hosts.unwrap_or_default())?,
+    };
     Ok(HubIdentity {
         ca_cert_pem: ca.cert_pem,
         server_cert_pem,
         server_key_pem,
         admin_token,
+        own_serving_cert: matches!(serving, ServingCert::Files { .. }),
     })
+}
+
+/// A host as a serving certificate names it (a lower-case DNS name or a canonical IP
+/// address), or why it cannot be one.
+pub fn normalize_host(host: &str) -> Result<String, Error> {
+    let mut hosts = normalize_hosts(std::slice::from_ref(&host.to_owned()))?;
+    Ok(hosts.remove(0).name)
+}
+
+/// The user's certificate chain and key, as PEM, once they are known to belong together.
+fn load_own_serving_cert(cert_path: &Path, key_path: &Path) -> Result<(String, String), Error> {
+    let cert_bytes = files::read(cert_path)?;
+    let key_bytes = files::read(key_path)?;
+    let chain = cert_chain(&cert_bytes).map_err(|p| p.in_cert_file(cert_path))?;
+    let (_, leaf) = x509_parser::parse_x509_certificate(&chain[0]).map_err(|e| {
+        Problem::new("not a valid X.509 certificate", Some(e.into())).in_cert_file(cert_path)
+    })?;
+    let key = private_key_der(&key_bytes).map_err(|p| p.in_key_file(key_path))?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| Problem::new("unsupported key type", Some(e.into())).in_key_file(key_path))?;
+    let matches = signing
+        .public_key()
+        .is_some_and(|spki| spki.as_ref() == leaf.tbs_certificate.subject_pki.raw);
+    if !matches {
+        return Err(Error::KeyMismatch {
+            key: key_path.to_path_buf(),
+            cert: cert_path.to_path_buf(),
+        });
+    }
+    let pem: String = chain.iter().map(|der| pem_encode_cert(der)).collect();
+    let key_pem = String::from_utf8(key_bytes)
+        .map_err(|e| Problem::new("not PEM text", Some(e.into())).in_key_file(key_path))?;
+    Ok((pem, key_pem))
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -395,6 +477,21 @@ fn single_cert(bytes: &[u8]) -> Result<CertificateDer<'static>, Problem> {
             None,
         )),
     }
+}
+
+/// Every certificate in PEM `bytes` (at least one), in order.
+fn cert_chain(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, Problem> {
+    let mut certs = Vec::new();
+    for item in rustls_pemfile::certs(&mut &bytes[..]) {
+        certs.push(item.map_err(|e| Problem::new("malformed PEM", Some(e.into())))?);
+    }
+    if certs.is_empty() {
+        return Err(Problem::new(
+            "no PEM \"CERTIFICATE\" block found (not PEM?)",
+            None,
+        ));
+    }
+    Ok(certs)
 }
 
 /// The first private key in PEM `bytes`.
@@ -715,6 +812,11 @@ fn usable_server_cert(
     if x509.tbs_certificate.subject_pki.raw != key.subject_public_key_info().as_slice() {
         return None;
     }
+    // Exactly the hosts asked for: a name no longer asked for goes too.
+    let wanted: BTreeSet<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
+    if cert_names(&x509)? != wanted.iter().map(|h| (*h).to_owned()).collect() {
+        return None;
+    }
     let renewal_deadline = UnixTime::since_unix_epoch(Duration::from_secs(
         now.as_secs() + (RENEW_BEFORE_DAYS * DAY_SECS) as u64,
     ));
@@ -722,6 +824,27 @@ fn usable_server_cert(
     verify_server_cert(verifier, &der, hosts, now).ok()?;
     verify_server_cert(verifier, &der, hosts, renewal_deadline).ok()?;
     Some((pem_encode_cert(&der), key.serialize_pem()))
+}
+
+/// The DNS names and IP addresses a certificate names (`None` if it has no readable
+/// subject alternative names).
+fn cert_names(x509: &x509_parser::certificate::X509Certificate<'_>) -> Option<BTreeSet<String>> {
+    use x509_parser::extensions::GeneralName;
+    let names = x509.subject_alternative_name().ok()??;
+    names
+        .value
+        .general_names
+        .iter()
+        .map(|name| match name {
+            GeneralName::DNSName(dns) => Some(dns.to_ascii_lowercase()),
+            GeneralName::IPAddress(bytes) => match bytes.len() {
+                4 => Some(IpAddr::from(<[u8; 4]>::try_from(*bytes).ok()?).to_string()),
+                16 => Some(IpAddr::from(<[u8; 16]>::try_from(*bytes).ok()?).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 fn verify_server_cert(

@@ -758,3 +758,135 @@ fn kubectl_reads_the_kubeconfig() {
     let ca_data = view("{.clusters[0].cluster.certificate-authority-data}");
     assert_eq!(STANDARD.decode(ca_data).unwrap(), id.ca_cert_pem.as_bytes());
 }
+
+#[test]
+fn a_host_no_longer_asked_for_reissues_the_cert_with_the_same_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let first = load_or_create(dir, &hosts(&["hub.example.test", "10.1.2.3"])).unwrap();
+    let second = load_or_create(dir, &hosts(&["hub.example.test"])).unwrap();
+    assert_eq!(second.ca_cert_pem, first.ca_cert_pem);
+    assert_ne!(second.server_cert_pem, first.server_cert_pem);
+    let mut covered = sans(&second.server_cert_pem);
+    covered.sort();
+    assert_eq!(
+        covered,
+        ["127.0.0.1", "::1", "hub.example.test", "localhost"]
+    );
+    // The same set again keeps it.
+    let third = load_or_create(dir, &hosts(&["hub.example.test"])).unwrap();
+    assert_eq!(third.server_cert_pem, second.server_cert_pem);
+}
+
+#[test]
+fn hosts_are_normalized_or_refused() {
+    assert_eq!(
+        normalize_host("HUB.Example.test").unwrap(),
+        "hub.example.test"
+    );
+    assert_eq!(normalize_host("[::1]").unwrap(), "::1");
+    assert_eq!(normalize_host("10.0.0.1").unwrap(), "10.0.0.1");
+    assert!(matches!(
+        normalize_host("not a host"),
+        Err(Error::InvalidHost { .. })
+    ));
+}
+
+/// A self-signed certificate of the user's own for `name`, and its key, written to `dir`.
+fn own_cert(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec![name.to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let pem = pem_encode_cert(cert.der());
+    let (cert_path, key_path) = (dir.join("own.crt"), dir.join("own.key"));
+    fs::write(&cert_path, &pem).unwrap();
+    fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path, pem)
+}
+
+#[test]
+fn a_serving_cert_of_ones_own_is_presented_as_it_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let (cert, key, pem) = own_cert(tmp.path(), "hub.example.test");
+    let id = load_or_create_with(
+        &data,
+        ServingCert::Files {
+            cert: &cert,
+            key: &key,
+        },
+    )
+    .unwrap();
+    assert!(id.own_serving_cert);
+    assert_eq!(id.server_cert_pem, pem);
+    // The CA and token exist as ever; no serving certificate was issued.
+    assert!(data.join(CA_CERT_FILE).exists() && data.join(ADMIN_TOKEN_FILE).exists());
+    assert!(!data.join(SERVER_CERT_FILE).exists());
+    // A client trusting the user's certificate gets it, alone (not our CA).
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(single_cert(pem.as_bytes()).ok().unwrap())
+        .unwrap();
+    let client = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let (client, _) = handshake(client, id.server_config().unwrap(), "hub.example.test").unwrap();
+    let presented = client.peer_certificates().unwrap();
+    assert_eq!(presented.len(), 1);
+    assert_eq!(presented[0], single_cert(pem.as_bytes()).ok().unwrap());
+}
+
+#[test]
+fn a_serving_cert_of_ones_own_must_match_its_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, _, _) = own_cert(tmp.path(), "a.example.test");
+    let other = tmp.path().join("other.key");
+    fs::write(&other, KeyPair::generate().unwrap().serialize_pem()).unwrap();
+    let data = tmp.path().join("data");
+    let e = load_or_create_with(
+        &data,
+        ServingCert::Files {
+            cert: &cert,
+            key: &other,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::KeyMismatch { .. }), "{e}");
+    let missing = tmp.path().join("missing.key");
+    let e = load_or_create_with(
+        &data,
+        ServingCert::Files {
+            cert: &cert,
+            key: &missing,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("missing.key"), "{e}");
+    let e = load_or_create_with(
+        &data,
+        ServingCert::Files {
+            cert: &other,
+            key: &other,
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidCertificate { .. }), "{e}");
+}
+
+#[test]
+fn a_kubeconfig_without_a_ca_trusts_the_system() {
+    let kubeconfig = Kubeconfig {
+        name: "hub",
+        server: "https://hub.example.test:6443",
+        ca_pem: "",
+        token: "t",
+    };
+    let doc: serde_json::Value = serde_json::from_str(&kubeconfig.render()).unwrap();
+    let cluster = doc["clusters"][0]["cluster"].as_object().unwrap();
+    assert!(!cluster.contains_key("certificate-authority-data"), "{doc}");
+    assert_eq!(cluster["server"], "https://hub.example.test:6443");
+}

@@ -70,6 +70,11 @@ pub struct Config {
     pub watch_buffer: usize,
     /// An upper bound on the database size in pages of 4 KiB (unbounded if `None`).
     pub max_page_count: Option<u64>,
+    /// Whether an existing file is checked for damaged pages at open (SQLite's
+    /// `PRAGMA quick_check`: reads every page once, about a second per GiB). A damaged
+    /// file is refused as [`flotilla_store::OpenFailure::Corrupt`] instead of failing
+    /// later, on the reads and writes that reach the damage.
+    pub check_pages: bool,
 }
 
 impl Config {
@@ -84,6 +89,7 @@ impl Config {
             linger: 0.5,
             watch_buffer: 1024,
             max_page_count: None,
+            check_pages: true,
         }
     }
 }

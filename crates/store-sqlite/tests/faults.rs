@@ -287,3 +287,67 @@ fn checkpoint(path: &Path) {
         .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
         .unwrap();
 }
+
+/// Overwrites the root page of the `data` table (the values, which opening does not read)
+/// with garbage; returns the page's number.
+fn damage_values(path: &Path) -> i64 {
+    checkpoint(path);
+    let (page, size): (i64, i64) = {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let page = conn
+            .query_row(
+                "SELECT rootpage FROM sqlite_schema WHERE name = 'data'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let size = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        (page, size)
+    };
+    let mut bytes = std::fs::read(path).unwrap();
+    let start = usize::try_from((page - 1) * size).unwrap();
+    let end = start + usize::try_from(size).unwrap();
+    assert!(end <= bytes.len(), "page {page} is past the end");
+    bytes[start..end].fill(0xa5);
+    std::fs::write(path, bytes).unwrap();
+    page
+}
+
+#[tokio::test]
+async fn damaged_pages_are_found_at_open_unless_the_check_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hub.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        for i in 0..300 {
+            let key = format!("/k/{i:04}");
+            store
+                .create(key.as_bytes(), Bytes::from(vec![b'v'; 2000]))
+                .await
+                .unwrap();
+        }
+    }
+    let page = damage_values(&path);
+    let (message, reason) = open_failure(SqliteStore::open(&path).await);
+    assert_eq!(reason, OpenFailure::Corrupt);
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    let full = match SqliteStore::open(&path).await {
+        Err(e) => format!("{e}: {}", std::error::Error::source(&e).unwrap()),
+        Ok(_) => unreachable!(),
+    };
+    assert!(
+        full.contains("quick_check") && full.contains(&format!("{page}")),
+        "{full}"
+    );
+    assert!(!full.contains('\n'), "one line: {full}");
+    // Without the check it opens (the index is in the log, which is intact) and the
+    // damage shows only when a value is read.
+    let config = Config {
+        check_pages: false,
+        ..Config::new(&path)
+    };
+    let store = SqliteStore::open_with(config).await.unwrap();
+    assert!(store.get(b"/k/0001", None).await.is_err());
+}
