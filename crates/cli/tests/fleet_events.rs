@@ -1,6 +1,7 @@
 //! The fleet controllers' Kubernetes Events as an operator reads them with the real
 //! kubectl: `describe placement` and `get events` show the placement scheduled, the
-//! Works applied per cluster, and `describe cluster` a member that stopped answering.
+//! Works applied per cluster and drift corrected, and `describe cluster` a member that
+//! stopped answering.
 
 mod support;
 
@@ -112,6 +113,21 @@ fn describe_and_get_events_show_scheduling_applies_and_a_cluster_not_ready() {
         &hub,
         &["get", "events", "-n", "flotilla-cluster-member-1"],
         &["Applied", "work/shop.web", "applied on cluster member-1"],
+    );
+
+    // Someone scales member-1's copy: the hub puts it back, and says what it put back.
+    sim.ok(
+        "member-1",
+        &["scale", "deploy", "web", "-n", "shop", "--replicas", "5"],
+    );
+    shows(
+        &hub,
+        &["get", "events", "-n", "flotilla-cluster-member-1"],
+        &[
+            "DriftCorrected",
+            "work/shop.web",
+            "Deployment shop/web: /spec/replicas",
+        ],
     );
 
     // The placement moves: one Event says where to, the first stays.

@@ -253,6 +253,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
             previous,
         )
         .await;
+    let corrected = member.take_corrections(&work.name_any());
     let applied = status.observed_generation == work.metadata.generation
         && status
             .conditions
@@ -284,7 +285,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
         watch_drift(fleet, name, &member, work);
         return Ok(Action::requeue(until - now));
     }
-    record(fleet, work, &status, applied);
+    record(fleet, work, &status, applied, &corrected);
     if work.status.as_ref() != Some(&status) {
         patch_only::<Work, _>(
             &fleet.client,
@@ -327,8 +328,9 @@ fn placement_ref(work: &Work) -> ObjectReference {
 }
 
 /// The Events of a sync whose new `status` is about to be written over the Work's: the
-/// Work applied (again) or failing (each failed try, aggregated), drift found or gone.
-fn record(fleet: &Fleet, work: &Work, status: &WorkStatus, applied: bool) {
+/// Work applied (again) or failing (each failed try, aggregated), drift found or gone,
+/// drift `corrected` (the objects and fields the sync put back).
+fn record(fleet: &Fleet, work: &Work, status: &WorkStatus, applied: bool, corrected: &[String]) {
     let previous = work.status.as_ref();
     let cluster = &work.spec.cluster;
     let (regarding, placement) = (work.object_ref(&()), placement_ref(work));
@@ -373,6 +375,17 @@ fn record(fleet: &Fleet, work: &Work, status: &WorkStatus, applied: bool) {
             })
             .collect()
     };
+    if !corrected.is_empty() {
+        emit(
+            Type::Normal,
+            "DriftCorrected",
+            "Correcting",
+            &format!(
+                "on cluster {cluster}, put back as the hub has them: {}",
+                super::events::listed(corrected)
+            ),
+        );
+    }
     let (before, now) = (previous.map(drift).unwrap_or_default(), drift(status));
     if before.is_empty() && !now.is_empty() {
         emit(
