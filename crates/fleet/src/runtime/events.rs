@@ -107,6 +107,9 @@ impl Bucket {
 /// one over all of them. A write takes a token from both, or from neither.
 pub struct Limiter {
     per_key: HashMap<String, Bucket>,
+    /// How many keys make the next pruning (twice those left by the last, at least
+    /// [`TRACKED_KEYS`]): pruning costs a pass over them all, so it is not done per write.
+    prune_at: usize,
     global: Bucket,
     per_key_burst: f64,
     per_key_rate: f64,
@@ -133,6 +136,7 @@ impl Limiter {
     pub fn with(per_key: (f64, f64), global: (f64, f64), now: Instant) -> Limiter {
         Limiter {
             per_key: HashMap::new(),
+            prune_at: TRACKED_KEYS,
             global: Bucket::full(global.0, now),
             per_key_burst: per_key.0,
             per_key_rate: per_key.1,
@@ -147,12 +151,13 @@ impl Limiter {
         if self.global.tokens < 1.0 {
             return false;
         }
-        if self.per_key.len() >= TRACKED_KEYS && !self.per_key.contains_key(key) {
+        if self.per_key.len() >= self.prune_at && !self.per_key.contains_key(key) {
             let (burst, rate) = (self.per_key_burst, self.per_key_rate);
             self.per_key.retain(|_, b| {
                 b.refill(burst, rate, now);
                 b.tokens < burst
             });
+            self.prune_at = (2 * self.per_key.len()).max(TRACKED_KEYS);
         }
         let bucket = self
             .per_key
@@ -205,6 +210,8 @@ enum Decision {
 struct Aggregator {
     limiter: Limiter,
     series: HashMap<SeriesKey, Series>,
+    /// How many series make the next pruning (as [`Limiter`]'s keys).
+    prune_at: usize,
 }
 
 /// What makes two occurrences the same Event.
@@ -221,6 +228,7 @@ impl Aggregator {
         Aggregator {
             limiter,
             series: HashMap::new(),
+            prune_at: TRACKED_KEYS,
         }
     }
 
@@ -234,9 +242,10 @@ impl Aggregator {
         nanos: i128,
         now: Instant,
     ) -> Decision {
-        if self.series.len() > TRACKED_KEYS {
+        if self.series.len() >= self.prune_at {
             self.series
                 .retain(|_, s| now.saturating_duration_since(s.last) < SERIES_WINDOW);
+            self.prune_at = (2 * self.series.len()).max(TRACKED_KEYS);
         }
         let limit_key = format!("{}\u{0}{}", key.regarding, key.reason);
         if let Some(series) = self
@@ -563,6 +572,14 @@ mod tests {
             "{}",
             limiter.tracked()
         );
+        // Keys all still spending their burst: kept, and pruning waits until they double
+        // instead of passing over them for each new key.
+        let mut busy = Limiter::with((2.0, 0.001), (1e9, 1e9), start);
+        for i in 0..(TRACKED_KEYS + 10) {
+            assert!(busy.allow(&format!("k{i}"), start));
+        }
+        assert_eq!(busy.tracked(), TRACKED_KEYS + 10);
+        assert_eq!(busy.prune_at, 2 * TRACKED_KEYS);
     }
 
     #[test]
