@@ -887,7 +887,12 @@ impl Api {
         name: &str,
     ) -> ApiResult<(Value, Revision)> {
         let (value, revision) = self.get_stored(rt, namespace, name).await?;
-        let object = decode_stored(rt, name, &value)?;
+        let mut object = decode_stored(rt, name, &value)?;
+        // An Event written through the other version is read, updated and patched as this
+        // one's.
+        if crate::events::is_event(rt) {
+            crate::events::show_as(&mut object, &rt.api_version());
+        }
         Ok((
             object::with_resource_version(object, revision.get()),
             revision,
@@ -1840,7 +1845,7 @@ impl Api {
             if labels.matches(&object) && fields.matches(&object) {
                 let mut object = object::with_resource_version(object, kv.mod_revision.get());
                 if let Some(api_version) = reads_as(rt) {
-                    object["apiVersion"] = json!(api_version);
+                    crate::events::show_as(&mut object, &api_version);
                 }
                 items.push(crate::json::to_vec(&object));
             }
@@ -1896,7 +1901,6 @@ impl Listed {
     }
 }
 
-/// A stored object's JSON with its resourceVersion, decoded only if it must be.
 /// A stored object's JSON with its resourceVersion, read as `rt` (a custom resource stored
 /// through another of its versions is shown with this version's apiVersion: conversion
 /// `None`), decoded only if it must be.
@@ -1910,7 +1914,7 @@ fn stored_with_version(value: &[u8], revision: Revision, rt: &ResourceType) -> A
     let mut object: Value = serde_json::from_slice(value)
         .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
     if let Some(api_version) = wanted {
-        object["apiVersion"] = json!(api_version);
+        crate::events::show_as(&mut object, &api_version);
     }
     Ok(crate::json::to_vec(&object::with_resource_version(
         object,
@@ -1919,9 +1923,9 @@ fn stored_with_version(value: &[u8], revision: Revision, rt: &ResourceType) -> A
 }
 
 /// The apiVersion objects of `rt` are shown with when it may differ from the stored one
-/// (custom resources, whose versions share their objects).
+/// (custom resources, whose versions share their objects; Events, whose two groups do).
 fn reads_as(rt: &ResourceType) -> Option<String> {
-    rt.schema.is_some().then(|| rt.api_version())
+    (rt.schema.is_some() || crate::events::is_event(rt)).then(|| rt.api_version())
 }
 
 fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {

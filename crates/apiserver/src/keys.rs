@@ -21,10 +21,10 @@ pub fn resource_prefix(rt: &ResourceType) -> Vec<u8> {
 }
 
 fn push_resource(key: &mut Vec<u8>, rt: &ResourceType) {
-    let group = if rt.group.is_empty() {
-        "core"
-    } else {
-        &rt.group
+    // Events of events.k8s.io live with the core group's (one resource, two versions).
+    let group = match crate::events::storage_group(rt) {
+        "" => "core",
+        group => group,
     };
     for part in ["/", group, "/", &rt.plural, "/"] {
         key.extend_from_slice(part.as_bytes());
@@ -39,7 +39,7 @@ pub fn key(rt: &ResourceType, cluster: &str, namespace: &str, name: &str) -> Vec
 /// `prefix(rt, cluster, namespace)` followed by `name`, in one allocation.
 fn build(rt: &ResourceType, cluster: &str, namespace: Option<&str>, name: &str) -> Vec<u8> {
     let namespace = namespace.filter(|_| rt.namespaced);
-    let length = rt.group.len().max(4)
+    let length = crate::events::storage_group(rt).len().max(4)
         + rt.plural.len()
         + cluster.len()
         + namespace.map_or(0, |n| n.len() + 1)

@@ -10,6 +10,7 @@ pub mod api;
 pub mod compaction;
 pub mod crd;
 pub mod discovery;
+pub mod events;
 pub mod fields;
 pub mod gc;
 pub mod json;

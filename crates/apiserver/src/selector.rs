@@ -245,7 +245,11 @@ impl FieldSelector {
     /// Whether the object satisfies every term.
     pub fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let found = field.split('.').try_fold(object, |v, part| v.get(part));
+            let lookup = |field: &str| field.split('.').try_fold(object, |v, part| v.get(part));
+            // An Event written through its other version has the field under its other
+            // name (`regarding.name` for `involvedObject.name`).
+            let found =
+                lookup(field).or_else(|| crate::events::alias(field).as_deref().and_then(lookup));
             let actual = match found {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),

@@ -198,6 +198,27 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
             0,
             Cell::Path(".status.phase".into()),
         )),
+        // An Event's what and why, as kubectl shows them (core/v1 names; the object is
+        // `kind/name`, the kind in lower case).
+        ("", "Event") => {
+            columns.push(column("Type", "string", 0, Cell::Path(".type".into())));
+            columns.push(column("Reason", "string", 0, Cell::Path(".reason".into())));
+            columns.push(computed("Object", "string", 0, |o| {
+                let object = &o["involvedObject"];
+                json!(format!(
+                    "{}/{}",
+                    object["kind"].as_str().unwrap_or_default().to_lowercase(),
+                    object["name"].as_str().unwrap_or_default()
+                ))
+            }));
+            columns.push(column("Count", "integer", 1, Cell::Path(".count".into())));
+            columns.push(column(
+                "Message",
+                "string",
+                0,
+                Cell::Path(".message".into()),
+            ));
+        }
         ("", "ConfigMap") => columns.push(computed("Data", "integer", 0, |o| {
             json!(count(&o["data"]) + count(&o["binaryData"]))
         })),
@@ -693,6 +714,42 @@ mod tests {
         assert_eq!(
             wants_metadata(Some("application/json;as=Table;g=meta.k8s.io;v=v1")),
             None
+        );
+    }
+
+    #[test]
+    fn an_event_row_says_what_happened_to_which_object() {
+        let rt = Registry::builtin().get("", "v1", "events").unwrap();
+        let event = json!({"metadata": {"name": "web.1", "namespace": "shop"},
+            "involvedObject": {"kind": "Placement", "name": "web"},
+            "type": "Normal", "reason": "Scheduled", "count": 2,
+            "message": "scheduled to 2 clusters: a, b"});
+        let t = table(&rt, &Value::Null, &[event], "7", "None");
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Name", "Type", "Reason", "Object", "Count", "Message", "Age"
+            ]
+        );
+        let cells = &t["rows"][0]["cells"];
+        assert_eq!(
+            cells.as_array().unwrap()[..6],
+            json!([
+                "web.1",
+                "Normal",
+                "Scheduled",
+                "placement/web",
+                2,
+                "scheduled to 2 clusters: a, b"
+            ])
+            .as_array()
+            .unwrap()[..]
         );
     }
 

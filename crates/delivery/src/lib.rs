@@ -107,6 +107,8 @@ pub struct Member {
     live: live::Live,
     shared: sync::SharedSeen,
     facts: health::Facts,
+    /// What syncs put back on the member (drift corrected) by Work, until taken.
+    corrections: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>>,
 }
 
 impl std::fmt::Debug for Member {
@@ -124,7 +126,19 @@ impl Member {
             live: live::Live::default(),
             shared: sync::SharedSeen::default(),
             facts: health::Facts::default(),
+            corrections: Default::default(),
         }
+    }
+
+    /// What the syncs of Work `work` (its provenance's name) put back on the member since
+    /// last asked: one entry per object whose drift was corrected, `Kind namespace/name:
+    /// fields`. Taken, so that each correction is told once.
+    pub fn take_corrections(&self, work: &str) -> Vec<String> {
+        self.corrections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(work)
+            .unwrap_or_default()
     }
 
     /// The member's health facts: its Kubernetes version, the exact sum of its Nodes'

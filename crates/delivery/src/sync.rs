@@ -260,6 +260,8 @@ impl Member {
             };
         }
         let hash = manifest_hash(manifest);
+        // The fields this sync puts back (drift corrected), told once the apply succeeds.
+        let mut corrected = Vec::new();
         // This manifest, applied before and still ours: nothing to write unless a field
         // drifted and drift is corrected.
         if let Some(live) = live
@@ -281,6 +283,7 @@ impl Member {
                 };
             }
             info!(fields = drift.len(), "drift corrected");
+            corrected = drift.into_iter().map(|d| d.path).collect();
         }
         let mut object = manifest.clone();
         if let Some(metadata) = object["metadata"].as_object_mut() {
@@ -302,6 +305,15 @@ impl Member {
         {
             Ok(applied) => {
                 debug!("applied");
+                if !corrected.is_empty() {
+                    let what = format!("{}: {}", describe(status), corrected.join(", "));
+                    self.corrections
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .entry(provenance.work.clone())
+                        .or_default()
+                        .push(what);
+                }
                 let object = serde_json::to_value(applied).unwrap_or_default();
                 if shared {
                     self.shared.put(key, &object);

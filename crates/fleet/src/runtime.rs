@@ -16,6 +16,7 @@
 //!              ▲ member objects changed (drift)
 //! ```
 
+mod events;
 mod health;
 mod members;
 mod metrics;
@@ -23,6 +24,7 @@ mod placement;
 mod push;
 mod templates;
 
+pub use events::Limiter;
 pub use members::{KUBECONFIG_KEY, MEMBER_CONCURRENCY, Pools, client_from_kubeconfig};
 pub use metrics::Metrics;
 pub use push::{PUSH_CONCURRENCY, UNJOIN_ANNOTATION};
@@ -225,6 +227,8 @@ pub(crate) struct Fleet {
     /// Works (namespace/name) whose status write waits for their member's rollout to
     /// report back: the generation it waits for, and until when.
     settling: Mutex<HashMap<String, (i64, std::time::Instant)>>,
+    /// Failures in a row of the Works that are failing, for their backoff.
+    retries: Mutex<push::Retries>,
     /// Namespaces and ClusterProfiles the cluster controller confirmed lately.
     confirmed: Mutex<health::Confirmed>,
     /// Moved by every change of the clusters as selection sees them and of the overrides:
@@ -234,6 +238,8 @@ pub(crate) struct Fleet {
     /// its Works' status alone does not plan again.
     plans: Mutex<HashMap<PlacementKey, placement::KeptPlan>>,
     metrics: Metrics,
+    /// The controllers' Kubernetes Events, rate-limited and aggregated.
+    events: events::Recorder,
 }
 
 impl Fleet {
@@ -290,6 +296,19 @@ impl Fleet {
     fn inputs_changed(&self) {
         self.inputs_epoch
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Makes the push controller sync every Work of `cluster` now, their backoffs over
+    /// (the cluster came back).
+    fn poke_works_of(&self, cluster: &str) {
+        let namespace = crate::plan::work_namespace(cluster);
+        self.retries
+            .lock()
+            .expect("lock")
+            .reset_namespace(&namespace);
+        for w in self.works_in(&namespace) {
+            let _ = self.poke_work.send(ObjectRef::from_obj(&*w));
+        }
     }
 
     /// Makes the controllers look at every placement again.
@@ -537,6 +556,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let (poke_placement, placement_rx) = mpsc::unbounded_channel();
     let (poke_cluster_placement, cluster_placement_rx) = mpsc::unbounded_channel();
     let (poke_work, work_rx) = mpsc::unbounded_channel();
+    let hub_name = config.hub.clone();
     let fleet = Arc::new(Fleet {
         client: client.clone(),
         templates: templates::Templates::new(client.clone()),
@@ -559,10 +579,12 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         work_index: Mutex::default(),
         decisions: Mutex::default(),
         settling: Mutex::default(),
+        retries: Mutex::default(),
         confirmed: Mutex::default(),
         inputs_epoch: std::sync::atomic::AtomicU64::new(0),
         plans: Mutex::default(),
         metrics,
+        events: events::Recorder::new(client.clone(), hub_name),
     });
 
     // Clusters: a change of what selection sees re-plans every placement.

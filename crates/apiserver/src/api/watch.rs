@@ -73,7 +73,7 @@ impl Api {
                         let mut object =
                             object::with_resource_version(object, kv.mod_revision.get());
                         if let Some(api_version) = reads_as(&rt) {
-                            object["apiVersion"] = json!(api_version);
+                            crate::events::show_as(&mut object, &api_version);
                         }
                         initial.push(match &mut shaped {
                             Some(shaped) => shaped.line("ADDED", &object),
@@ -207,7 +207,7 @@ impl WatchFeed {
                             {
                                 let mut object = object::with_resource_version(object.clone(), change.revision.get());
                                 if let Some(api_version) = &self.reads_as {
-                                    object["apiVersion"] = json!(api_version);
+                                    crate::events::show_as(&mut object, api_version);
                                 }
                                 return Some(shaped.line(kind, &object));
                             }
@@ -360,7 +360,7 @@ pub(super) fn watch_line(
     let render = |kind: &str, object: &Value| {
         let mut object = object::with_resource_version(object.clone(), change.revision.get());
         if let Some(api_version) = api_version {
-            object["apiVersion"] = json!(api_version);
+            crate::events::show_as(&mut object, api_version);
         }
         event_line(kind, &object)
     };

@@ -309,6 +309,13 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         if changed {
             info!(ready = probed.is_ok(), "cluster status changed");
         }
+        let was_ready = crate::model::is_true(&previous.conditions, condition::READY);
+        record(fleet, cluster, &previous, &probed);
+        if probed.is_ok() && !was_ready {
+            // Back (or new): its Works are synced now, not when their backoff or the
+            // resync ends.
+            fleet.poke_works_of(&name);
+        }
     }
     let inputs = profile_inputs(cluster, &status);
     let published = fleet
@@ -322,6 +329,52 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         confirmed.profiles.insert(name, (inputs, Instant::now()));
     }
     Ok(Action::requeue(probe_period))
+}
+
+/// The Events of a probe: the cluster joined (its first status), became Ready, or
+/// NotReady (and why); nothing while it stays as it was.
+fn record<T>(
+    fleet: &Fleet,
+    cluster: &Cluster,
+    previous: &ClusterStatus,
+    probed: &Result<T, String>,
+) {
+    use super::events::Type;
+    let regarding = cluster.object_ref(&());
+    if cluster.status.is_none() {
+        fleet.events.emit(
+            &regarding,
+            None,
+            Type::Normal,
+            "Joined",
+            "Joining",
+            "the hub holds the cluster's credentials",
+        );
+    }
+    let was = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::READY)
+        .map(|c| c.status == "True");
+    match probed {
+        Ok(_) if was != Some(true) => fleet.events.emit(
+            &regarding,
+            None,
+            Type::Normal,
+            "Ready",
+            "Probing",
+            "the cluster's API answers",
+        ),
+        Err(why) if was != Some(false) => fleet.events.emit(
+            &regarding,
+            None,
+            Type::Warning,
+            "NotReady",
+            "Probing",
+            &format!("the cluster's API does not answer: {why}"),
+        ),
+        _ => {}
+    }
 }
 
 /// Keeps the cluster's ClusterProfile (KEP-4322) in line with its status.
@@ -510,6 +563,14 @@ async fn unjoin(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> 
     fleet.members.forget(&name);
     fleet.drift_watches.lock().expect("lock").remove(&name);
     fleet.confirmed.lock().expect("lock").forget_cluster(&name);
+    fleet.events.emit(
+        &cluster.object_ref(&()),
+        None,
+        super::events::Type::Normal,
+        "Unjoined",
+        "Unjoining",
+        "its Works, namespace, profile and credentials are removed",
+    );
     info!("cluster unjoined");
     Ok(Action::await_change())
 }

@@ -274,7 +274,19 @@ async fn place<P: PlacementObject>(
         }
     };
 
+    let before: Option<Vec<String>> = fleet
+        .decisions
+        .lock()
+        .expect("lock")
+        .get(key)
+        .map(|(decided, _)| decided.iter().map(|(c, _)| c.clone()).collect());
     publish_decision(fleet, key, &plan.selection.chosen).await?;
+    super::events::scheduled(
+        &fleet.events,
+        &p.object_ref(&()),
+        before.as_deref(),
+        &plan.selection.chosen,
+    );
 
     // Status back: the placement's, then each template's.
     let views: BTreeMap<String, WorkView<'_>> = works

@@ -16,6 +16,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
+
+use super::events::Type;
 use super::{Error, Fleet, patch_only, status_patch};
 use crate::model;
 use crate::plan::WORK_NAMESPACE_PREFIX;
@@ -33,6 +37,61 @@ const SETTLING: Duration = Duration::from_secs(2);
 /// How many Works are synced to their members at once, over all members (and at most
 /// [`MEMBER_CONCURRENCY`](super::MEMBER_CONCURRENCY) on one member).
 pub const PUSH_CONCURRENCY: usize = 1024;
+
+/// The first wait before a failed apply (or a sync that failed on the way) is tried
+/// again; each further failure in a row doubles it, up to [`RETRY_MAX`], and a success
+/// starts over. A member that is down is not asked every second for long, and one that
+/// comes back is asked again soon, not at the next resync.
+pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest wait between two tries of a Work that keeps failing (its cluster turning
+/// Ready again tries it at once anyway).
+pub const RETRY_MAX: Duration = Duration::from_secs(120);
+
+/// Failures in a row of each Work (`namespace/name`) that is failing, for its backoff.
+#[derive(Default)]
+pub(super) struct Retries {
+    failures: std::collections::HashMap<String, u32>,
+}
+
+impl Retries {
+    /// Notes one more failure of `work`; how long until it is tried again: [`RETRY_FIRST`]
+    /// doubled for each failure before, at most [`RETRY_MAX`], and up to a tenth more
+    /// drawn at random, so that the Works of a member that went down together do not all
+    /// come back in the same instant.
+    pub(super) fn failed(&mut self, work: &str) -> Duration {
+        let failures = self.failures.entry(work.to_owned()).or_default();
+        *failures = failures.saturating_add(1);
+        let wait = retry_after(*failures);
+        wait + wait.mul_f64(jitter() / 10.0)
+    }
+
+    /// `work` succeeded (or is gone): its next failure waits [`RETRY_FIRST`] again.
+    pub(super) fn reset(&mut self, work: &str) {
+        self.failures.remove(work);
+    }
+
+    /// Forgets the failures of every Work in `namespace` (a cluster's): its cluster came
+    /// back, they are tried now and start over.
+    pub(super) fn reset_namespace(&mut self, namespace: &str) {
+        self.failures
+            .retain(|work, _| work.split_once('/').is_none_or(|(ns, _)| ns != namespace));
+    }
+}
+
+/// The wait before the next try after `failures` failures in a row (at least one).
+fn retry_after(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX)
+}
+
+/// A number in [0, 1) drawn at random.
+fn jitter() -> f64 {
+    use std::hash::BuildHasher;
+    // A new `RandomState` has new random keys: hashing nothing with it draws a number.
+    let drawn = std::collections::hash_map::RandomState::new().hash_one(());
+    (drawn % 1000) as f64 / 1000.0
+}
 
 /// The annotation on a Cluster saying what its unjoining does to the objects the hub
 /// placed there: `Orphan` leaves them.
@@ -117,8 +176,17 @@ fn error_policy(work: Arc<Work>, error: &Error, fleet: Arc<Fleet>) -> Action {
     if error.is_stale_finalizer() {
         return Action::requeue(Duration::from_millis(200));
     }
-    warn!(work = %work.name_any(), cluster = %work.spec.cluster, %error, "Work not delivered; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let wait = fleet.retries.lock().expect("lock").failed(&key(&work));
+    fleet.events.emit(
+        &work.object_ref(&()),
+        Some(&placement_ref(&work)),
+        Type::Warning,
+        "SyncFailed",
+        "Applying",
+        &format!("on cluster {}: {error}", work.spec.cluster),
+    );
+    warn!(work = %work.name_any(), cluster = %work.spec.cluster, %error, ?wait, "Work not delivered; retrying");
+    Action::requeue(wait)
 }
 
 /// The Work's `namespace/name`, as the metrics know it.
@@ -185,6 +253,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
             previous,
         )
         .await;
+    let corrected = member.take_corrections(&work.name_any());
     let applied = status.observed_generation == work.metadata.generation
         && status
             .conditions
@@ -208,7 +277,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
             .map(|(_, until)| until);
         let until = settles_until(work.status.as_ref(), &status, applied, waiting, now);
         if let Some(until) = until {
-            settling.insert(key, (generation, until));
+            settling.insert(key.clone(), (generation, until));
         }
         until
     };
@@ -216,6 +285,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
         watch_drift(fleet, name, &member, work);
         return Ok(Action::requeue(until - now));
     }
+    record(fleet, work, &status, applied, &corrected);
     if work.status.as_ref() != Some(&status) {
         patch_only::<Work, _>(
             &fleet.client,
@@ -228,7 +298,113 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
         .await?;
     }
     watch_drift(fleet, name, &member, work);
-    Ok(Action::requeue(fleet.config.resync_period))
+    // A failed apply is tried again with backoff, not only at the next resync.
+    let mut retries = fleet.retries.lock().expect("lock");
+    if applied {
+        retries.reset(&key);
+        Ok(Action::requeue(fleet.config.resync_period))
+    } else {
+        Ok(Action::requeue(retries.failed(&key)))
+    }
+}
+
+/// The placement that made `work`.
+fn placement_ref(work: &Work) -> ObjectReference {
+    let placement = &work.spec.placement;
+    ObjectReference {
+        api_version: Some(format!("{}/{}", flotilla_api::GROUP, flotilla_api::VERSION)),
+        kind: Some(
+            if placement.namespace.is_some() {
+                "Placement"
+            } else {
+                "ClusterPlacement"
+            }
+            .into(),
+        ),
+        namespace: placement.namespace.clone(),
+        name: Some(placement.name.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+/// The Events of a sync whose new `status` is about to be written over the Work's: the
+/// Work applied (again) or failing (each failed try, aggregated), drift found or gone,
+/// drift `corrected` (the objects and fields the sync put back).
+fn record(fleet: &Fleet, work: &Work, status: &WorkStatus, applied: bool, corrected: &[String]) {
+    let previous = work.status.as_ref();
+    let cluster = &work.spec.cluster;
+    let (regarding, placement) = (work.object_ref(&()), placement_ref(work));
+    let emit = |type_, reason, action, note: &str| {
+        fleet
+            .events
+            .emit(&regarding, Some(&placement), type_, reason, action, note);
+    };
+    let was_applied = previous.is_some_and(|p| {
+        p.observed_generation == status.observed_generation
+            && model::is_true(&p.conditions, flotilla_api::condition::APPLIED)
+    });
+    let generation = status.observed_generation.unwrap_or_default();
+    if applied && !was_applied {
+        emit(
+            Type::Normal,
+            "Applied",
+            "Applying",
+            &format!("generation {generation} applied on cluster {cluster}"),
+        );
+    } else if !applied {
+        let why = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == flotilla_api::condition::APPLIED)
+            .map(|c| c.message.as_str())
+            .unwrap_or_default();
+        emit(
+            Type::Warning,
+            "ApplyFailed",
+            "Applying",
+            &format!("generation {generation} not applied on cluster {cluster}: {why}"),
+        );
+    }
+    let drift = |s: &WorkStatus| -> Vec<String> {
+        s.manifests
+            .iter()
+            .flat_map(|m| {
+                m.drift
+                    .iter()
+                    .map(move |d| format!("{}/{}{}", m.kind, m.name, d.path))
+            })
+            .collect()
+    };
+    if !corrected.is_empty() {
+        emit(
+            Type::Normal,
+            "DriftCorrected",
+            "Correcting",
+            &format!(
+                "on cluster {cluster}, put back as the hub has them: {}",
+                super::events::listed(corrected)
+            ),
+        );
+    }
+    let (before, now) = (previous.map(drift).unwrap_or_default(), drift(status));
+    if before.is_empty() && !now.is_empty() {
+        emit(
+            Type::Warning,
+            "DriftFound",
+            "Comparing",
+            &format!(
+                "on cluster {cluster}, fields differ from the hub's: {}",
+                super::events::listed(&now)
+            ),
+        );
+    } else if !before.is_empty() && now.is_empty() {
+        emit(
+            Type::Normal,
+            "DriftResolved",
+            "Comparing",
+            &format!("on cluster {cluster}, the objects are as the hub has them again"),
+        );
+    }
 }
 
 /// Until when a sync's `status` is better left unwritten, for the member's rollout to
@@ -312,6 +488,7 @@ fn watch_drift(
 async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     fleet.metrics.forget(&key(work));
     fleet.settling.lock().expect("lock").remove(&key(work));
+    fleet.retries.lock().expect("lock").reset(&key(work));
     let name = &work.spec.cluster;
     let Some(cluster) = cluster_of(fleet, name) else {
         info!("cluster gone: nothing to remove");
@@ -403,6 +580,38 @@ mod tests {
             passed,
             ["created", "spec changed", "finalizer added", "deleting"]
         );
+    }
+
+    #[test]
+    fn failures_in_a_row_back_off_from_a_second_to_the_cap_and_start_over_on_success() {
+        assert_eq!(retry_after(1), Duration::from_secs(1));
+        assert_eq!(retry_after(2), Duration::from_secs(2));
+        assert_eq!(retry_after(5), Duration::from_secs(16));
+        assert_eq!(retry_after(8), RETRY_MAX);
+        assert_eq!(retry_after(u32::MAX), RETRY_MAX);
+        let mut retries = Retries::default();
+        let waits: Vec<Duration> = (0..10)
+            .map(|_| retries.failed("flotilla-cluster-a/shop.web"))
+            .collect();
+        for (failures, wait) in (1..).zip(&waits) {
+            let least = retry_after(failures);
+            // Never less than the backoff, at most a tenth more (the jitter).
+            assert!(
+                *wait >= least && *wait <= least + least / 10,
+                "{failures}: {wait:?}"
+            );
+        }
+        assert!(*waits.last().unwrap() <= RETRY_MAX + RETRY_MAX / 10);
+        // Another Work's failures are its own.
+        assert!(retries.failed("flotilla-cluster-b/shop.web") < Duration::from_secs(2));
+        // A success starts over.
+        retries.reset("flotilla-cluster-a/shop.web");
+        assert!(retries.failed("flotilla-cluster-a/shop.web") < Duration::from_secs(2));
+        // So does the cluster coming back, for its Works alone.
+        retries.failed("flotilla-cluster-b/shop.web");
+        retries.reset_namespace("flotilla-cluster-a");
+        assert!(retries.failed("flotilla-cluster-a/shop.web") < Duration::from_secs(2));
+        assert!(retries.failed("flotilla-cluster-b/shop.web") >= Duration::from_secs(4));
     }
 
     #[test]
