@@ -102,6 +102,9 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The hub does not serve a kind a placement selects.
+    #[error("{0}")]
+    NotServed(String),
     /// Something is still in progress (such as Works being removed); try again later.
     #[error("waiting: {0}")]
     Waiting(String),
