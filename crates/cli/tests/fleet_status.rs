@@ -361,6 +361,35 @@ spec:
             .then_some(())
             .ok_or_else(|| p["status"].to_string())
     });
+    eventually("webb reads 1/1", || {
+        let column = ready_column(&hub, "webb");
+        (column == "1/1").then_some(()).ok_or(column)
+    });
+    // No longer selected (the name typo'd again): nothing delivers webb, and its status
+    // no longer says it runs.
+    hub.ok(&[
+        "patch",
+        "placement",
+        "typo",
+        "-n",
+        "shop",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "replace", "path": "/spec/resourceSelectors/0/name", "value": "webc"}]"#,
+    ]);
+    eventually("webb's fleet status is gone", || {
+        let webb = hub.json(&["get", "deploy", "webb", "-n", "shop"]);
+        (webb["status"].as_object().is_none_or(|s| s.is_empty()))
+            .then_some(())
+            .ok_or_else(|| webb["status"].to_string())
+    });
+    let typo = hub.json(&["get", "placement", "typo", "-n", "shop"]);
+    assert_eq!(
+        condition(&typo, "TemplatesFound").unwrap()["message"],
+        "no template matches apps/v1 Deployment webc",
+        "{typo}"
+    );
     hub.ok(&[
         "delete",
         "placement",

@@ -236,6 +236,8 @@ pub(crate) struct Fleet {
     /// Each placement's last plan and the fingerprint of what it was made from: a poke for
     /// its Works' status alone does not plan again.
     plans: Mutex<HashMap<PlacementKey, placement::KeptPlan>>,
+    /// The templates each placement last gave a fleet-wide status (this process's).
+    delivered: Mutex<HashMap<PlacementKey, BTreeSet<crate::plan::ManifestId>>>,
     metrics: Metrics,
 }
 
@@ -565,6 +567,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         confirmed: Mutex::default(),
         inputs_epoch: std::sync::atomic::AtomicU64::new(0),
         plans: Mutex::default(),
+        delivered: Mutex::default(),
         metrics,
     });
 

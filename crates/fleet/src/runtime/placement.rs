@@ -314,6 +314,22 @@ async fn place<P: PlacementObject>(
     for template in &templates {
         aggregate_template(fleet, template, &plan, &works, &not_ready, complete).await?;
     }
+    // Templates it no longer selects lose the status it gave them, unless another
+    // placement delivers them.
+    let now_delivered: BTreeSet<plan::ManifestId> =
+        templates.iter().map(plan::manifest_id).collect();
+    let dropped: Vec<plan::ManifestId> = {
+        let mut delivered = fleet.delivered.lock().expect("lock");
+        let before = delivered.insert(key.clone(), now_delivered.clone());
+        before
+            .unwrap_or_default()
+            .difference(&now_delivered)
+            .cloned()
+            .collect()
+    };
+    for id in dropped {
+        forget_template(fleet, &id, key).await?;
+    }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -479,7 +495,7 @@ async fn write_template_status(
 }
 
 /// Takes the fleet-wide status off the templates placement `key` selects that no other
-/// placement selects: nothing delivers them any more. (Only kinds this fleet aggregates.)
+/// placement selects: nothing delivers them any more.
 async fn forget_templates<P: PlacementObject>(
     fleet: &Arc<Fleet>,
     p: &P,
@@ -491,19 +507,54 @@ async fn forget_templates<P: PlacementObject>(
         Err(Error::NotServed(_)) => Vec::new(),
         Err(e) => return Err(e),
     };
-    for template in selected {
-        let id = plan::manifest_id(&template);
-        if status::aggregate(&id.0, &id.1, None, None, &[], false, &Value::Null).is_none()
-            || template["status"].as_object().is_none_or(|s| s.is_empty())
-            || templates::selecting(fleet, &template)
-                .iter()
-                .any(|other| other != key)
-        {
-            continue;
-        }
-        write_template_status(fleet, &id, &serde_json::json!({})).await?;
+    let mut ids: BTreeSet<plan::ManifestId> = selected.iter().map(plan::manifest_id).collect();
+    ids.extend(
+        fleet
+            .delivered
+            .lock()
+            .expect("lock")
+            .remove(key)
+            .unwrap_or_default(),
+    );
+    for id in ids {
+        forget_template(fleet, &id, key).await?;
     }
     Ok(())
+}
+
+/// Takes the fleet-wide status off template `id` (a kind this fleet aggregates, with a
+/// status) unless a placement other than `key` selects it.
+async fn forget_template(
+    fleet: &Arc<Fleet>,
+    id: &plan::ManifestId,
+    key: &PlacementKey,
+) -> Result<(), Error> {
+    if status::aggregate(&id.0, &id.1, None, None, &[], false, &Value::Null).is_none() {
+        return Ok(());
+    }
+    let kind = match fleet
+        .templates
+        .kind(Arc::downgrade(fleet), &id.0, &id.1)
+        .await
+    {
+        Ok(kind) => kind,
+        Err(Error::NotServed(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut reference = ObjectRef::new_with(&id.3, kind.resource.clone());
+    reference.namespace = (!id.2.is_empty()).then(|| id.2.clone());
+    let Some(object) = kind.store.get(&reference) else {
+        return Ok(());
+    };
+    let template = templates::as_value(&object, &id.0, &id.1);
+    if template["status"].as_object().is_none_or(|s| s.is_empty())
+        || templates::selecting(fleet, &template)
+            .iter()
+            .any(|other| other != key)
+    {
+        return Ok(());
+    }
+    write_template_status(fleet, id, &serde_json::json!({})).await
 }
 
 /// The status of a placement whose templates could not be read: `Scheduled=False`; and
