@@ -318,18 +318,22 @@ async fn place<P: PlacementObject>(
     // placement delivers them.
     let now_delivered: BTreeSet<plan::ManifestId> =
         templates.iter().map(plan::manifest_id).collect();
-    let dropped: Vec<plan::ManifestId> = {
-        let mut delivered = fleet.delivered.lock().expect("lock");
-        let before = delivered.insert(key.clone(), now_delivered.clone());
-        before
-            .unwrap_or_default()
-            .difference(&now_delivered)
-            .cloned()
-            .collect()
-    };
+    let dropped: Vec<plan::ManifestId> = fleet
+        .delivered
+        .lock()
+        .expect("lock")
+        .get(key)
+        .map(|before| before.difference(&now_delivered).cloned().collect())
+        .unwrap_or_default();
     for id in dropped {
         forget_template(fleet, &id, key).await?;
     }
+    // Noted once each dropped one is done (a failure tries them again).
+    fleet
+        .delivered
+        .lock()
+        .expect("lock")
+        .insert(key.clone(), now_delivered);
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
