@@ -83,6 +83,9 @@ pub mod condition {
     /// The applied objects are available, as their kind defines it (Placement, Work, per
     /// manifest).
     pub const AVAILABLE: &str = "Available";
+    /// Every resource selector of the placement matches a template the hub serves
+    /// (Placement, ClusterPlacement); `False` names those that match nothing.
+    pub const TEMPLATES_FOUND: &str = "TemplatesFound";
     /// The cluster's control plane is healthy (ClusterProfile, KEP-4322).
     pub const CONTROL_PLANE_HEALTHY: &str = "ControlPlaneHealthy";
 

@@ -5,7 +5,7 @@
 //! `spec.clusters` is `flotilla-fleet`'s `ClusterAffinity` and `spec.replicas` its
 //! `ReplicaPolicy`, field for field.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -406,7 +406,7 @@ pub struct PlacementStatus {
     /// The `metadata.generation` this status is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Scheduled`, `Applied` and `Available`.
+    /// `Scheduled`, `Applied`, `Available` and `TemplatesFound`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The chosen clusters and their state: every one up to [`MAX_LISTED_CLUSTERS`];
@@ -452,6 +452,11 @@ pub struct PlacedCluster {
     /// more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unlisted_drift: Option<i32>,
+    /// Set while the cluster is not `Ready`: since when. Its conditions are then `Unknown`
+    /// and say what it last reported before that time, which counts for nothing in the
+    /// placement's conditions nor in its templates' status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_since: Option<Time>,
 }
 
 /// How much drift a status lists, so that a status stays far below the API's object size

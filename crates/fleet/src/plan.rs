@@ -9,7 +9,8 @@
 //!                                              │           │
 //!  ClusterOverrides (by name), then Overrides ─┴─► render() per (template, cluster)
 //!                                                          ▼
-//!        Plan { selection, works: cluster → WorkSpec, replicas, scheduled, failed }
+//!        Plan { selection, works: cluster → WorkSpec, replicas (per cluster, and per
+//!               template and cluster as rendered), scheduled, failed }
 //! ```
 //!
 //! A cluster whose rendering fails keeps its current Work untouched (`failed` says why):
@@ -152,6 +153,10 @@ pub struct Plan {
     /// The replicas each chosen cluster runs (summed over the templates that have
     /// replicas); empty when no template has any.
     pub replicas: BTreeMap<String, i64>,
+    /// The replicas of each template with replicas on each chosen cluster, as its Work
+    /// asks for them (the division, then the overrides): what the cluster's reports of
+    /// the template are measured against.
+    pub template_replicas: BTreeMap<ManifestId, BTreeMap<String, i64>>,
     /// Whether the scheduling could be done; `Err` says why not (every current Work is
     /// then kept as it is).
     pub scheduled: Result<(), String>,
@@ -165,6 +170,7 @@ impl Default for Plan {
             selection: Selection::default(),
             works: BTreeMap::new(),
             replicas: BTreeMap::new(),
+            template_replicas: BTreeMap::new(),
             scheduled: Ok(()),
             failed: BTreeMap::new(),
         }
@@ -331,6 +337,16 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
             .collect();
         match rendered {
             Ok(rendered) => {
+                for (template, manifest) in templates.iter().zip(&rendered) {
+                    let id = manifest_id(template);
+                    if divisions.contains_key(&id) {
+                        let n = render::replicas(manifest).unwrap_or_default();
+                        plan.template_replicas
+                            .entry(id)
+                            .or_default()
+                            .insert(view.name.clone(), n);
+                    }
+                }
                 manifests.extend(rendered);
                 plan.works.insert(
                     view.name.clone(),
@@ -343,6 +359,24 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
                 );
             }
             Err(why) => {
+                // The current Work is kept as it is: what it asks for is what counts.
+                let kept: Vec<Value> = inputs
+                    .current
+                    .get(&view.name)
+                    .map(|w| w.manifests.iter().map(Manifest::value).collect())
+                    .unwrap_or_default();
+                for id in divisions.keys() {
+                    if let Some(n) = kept
+                        .iter()
+                        .find(|m| manifest_id(m) == *id)
+                        .and_then(render::replicas)
+                    {
+                        plan.template_replicas
+                            .entry(id.clone())
+                            .or_default()
+                            .insert(view.name.clone(), n);
+                    }
+                }
                 if let Some(current) = inputs.current.get(&view.name) {
                     plan.works.insert(view.name.clone(), (*current).clone());
                 }

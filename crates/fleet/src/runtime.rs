@@ -104,6 +104,9 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The hub does not serve a kind a placement selects.
+    #[error("{0}")]
+    NotServed(String),
     /// Something is still in progress (such as Works being removed); try again later.
     #[error("waiting: {0}")]
     Waiting(String),
@@ -237,6 +240,8 @@ pub(crate) struct Fleet {
     /// Each placement's last plan and the fingerprint of what it was made from: a poke for
     /// its Works' status alone does not plan again.
     plans: Mutex<HashMap<PlacementKey, placement::KeptPlan>>,
+    /// The templates each placement last gave a fleet-wide status (this process's).
+    delivered: Mutex<HashMap<PlacementKey, BTreeSet<crate::plan::ManifestId>>>,
     metrics: Metrics,
     /// The controllers' Kubernetes Events, rate-limited and aggregated.
     events: events::Recorder,
@@ -583,6 +588,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         confirmed: Mutex::default(),
         inputs_epoch: std::sync::atomic::AtomicU64::new(0),
         plans: Mutex::default(),
+        delivered: Mutex::default(),
         metrics,
         events: events::Recorder::new(client.clone(), hub_name),
     });

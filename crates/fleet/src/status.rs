@@ -3,12 +3,18 @@
 //!
 //! ```text
 //!  Work.status (per cluster) ─┬─► PlacementStatus { Scheduled, Applied, Available,
-//!  Plan (selection, replicas) ┘                     clusters[], excluded[] (each at most
-//!                                                   MAX_LISTED_CLUSTERS, the troubled first) }
-//!  ManifestStatus.statusFeedback of one template, per cluster
-//!                             └─► aggregate(kind) ─► the template's status (counters
-//!                                                    summed, conditions merged)
+//!  Plan (selection, replicas) ┤                     TemplatesFound, clusters[], excluded[]
+//!  clusters not Ready ────────┤                     (each at most MAX_LISTED_CLUSTERS, the
+//!  selectors matching nothing ┘                     troubled first) }
+//!  ManifestStatus.statusFeedback of one template, per cluster (+ the replicas asked of
+//!  it there, + whether the cluster is Ready)
+//!                             └─► aggregate(kind) ─► the template's status (counters in
+//!                                                    the template's units, conditions merged)
 //! ```
+//!
+//! What a cluster that is not `Ready` last reported is not its current state: it is shown
+//! as last reported (per cluster, `Unknown`, with when the cluster stopped being Ready) and
+//! counts for nothing, neither in the placement's conditions nor in the template's status.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,14 +62,47 @@ pub fn condition(
     condition::keep_time(kind, status, reason, message, generation, previous, now)
 }
 
-/// The placement's status from its plan and its Works (by cluster).
+/// What the placement's status is made from besides its plan.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    /// The placement's Works, by cluster.
+    pub works: &'a BTreeMap<String, WorkView<'a>>,
+    /// The clusters that are not `Ready`, each with when it stopped being Ready (its
+    /// `Ready` condition's last transition): what their Works say was last reported
+    /// before then.
+    pub not_ready: &'a BTreeMap<String, Time>,
+    /// The placement's resource selectors that match no template, each described (such
+    /// as `apps/v1 Deployment webb`).
+    pub unmatched: &'a [String],
+}
+
+/// The most names a condition's message lists.
+const NAMED_IN_MESSAGES: usize = 5;
+
+/// `names` joined, at most [`NAMED_IN_MESSAGES`] of them, then how many more.
+fn named<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.into_iter().collect();
+    let mut text = names
+        .iter()
+        .take(NAMED_IN_MESSAGES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > NAMED_IN_MESSAGES {
+        text.push_str(&format!(" and {} more", names.len() - NAMED_IN_MESSAGES));
+    }
+    text
+}
+
+/// The placement's status from its plan and what was observed.
 pub fn placement_status(
     plan: &Plan,
-    works: &BTreeMap<String, WorkView<'_>>,
+    observed: &Observed<'_>,
     generation: Option<i64>,
     previous: Option<&PlacementStatus>,
     now: &Time,
 ) -> PlacementStatus {
+    let works = observed.works;
     let previous_conditions = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();
@@ -77,12 +116,17 @@ pub fn placement_status(
         .unwrap_or_default();
     let mut clusters = Vec::new();
     let (mut applied, mut available) = (0, 0);
+    let mut not_ready: Vec<&str> = Vec::new();
     for name in &plan.selection.chosen {
         let work = works.get(name);
         let old = listed_before
             .get(name.as_str())
             .copied()
             .unwrap_or_default();
+        let stale_since = observed.not_ready.get(name);
+        if stale_since.is_some() {
+            not_ready.push(name);
+        }
         let mut conditions = Vec::new();
         if let Some(why) = plan.failed.get(name) {
             conditions.push(condition(
@@ -97,6 +141,25 @@ pub fn placement_status(
         }
         for kind in [condition::APPLIED, condition::AVAILABLE] {
             let found = work.and_then(|w| w.condition(kind));
+            if let Some(since) = stale_since {
+                // Last reported before the cluster stopped being Ready: shown as such,
+                // not counted.
+                let last = match found {
+                    Some(c) => format!("{kind}={} ({}: {})", c.status, c.reason, c.message),
+                    None => "nothing".to_owned(),
+                };
+                let message = format!("cluster not Ready since {}; last reported {last}", since.0);
+                conditions.push(condition::keep_time(
+                    kind,
+                    "Unknown",
+                    "ClusterNotReady",
+                    message,
+                    generation,
+                    old,
+                    now,
+                ));
+                continue;
+            }
             let (ok, reason, message) = match found {
                 Some(c) => (c.status == "True", c.reason.clone(), c.message.clone()),
                 None => (
@@ -123,6 +186,7 @@ pub fn placement_status(
             conditions,
             drift,
             unlisted_drift,
+            not_ready_since: stale_since.cloned(),
         });
     }
     let chosen = plan.selection.chosen.len();
@@ -150,18 +214,53 @@ pub fn placement_status(
             now,
         ),
     };
-    let count = |kind: &str, done: usize| {
-        let ok = chosen > 0 && done == chosen && plan.failed.is_empty();
+    let count = |kind: &str, done: usize, templates_found: bool| {
+        let ok = chosen > 0 && done == chosen && plan.failed.is_empty() && templates_found;
+        let mut message = format!("{done}/{chosen} clusters");
+        let reason = if ok {
+            "AllClusters"
+        } else if !templates_found {
+            message.push_str(&format!(
+                "; no template for {}",
+                named(observed.unmatched.iter().map(String::as_str))
+            ));
+            "TemplatesNotFound"
+        } else if !not_ready.is_empty() {
+            message.push_str(&format!(
+                "; not Ready: {}",
+                named(not_ready.iter().copied())
+            ));
+            "ClustersNotReady"
+        } else {
+            "SomeClusters"
+        };
         condition(
             kind,
             ok,
-            if ok { "AllClusters" } else { "SomeClusters" },
-            format!("{done}/{chosen} clusters"),
+            reason,
+            message,
             generation,
             previous_conditions,
             now,
         )
     };
+    let found = observed.unmatched.is_empty();
+    let templates_found = condition(
+        condition::TEMPLATES_FOUND,
+        found,
+        if found { "Found" } else { "NotFound" },
+        if found {
+            "every resource selector matches a template".to_owned()
+        } else {
+            format!(
+                "no template matches {}",
+                named(observed.unmatched.iter().map(String::as_str))
+            )
+        },
+        generation,
+        previous_conditions,
+        now,
+    );
     let unlisted_clusters = keep_listed(&mut clusters, troubled);
     let excluded: Vec<ExcludedCluster> = plan
         .selection
@@ -178,8 +277,9 @@ pub fn placement_status(
         observed_generation: generation,
         conditions: vec![
             scheduled,
-            count(condition::APPLIED, applied),
-            count(condition::AVAILABLE, available),
+            count(condition::APPLIED, applied, true),
+            count(condition::AVAILABLE, available, found),
+            templates_found,
         ],
         clusters,
         unlisted_clusters,
@@ -237,34 +337,43 @@ fn drift_of(manifests: &[ManifestStatus]) -> (Vec<Drift>, Option<i32>) {
     (drift, (unlisted > 0).then_some(unlisted))
 }
 
-/// The status feedback of one template on each cluster, from the Works' statuses.
-pub fn feedback<'a>(
-    id: &ManifestId,
-    works: impl IntoIterator<Item = &'a WorkStatus>,
-) -> Vec<Value> {
-    works
-        .into_iter()
-        .filter_map(|status| {
-            status.manifests.iter().find(|m| {
-                m.api_version == id.0
-                    && m.kind == id.1
-                    && m.namespace.as_deref().unwrap_or_default() == id.2
-                    && m.name == id.3
-            })
+/// The status feedback of one template in a Work's status, if the member reported one.
+pub fn feedback(id: &ManifestId, status: &WorkStatus) -> Option<Value> {
+    status
+        .manifests
+        .iter()
+        .find(|m| {
+            m.api_version == id.0
+                && m.kind == id.1
+                && m.namespace.as_deref().unwrap_or_default() == id.2
+                && m.name == id.3
         })
-        .filter_map(|m| m.status_feedback.as_ref().map(|f| f.value()))
-        .collect()
+        .and_then(|m| m.status_feedback.as_ref().map(|f| f.value()))
 }
 
-/// The counters summed for each kind with replicas.
-fn counters(api_version: &str, kind: &str) -> Option<&'static [&'static str]> {
+/// What one chosen cluster says of a template.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The template's status there as last reported (see [`feedback`]); `None`: none yet.
+    pub feedback: Option<Value>,
+    /// The replicas the hub asks of the cluster (kinds with replicas): its Work's.
+    pub desired: Option<i64>,
+    /// Whether the cluster is `Ready`: the report of one that is not is not current and
+    /// counts for nothing.
+    pub current: bool,
+}
+
+/// The counters of kinds with `spec.replicas`, which the template's status gives in the
+/// template's own units (see [`aggregate`]).
+fn scaled_counters(api_version: &str, kind: &str) -> Option<&'static [&'static str]> {
     Some(match (api_version, kind) {
         ("apps/v1", "Deployment") => &[
             "replicas",
             "updatedReplicas",
             "readyReplicas",
             "availableReplicas",
-            "unavailableReplicas",
         ],
         ("apps/v1", "StatefulSet") => &[
             "replicas",
@@ -279,6 +388,13 @@ fn counters(api_version: &str, kind: &str) -> Option<&'static [&'static str]> {
             "readyReplicas",
             "availableReplicas",
         ],
+        _ => return None,
+    })
+}
+
+/// The counters of kinds without `spec.replicas`, summed over the clusters.
+fn summed_counters(api_version: &str, kind: &str) -> Option<&'static [&'static str]> {
+    Some(match (api_version, kind) {
         ("apps/v1", "DaemonSet") => &[
             "currentNumberScheduled",
             "numberMisscheduled",
@@ -293,19 +409,42 @@ fn counters(api_version: &str, kind: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-/// The fleet-wide status of a template of `api_version`/`kind` at `generation`, from its
-/// status on each cluster (`feedback`) when `complete` (every chosen cluster reported
-/// the current Work): the counters summed, each condition type `True` only when it is
-/// `True` everywhere. `None` for kinds without counters.
+/// The fleet-wide status of a template of `api_version`/`kind` at `generation` whose
+/// spec asks for `spec_replicas` (kinds with replicas), from what each chosen cluster
+/// reports (`reports`), when `complete` (every chosen cluster reported its current Work).
+/// `None` for kinds without counters.
+///
+/// Only Ready clusters count, each for at most what it is asked for: a cluster that is
+/// not Ready adds nothing, and one whose copy drifted (scaled to 9 where the hub asks
+/// for 2) adds at most 2.
+///
+/// Kinds with replicas (Deployment, StatefulSet, ReplicaSet) speak in the template's
+/// units, since every reader compares their counters with `spec.replicas` (kubectl's
+/// READY column, `kubectl rollout status`): each counter is the share of the replicas
+/// asked of the fleet that the clusters report, times `spec.replicas`, rounded down:
+/// `⌊Σ min(counter_c, desired_c) × spec.replicas / Σ desired_c⌋`. Divided, the desired
+/// replicas add up to `spec.replicas` and the counters are plain sums; Duplicated over 3
+/// clusters of 12, 36 ready read 12/12 and one cluster down 8/12. No counter exceeds
+/// `spec.replicas`. A Deployment's `unavailableReplicas` is what `availableReplicas`
+/// lacks of `spec.replicas`.
+///
+/// Other kinds (DaemonSet, Job) have their counters summed over the Ready clusters.
+/// Each condition type is `True` only when every chosen cluster is Ready and says `True`.
 pub fn aggregate(
     api_version: &str,
     kind: &str,
     generation: Option<i64>,
-    feedback: &[Value],
+    spec_replicas: Option<i64>,
+    reports: &[Report],
     complete: bool,
     previous: &Value,
 ) -> Option<Value> {
-    let counters = counters(api_version, kind)?;
+    let scaled = scaled_counters(api_version, kind);
+    let summed = summed_counters(api_version, kind);
+    if scaled.is_none() && summed.is_none() {
+        return None;
+    }
+    let complete = complete && reports.iter().all(|r| r.current && r.feedback.is_some());
     let mut status = Map::new();
     if complete {
         if let Some(generation) = generation {
@@ -314,49 +453,107 @@ pub fn aggregate(
     } else if let Some(observed) = previous.get("observedGeneration") {
         status.insert("observedGeneration".into(), observed.clone());
     }
-    for counter in counters {
-        let sum: i64 = feedback.iter().filter_map(|f| f[*counter].as_i64()).sum();
-        if sum != 0 || feedback.iter().any(|f| f.get(*counter).is_some()) {
+    let current: Vec<(&Report, &Value)> = reports
+        .iter()
+        .filter(|r| r.current)
+        .filter_map(|r| Some((r, r.feedback.as_ref()?)))
+        .collect();
+    // A counter any cluster ever reported is given, 0 when none counts.
+    let reported = |counter: &str| {
+        reports
+            .iter()
+            .filter_map(|r| r.feedback.as_ref())
+            .any(|f| f.get(counter).is_some())
+    };
+    if let Some(counters) = scaled {
+        let spec = i128::from(spec_replicas.unwrap_or(1).max(0));
+        let asked: i128 = reports
+            .iter()
+            .map(|r| i128::from(r.desired.unwrap_or_default().max(0)))
+            .sum();
+        for counter in counters {
+            let counted: i128 = current
+                .iter()
+                .map(|(r, f)| {
+                    let n = f[*counter].as_i64().unwrap_or_default().max(0);
+                    i128::from(r.desired.map_or(n, |d| n.min(d.max(0))))
+                })
+                .sum();
+            let value = if asked == 0 {
+                0
+            } else {
+                i64::try_from(counted * spec / asked).unwrap_or(i64::MAX)
+            };
+            if value != 0 || reported(counter) {
+                status.insert((*counter).into(), json!(value));
+            }
+        }
+        if kind == "Deployment" {
+            let available = status
+                .get("availableReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or_default();
+            let lacking = i64::try_from(spec).unwrap_or(i64::MAX) - available;
+            if lacking > 0 {
+                status.insert("unavailableReplicas".into(), json!(lacking));
+            }
+        }
+    }
+    for counter in summed.into_iter().flatten() {
+        let sum: i64 = current
+            .iter()
+            .filter_map(|(_, f)| f[*counter].as_i64())
+            .sum();
+        if sum != 0 || reported(counter) {
             status.insert((*counter).into(), json!(sum));
         }
     }
-    // Conditions merged by type: True only where every cluster says True; the message of
-    // the first that does not.
-    let mut merged: BTreeMap<String, (usize, usize, Option<Value>)> = BTreeMap::new();
-    for f in feedback {
+    // Conditions merged by type: True only where every chosen cluster is Ready and says
+    // True; the message of the first that does not.
+    let not_ready: Vec<&str> = reports
+        .iter()
+        .filter(|r| !r.current)
+        .map(|r| r.cluster.as_str())
+        .collect();
+    // (The types of the clusters not Ready are kept: they are False for want of them.)
+    let mut merged: BTreeMap<String, (usize, Option<Value>)> = BTreeMap::new();
+    for r in reports {
+        let Some(f) = &r.feedback else { continue };
         for c in f["conditions"].as_array().into_iter().flatten() {
             let Some(kind) = c["type"].as_str() else {
                 continue;
             };
-            let entry = merged.entry(kind.to_owned()).or_insert((0, 0, None));
-            entry.0 += 1;
+            let entry = merged.entry(kind.to_owned()).or_insert((0, None));
+            if !r.current {
+                continue;
+            }
             if c["status"] == "True" {
-                entry.1 += 1;
-            } else if entry.2.is_none() {
-                entry.2 = Some(c.clone());
+                entry.0 += 1;
+            } else if entry.1.is_none() {
+                entry.1 = Some(c.clone());
             }
         }
     }
     if !merged.is_empty() {
         let previous_conditions = previous["conditions"].as_array();
+        let all = reports.len();
         let conditions: Vec<Value> = merged
             .into_iter()
-            .map(|(kind, (seen, true_count, first_false))| {
-                let ok = seen == feedback.len() && true_count == seen;
+            .map(|(kind, (true_count, first_false))| {
+                let ok = true_count == all;
                 let status = if ok { "True" } else { "False" };
+                let counted = format!("{true_count}/{all} clusters");
                 let (reason, message) = match &first_false {
                     Some(c) if !ok => (
                         c["reason"].as_str().unwrap_or("SomeClusters").to_owned(),
-                        format!(
-                            "{true_count}/{} clusters: {}",
-                            feedback.len(),
-                            c["message"].as_str().unwrap_or_default()
-                        ),
+                        format!("{counted}: {}", c["message"].as_str().unwrap_or_default()),
                     ),
-                    _ => (
-                        "AllClusters".to_owned(),
-                        format!("{true_count}/{} clusters", feedback.len()),
+                    _ if !not_ready.is_empty() => (
+                        "ClustersNotReady".to_owned(),
+                        format!("{counted}; not Ready: {}", named(not_ready.iter().copied())),
                     ),
+                    _ if !ok => ("SomeClusters".to_owned(), counted),
+                    _ => ("AllClusters".to_owned(), counted),
                 };
                 let time = previous_conditions
                     .into_iter()

@@ -330,3 +330,41 @@ fn cluster_overrides_apply_before_overrides_and_selectors_pick_templates() {
     .unwrap();
     assert!(!selects(&wrong_kind, Some("shop"), &object));
 }
+
+#[test]
+fn the_replicas_each_cluster_is_asked_for_are_kept_per_template_overrides_included() {
+    // Divided 1:2, then an override that sets eu-2's replicas to 5.
+    let spec = placement();
+    let five: OverrideSpec = serde_json::from_value(json!({
+        "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+        "clusters": {"names": ["eu-2"]},
+        "rules": [{"jsonPatch": [{"op": "replace", "path": "/spec/replicas", "value": 5}]}]
+    }))
+    .unwrap();
+    let overrides = [OverrideRef {
+        namespace: Some("shop"),
+        name: "five",
+        spec: &five,
+    }];
+    let plan = run(
+        &spec,
+        &[deployment(9)],
+        &fleet(),
+        &overrides,
+        &BTreeMap::new(),
+    );
+    let id = manifest_id(&deployment(9));
+    assert_eq!(
+        plan.template_replicas[&id],
+        BTreeMap::from([("eu-1".into(), 3), ("eu-2".into(), 5)])
+    );
+    assert_eq!(replicas_in(&plan.works["eu-2"]), 5);
+    // A template without replicas has none.
+    let config = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings", "namespace": "shop"}, "data": {}});
+    let mut spec = placement();
+    spec.resource_selectors[0].kind = "ConfigMap".into();
+    spec.resource_selectors[0].api_version = "v1".into();
+    let plan = run(&spec, &[config], &fleet(), &[], &BTreeMap::new());
+    assert!(plan.template_replicas.is_empty());
+}

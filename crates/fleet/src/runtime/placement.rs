@@ -117,7 +117,7 @@ async fn reconcile<P: PlacementObject>(p: Arc<P>, fleet: Arc<Fleet>) -> Result<A
     finalizer::finalizer(&api, FINALIZER, p, |event| async {
         match event {
             Event::Apply(p) => place(&fleet, &*p, &key).await,
-            Event::Cleanup(_) => unplace(&fleet, &key).await,
+            Event::Cleanup(p) => unplace(&fleet, &*p, &key).await,
         }
     })
     .instrument(span)
@@ -197,10 +197,15 @@ async fn place<P: PlacementObject>(
     let epoch = fleet
         .inputs_epoch
         .load(std::sync::atomic::Ordering::Acquire);
-    let templates = match templates::selected(fleet, spec, key.namespace.as_deref()).await {
-        Ok(templates) => templates,
+    // A kind the hub does not serve (or whose cache is not filled) plans nothing: the
+    // current Works stay as they are.
+    let templates::Selected {
+        objects: templates,
+        unmatched,
+    } = match templates::selected(fleet, spec, key.namespace.as_deref()).await {
+        Ok(selected) => selected,
         Err(e) => {
-            write_status(fleet, p, key, unscheduled(p, &e.to_string())).await?;
+            write_status(fleet, p, key, unscheduled(p, &e)).await?;
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
     };
@@ -301,9 +306,15 @@ async fn place<P: PlacementObject>(
             )
         })
         .collect();
+    let not_ready = not_ready(fleet, &plan.selection.chosen);
     let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let observed = status::Observed {
+        works: &views,
+        not_ready: &not_ready,
+        unmatched: &unmatched,
+    };
     let placement_status =
-        status::placement_status(&plan, &views, p.meta().generation, p.status(), &now);
+        status::placement_status(&plan, &observed, p.meta().generation, p.status(), &now);
     write_status(fleet, p, key, placement_status).await?;
     let complete = plan.scheduled.is_ok()
         && plan.selection.chosen.iter().all(|c| {
@@ -313,9 +324,48 @@ async fn place<P: PlacementObject>(
                 })
         });
     for template in &templates {
-        aggregate_template(fleet, template, &plan, &works, complete).await?;
+        aggregate_template(fleet, template, &plan, &works, &not_ready, complete).await?;
     }
+    // Templates it no longer selects lose the status it gave them, unless another
+    // placement delivers them.
+    let now_delivered: BTreeSet<plan::ManifestId> =
+        templates.iter().map(plan::manifest_id).collect();
+    let dropped: Vec<plan::ManifestId> = fleet
+        .delivered
+        .lock()
+        .expect("lock")
+        .get(key)
+        .map(|before| before.difference(&now_delivered).cloned().collect())
+        .unwrap_or_default();
+    for id in dropped {
+        forget_template(fleet, &id, key).await?;
+    }
+    // Noted once each dropped one is done (a failure tries them again).
+    fleet
+        .delivered
+        .lock()
+        .expect("lock")
+        .insert(key.clone(), now_delivered);
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The clusters of `chosen` whose `Ready` condition is not `True`, each with when it
+/// stopped being Ready. (A cluster not probed yet has no `Ready` condition: its Work has
+/// no status to count either.)
+fn not_ready(fleet: &Fleet, chosen: &[String]) -> BTreeMap<String, Time> {
+    chosen
+        .iter()
+        .filter_map(|name| {
+            let cluster = fleet.clusters.get(&ObjectRef::new(name))?;
+            let ready = cluster
+                .status
+                .as_ref()?
+                .conditions
+                .iter()
+                .find(|c| c.type_ == flotilla_api::condition::READY)?;
+            (ready.status != "True").then(|| (name.clone(), ready.last_transition_time.clone()))
+        })
+        .collect()
 }
 
 /// A placement's last plan, kept while what it was made from is unchanged and every Work
@@ -402,21 +452,31 @@ async fn aggregate_template(
     template: &Value,
     plan: &plan::Plan,
     works: &BTreeMap<String, Arc<Work>>,
+    not_ready: &BTreeMap<String, Time>,
     complete: bool,
 ) -> Result<(), Error> {
     let id = plan::manifest_id(template);
-    let statuses = plan
+    let desired = plan.template_replicas.get(&id);
+    let reports: Vec<status::Report> = plan
         .selection
         .chosen
         .iter()
-        .filter_map(|c| works.get(c).and_then(|w| w.status.as_ref()));
-    let feedback = status::feedback(&id, statuses);
-    let complete = complete && feedback.len() == plan.selection.chosen.len();
+        .map(|c| status::Report {
+            cluster: c.clone(),
+            feedback: works
+                .get(c)
+                .and_then(|w| w.status.as_ref())
+                .and_then(|s| status::feedback(&id, s)),
+            desired: desired.and_then(|d| d.get(c)).copied(),
+            current: !not_ready.contains_key(c),
+        })
+        .collect();
     let Some(new) = status::aggregate(
         &id.0,
         &id.1,
         template["metadata"]["generation"].as_i64(),
-        &feedback,
+        crate::render::replicas(template),
+        &reports,
         complete,
         &template["status"],
     ) else {
@@ -425,6 +485,15 @@ async fn aggregate_template(
     if template["status"] == new {
         return Ok(());
     }
+    write_template_status(fleet, &id, &new).await
+}
+
+/// Replaces the whole status of template `id` (counters that went away go).
+async fn write_template_status(
+    fleet: &Arc<Fleet>,
+    id: &plan::ManifestId,
+    status: &Value,
+) -> Result<(), Error> {
     let kind = fleet
         .templates
         .kind(Arc::downgrade(fleet), &id.0, &id.1)
@@ -434,37 +503,129 @@ async fn aggregate_template(
     } else {
         Api::all_with(fleet.client.clone(), &kind.resource)
     };
-    // The whole status is replaced: counters that went away go.
-    api.patch_status(&id.3, &PatchParams::default(), &status_patch(&new))
+    api.patch_status(&id.3, &PatchParams::default(), &status_patch(status))
         .await
         .map(|_| ())
         .or_else(gone)
         .map_err(Error::from)
 }
 
-fn unscheduled<P: PlacementObject>(p: &P, why: &str) -> PlacementStatus {
+/// Takes the fleet-wide status off the templates placement `key` selects that no other
+/// placement selects: nothing delivers them any more.
+async fn forget_templates<P: PlacementObject>(
+    fleet: &Arc<Fleet>,
+    p: &P,
+    key: &PlacementKey,
+) -> Result<(), Error> {
+    let selected = match templates::selected(fleet, p.spec(), key.namespace.as_deref()).await {
+        Ok(selected) => selected.objects,
+        // Nothing of a kind not served had a status from here.
+        Err(Error::NotServed(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut ids: BTreeSet<plan::ManifestId> = selected.iter().map(plan::manifest_id).collect();
+    ids.extend(
+        fleet
+            .delivered
+            .lock()
+            .expect("lock")
+            .remove(key)
+            .unwrap_or_default(),
+    );
+    for id in ids {
+        forget_template(fleet, &id, key).await?;
+    }
+    Ok(())
+}
+
+/// Takes the fleet-wide status off template `id` (a kind this fleet aggregates, with a
+/// status) unless a placement other than `key` selects it.
+async fn forget_template(
+    fleet: &Arc<Fleet>,
+    id: &plan::ManifestId,
+    key: &PlacementKey,
+) -> Result<(), Error> {
+    if status::aggregate(&id.0, &id.1, None, None, &[], false, &Value::Null).is_none() {
+        return Ok(());
+    }
+    let kind = match fleet
+        .templates
+        .kind(Arc::downgrade(fleet), &id.0, &id.1)
+        .await
+    {
+        Ok(kind) => kind,
+        Err(Error::NotServed(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut reference = ObjectRef::new_with(&id.3, kind.resource.clone());
+    reference.namespace = (!id.2.is_empty()).then(|| id.2.clone());
+    let Some(object) = kind.store.get(&reference) else {
+        return Ok(());
+    };
+    let template = templates::as_value(&object, &id.0, &id.1);
+    if template["status"].as_object().is_none_or(|s| s.is_empty())
+        || templates::selecting(fleet, &template)
+            .iter()
+            .any(|other| other != key)
+    {
+        return Ok(());
+    }
+    write_template_status(fleet, id, &serde_json::json!({})).await
+}
+
+/// The status of a placement whose templates could not be read: `Scheduled=False`; and
+/// when a selected kind is not served, `TemplatesFound=False` naming it and
+/// `Available=False` (what it last said of its clusters is kept).
+fn unscheduled<P: PlacementObject>(p: &P, error: &Error) -> PlacementStatus {
+    use flotilla_api::condition::{AVAILABLE, SCHEDULED, TEMPLATES_FOUND};
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let previous = p
         .status()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let mut status = p.status().cloned().unwrap_or_default();
-    status.observed_generation = p.meta().generation;
-    status
-        .conditions
-        .retain(|c| c.type_ != flotilla_api::condition::SCHEDULED);
-    status.conditions.insert(
-        0,
-        status::condition(
-            flotilla_api::condition::SCHEDULED,
+    let generation = p.meta().generation;
+    let why = error.to_string();
+    let mut set = vec![status::condition(
+        SCHEDULED,
+        false,
+        "TemplatesUnavailable",
+        why.clone(),
+        generation,
+        previous,
+        &now,
+    )];
+    if matches!(error, Error::NotServed(_)) {
+        set.push(status::condition(
+            AVAILABLE,
             false,
-            "TemplatesUnavailable",
-            why.to_owned(),
-            p.meta().generation,
+            "TemplatesNotFound",
+            why.clone(),
+            generation,
             previous,
             &now,
-        ),
-    );
+        ));
+        set.push(status::condition(
+            TEMPLATES_FOUND,
+            false,
+            "KindNotServed",
+            why,
+            generation,
+            previous,
+            &now,
+        ));
+    }
+    let mut status = p.status().cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    status
+        .conditions
+        .retain(|c| !set.iter().any(|s| s.type_ == c.type_));
+    for (i, condition) in set.into_iter().enumerate() {
+        if i == 0 {
+            status.conditions.insert(0, condition);
+        } else {
+            status.conditions.push(condition);
+        }
+    }
     status
 }
 
@@ -587,8 +748,13 @@ async fn publish_decision(
 }
 
 /// The placement is going: its Works go (each one's finalizer removes what it put on its
-/// member), and so do its decisions.
-async fn unplace(fleet: &Arc<Fleet>, key: &PlacementKey) -> Result<Action, Error> {
+/// member), and so do its decisions and the fleet-wide status of the templates no other
+/// placement delivers.
+async fn unplace<P: PlacementObject>(
+    fleet: &Arc<Fleet>,
+    p: &P,
+    key: &PlacementKey,
+) -> Result<Action, Error> {
     fleet.decisions.lock().expect("lock").remove(key);
     fleet.plans.lock().expect("lock").remove(key);
     let name = key.work_name();
@@ -612,6 +778,7 @@ async fn unplace(fleet: &Arc<Fleet>, key: &PlacementKey) -> Result<Action, Error
             .map(|_| ())
             .or_else(gone)?;
     }
+    forget_templates(fleet, p, key).await?;
     Ok(Action::await_change())
 }
 

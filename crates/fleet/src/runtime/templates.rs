@@ -91,7 +91,13 @@ impl Templates {
         let (resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
             .await
             .map_err(|e| {
-                Error::Waiting(format!("the hub does not serve {api_version} {kind}: {e}"))
+                let why = format!("the hub does not serve {api_version} {kind}");
+                match e {
+                    // Asked and answered: no such group, version or kind.
+                    kube::Error::Discovery(_) => Error::NotServed(why),
+                    kube::Error::Api(status) if status.code == 404 => Error::NotServed(why),
+                    e => Error::Waiting(format!("{why}: {e}")),
+                }
             })?;
         let writer = reflector::store::Writer::<DynamicObject>::new(resource.clone());
         let store = writer.as_reader();
@@ -178,7 +184,7 @@ pub(super) fn as_value(object: &DynamicObject, api_version: &str, kind: &str) ->
 }
 
 /// The placements that select `object`.
-fn selecting(fleet: &Fleet, object: &Value) -> Vec<PlacementKey> {
+pub(super) fn selecting(fleet: &Fleet, object: &Value) -> Vec<PlacementKey> {
     let mut keys = Vec::new();
     for p in fleet.placements.state() {
         let namespace = p.metadata.namespace.as_deref();
@@ -200,13 +206,40 @@ fn selecting(fleet: &Fleet, object: &Value) -> Vec<PlacementKey> {
     keys
 }
 
-/// Every object of the selected kinds that a placement in `namespace` selects, once each.
+/// What a placement's resource selectors select.
+#[derive(Debug, Default)]
+pub(super) struct Selected {
+    /// Every object of the selected kinds that a selector matches, once each.
+    pub objects: Vec<Value>,
+    /// The selectors that match nothing, described (`apps/v1 Deployment webb`).
+    pub unmatched: Vec<String>,
+}
+
+/// A resource selector in words: its kind, then its name or labels.
+fn describe(selector: &flotilla_api::ResourceSelector) -> String {
+    let mut text = format!("{} {}", selector.api_version, selector.kind);
+    if let Some(namespace) = &selector.namespace {
+        text.push_str(&format!(" in {namespace}"));
+    }
+    match (&selector.name, &selector.label_selector) {
+        (Some(name), _) => text.push_str(&format!(" {name}")),
+        (None, Some(labels)) => text.push_str(&format!(
+            " with labels {}",
+            serde_json::to_string(labels).unwrap_or_default()
+        )),
+        (None, None) => {}
+    }
+    text
+}
+
+/// What the resource selectors of a placement in `namespace` select. Fails when the
+/// hub does not serve a selected kind ([`Error::NotServed`]) or its cache is not filled.
 pub(super) async fn selected(
     fleet: &Arc<Fleet>,
     spec: &flotilla_api::PlacementSpec,
     namespace: Option<&str>,
-) -> Result<Vec<Value>, Error> {
-    let mut objects: Vec<Value> = Vec::new();
+) -> Result<Selected, Error> {
+    let mut found = Selected::default();
     let mut seen = std::collections::BTreeSet::new();
     for selector in &spec.resource_selectors {
         let kind = fleet
@@ -228,15 +261,21 @@ pub(super) async fn selected(
             }
             _ => kind.store.state(),
         };
+        let mut matched = false;
         for object in candidates {
             let value = as_value(&object, &selector.api_version, &selector.kind);
             if plan::selector_matches(selector, namespace, &value)
                 && value["metadata"]["deletionTimestamp"].is_null()
-                && seen.insert(plan::manifest_id(&value))
             {
-                objects.push(value);
+                matched = true;
+                if seen.insert(plan::manifest_id(&value)) {
+                    found.objects.push(value);
+                }
             }
         }
+        if !matched {
+            found.unmatched.push(describe(selector));
+        }
     }
-    Ok(objects)
+    Ok(found)
 }
