@@ -671,12 +671,14 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     let placement = json!({"apiVersion": "flotilla.io/v1alpha1", "kind": "Placement",
         "metadata": {"name": "web", "namespace": "bench"},
         "spec": {"resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}]}});
-    Api::<DynamicObject>::namespaced_with(hub_client.clone(), "bench", &placements)
+    let placements =
+        Api::<DynamicObject>::namespaced_with(hub_client.clone(), "bench", &placements);
+    placements
         .patch("web", &apply, &Patch::Apply(&placement))
         .await
         .map_err(|e| check("placement", e))?;
-    let everywhere = i64::from(options.replicas) * n as i64;
-    ready_everywhere(&deployments_on_hub, everywhere).await?;
+    let replicas = options.replicas;
+    ready_everywhere(&deployments_on_hub, &placements, replicas, n).await?;
     let place = started.elapsed();
     settle(&all, SETTLE_LIMIT).await;
     let hub_rss_placed_mib = rss_mib(hub_pid)?;
@@ -721,7 +723,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         .await
         .map_err(|e| check("warm-up change", e))?;
     watchers.collect(Instant::now()).await?;
-    ready_everywhere(&deployments_on_hub, everywhere).await?;
+    ready_everywhere(&deployments_on_hub, &placements, replicas, n).await?;
 
     let sim_clients = processes.sim_clients().await?;
     let sim_requests = || async {
@@ -817,9 +819,15 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     .of_rounds(rounds))
 }
 
-/// Waits until the hub reports the Deployment's current generation ready on every member
-/// (`everywhere` replicas in all).
-async fn ready_everywhere(deployments: &Api<Deployment>, everywhere: i64) -> Result<(), Error> {
+/// Waits until the hub reports the Deployment's current generation ready on every member:
+/// the placement chose all `n` members and the template reads `replicas` ready (its status
+/// is in the template's units: every copy of a Duplicated placement ready).
+async fn ready_everywhere(
+    deployments: &Api<Deployment>,
+    placements: &Api<DynamicObject>,
+    replicas: i32,
+    n: usize,
+) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let web = deployments
@@ -829,12 +837,22 @@ async fn ready_everywhere(deployments: &Api<Deployment>, everywhere: i64) -> Res
         let generation = web.metadata.generation;
         let status = web.status.unwrap_or_default();
         let ready = status.ready_replicas.unwrap_or(0);
-        if i64::from(ready) == everywhere && status.observed_generation == generation {
+        let placement = placements
+            .get("web")
+            .await
+            .map_err(|e| check("placement", e))?;
+        let placed = &placement.data["status"];
+        let chosen = placed["clusters"].as_array().map_or(0, Vec::len)
+            + placed["unlistedClusters"]
+                .as_u64()
+                .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        if ready == replicas && status.observed_generation == generation && chosen == n {
             return Ok(());
         }
         if Instant::now() > deadline {
             return Err(Error::Check(format!(
-                "only {ready}/{everywhere} replicas ever got ready"
+                "the hub's Deployment never got ready on all {n} members: {ready}/{replicas} \
+                 ready (in the template's units), {chosen} clusters chosen"
             )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
