@@ -2,7 +2,8 @@
 //! and `events.k8s.io/v1`. Both keep their objects under the core group's key space
 //! (`/core/events/…`, see [`crate::keys`]), each as written; a read through the other
 //! version converts the object ([`show_as`]), and a field selector of one version finds
-//! objects written through the other ([`alias`]).
+//! objects written through the other ([`alias`]). They expire a TTL after their last
+//! write ([`expiry`]).
 //!
 //! ```text
 //!   core/v1                         events.k8s.io/v1
@@ -16,6 +17,8 @@
 //!   (the same in both: metadata, eventTime, series, related, reportingInstance,
 //!    action, reason, type)
 //! ```
+
+pub mod expiry;
 
 use serde_json::Value;
 

@@ -6,7 +6,8 @@
 //!                 ├─ flotilla sim --clusters 3 (DIR/sim)   logs: DIR/sim.log
 //!                 ├─ join member-1..3 (labels region, size)
 //!                 └─ apply namespace demo: Deployment web ×6, Placement (Divided 1:2
-//!                    over region=eu), Override (image tag = cluster name)
+//!                    over region=eu), Override (image from the registry mirror of
+//!                    the cluster's region: eu.mirror.example.com/library/nginx:1.27)
 //! ```
 
 use std::collections::BTreeMap;
@@ -142,7 +143,7 @@ impl DemoArgs {
         let member = text(&sim_dir.join("kubeconfigs").join("member-1.kubeconfig"));
         println!(
             "\nFlotilla demo: a hub and 3 simulated clusters; Deployment demo/web (6 replicas) \
-             placed on region=eu, divided 1:2, image tag set per cluster.\nLook around:\n\
+             placed on region=eu, divided 1:2, each pulling its image from its region's mirror.\nLook around:\n\
              \n  export KUBECONFIG={}\
              \n  kubectl get clusters\
              \n  kubectl get placements,works -A\
@@ -207,8 +208,9 @@ async fn wait_for_hub(kubeconfig: &Path, children: &mut Children) -> anyhow::Res
 }
 
 /// The example: namespace `demo`, Deployment `web` (6 replicas), a Placement dividing it
-/// 1:2 over the `region=eu` clusters by size, and an Override tagging the image with the
-/// cluster's name.
+/// 1:2 over the `region=eu` clusters by size, and an Override pulling the image from the
+/// registry mirror of the cluster's region (as `examples/web/override.yaml`), the image
+/// reference a real cluster would resolve, unlike a tag made of the cluster's name.
 async fn apply_example(hub: &Client) -> anyhow::Result<()> {
     let apply = PatchParams::apply("flotilla-demo").force();
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "demo"}}))?;
@@ -220,7 +222,7 @@ async fn apply_example(hub: &Client) -> anyhow::Result<()> {
         "metadata": {"name": "web", "namespace": "demo"},
         "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                "spec": {"containers": [{"name": "web", "image": "docker.io/library/nginx:1.27",
                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}
     }))?;
     Api::<Deployment>::namespaced(hub.clone(), "demo")
@@ -240,7 +242,7 @@ async fn apply_example(hub: &Client) -> anyhow::Result<()> {
         .await?;
     let spec: OverrideSpec = serde_json::from_value(json!({
         "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
-        "rules": [{"image": {"tag": "${cluster.name}"},
+        "rules": [{"image": {"registry": "${cluster.labels['region']}.mirror.example.com"},
             "labels": {"placed-on": "${cluster.name}"}}]
     }))?;
     let mut image = Override::new("web-image", spec);

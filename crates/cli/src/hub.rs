@@ -57,6 +57,11 @@ pub struct HubArgs {
     /// (`300ms`, `30s`, `5m`, `1h`; `0` never compacts).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub compaction_interval: Duration,
+    /// How long an Event is kept after its last write, as kube-apiserver's --event-ttl
+    /// (`30s`, `10m`, `1h`; `0` keeps Events for ever). Expired Events are deleted every
+    /// quarter of it, at most a minute apart.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub event_ttl: Duration,
     /// The hub's name, written on the objects it places on members.
     #[arg(long, value_name = "NAME", default_value = "flotilla-hub")]
     pub name: String,
@@ -208,6 +213,7 @@ impl HubArgs {
             metrics,
         ));
         server.compact_every(self.compaction_interval);
+        server.expire_events_after(self.event_ttl);
         server.serve().await
     }
 }
@@ -326,6 +332,20 @@ mod tests {
         assert_eq!(args.store, None);
         assert_eq!(args.log_format, LogFormat::Plain);
         assert_eq!(args.compaction_interval, Duration::from_secs(300));
+        assert_eq!(args.event_ttl, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn event_ttls() {
+        let ttl = |text: &str| parse(&[&format!("--event-ttl={text}")]).map(|a| a.event_ttl);
+        assert_eq!(ttl("3s").unwrap(), Duration::from_secs(3));
+        assert_eq!(ttl("90m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(ttl("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(ttl("0").unwrap(), Duration::ZERO);
+        for bad in ["1", "1h30m", "-1h", "1d", ""] {
+            let e = ttl(bad).unwrap_err().to_string();
+            assert!(e.contains("invalid"), "{bad}: {e}");
+        }
     }
 
     #[test]

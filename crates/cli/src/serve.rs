@@ -8,7 +8,7 @@
 //!        │        for ADDR + --tls-san + --advertise-address, or the user's own files;
 //!        │        Api + its initial namespaces
 //!        ├─ the role's own set-up through `api` (the hub's CRDs, the sim's clusters)
-//!        ├─ compact_every(interval)
+//!        ├─ compact_every(interval), expire_events_after(ttl)
 //!        └─ serve(): bind ADDR, DIR/admin.kubeconfig, HTTPS until a signal
 //! ```
 
@@ -259,6 +259,17 @@ impl ApiServer {
             tokio::spawn(flotilla_apiserver::compaction::run(
                 self.store.clone(),
                 interval,
+            ));
+        }
+    }
+
+    /// Deletes every Event not written for `ttl`, looking every quarter of it (at most a
+    /// minute apart); never if it is zero.
+    pub fn expire_events_after(&self, ttl: Duration) {
+        if !ttl.is_zero() {
+            tokio::spawn(flotilla_apiserver::events::expiry::run(
+                self.store.clone(),
+                ttl,
             ));
         }
     }

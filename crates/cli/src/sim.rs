@@ -17,6 +17,9 @@ use crate::serve::{self, ApiServer, LogFormat, parse_duration};
 /// How often the simulator's store is compacted.
 const COMPACTION_INTERVAL: Duration = Duration::from_secs(300);
 
+/// How long the simulated clusters keep an Event after its last write.
+const EVENT_TTL: Duration = Duration::from_secs(3600);
+
 /// `flotilla sim --clusters N [--first F] [--data-dir DIR] [--listen ADDR] [--prefix P] …`
 #[derive(Debug, Parser)]
 pub struct SimArgs {
@@ -149,6 +152,9 @@ impl SimArgs {
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         server.compact_every(COMPACTION_INTERVAL);
+        // Events on the simulated clusters expire as on a real one's (kube-apiserver's
+        // default --event-ttl).
+        server.expire_events_after(EVENT_TTL);
         let config = flotilla_sim::Config {
             ready_delay: self.ready_delay,
             fail_images: self.fail_images.clone(),

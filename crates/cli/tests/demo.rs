@@ -54,7 +54,10 @@ fn the_demo_places_its_example_and_stops_cleanly() {
             &member(1),
             &["get", "deploy", "web", "-n", "demo", "-o", "wide"],
         );
-        if fleet.contains("6/6") && one.contains("2/2") && one.contains("nginx:member-1") {
+        if fleet.contains("6/6")
+            && one.contains("2/2")
+            && one.contains("eu.mirror.example.com/library/nginx:1.27")
+        {
             break;
         }
         assert!(
