@@ -1,40 +1,14 @@
 //! Bad requests get the right `Status` (code, reason, a message naming the problem), and
 //! leave the store exactly as it was.
 
-use std::sync::Arc;
+mod support;
 
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use bytes::Bytes;
-use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
-use flotilla_store::Store;
-use flotilla_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
-
-struct Server {
-    api: Api,
-    store: Arc<dyn Store>,
-    _dir: tempfile::TempDir,
-}
+use support::Server;
 
 impl Server {
-    async fn new() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> =
-            Arc::new(SqliteStore::open(dir.path().join("hub.db")).await.unwrap());
-        let api = Api::new(
-            store.clone(),
-            Arc::new(Registry::builtin()),
-            "127.0.0.1:6443",
-        );
-        api.bootstrap().await.unwrap();
-        Server {
-            api,
-            store,
-            _dir: dir,
-        }
-    }
-
     async fn call(
         &self,
         method: Method,

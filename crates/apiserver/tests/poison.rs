@@ -4,6 +4,8 @@
 //! every read with a warning, never failing it, and can always be deleted, so that its
 //! namespace and its CRD can finish deleting.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,10 +14,9 @@ use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::object::{MAX_DEPTH, MAX_OBJECT_BYTES};
 use flotilla_apiserver::resources::Registry;
-use flotilla_store::Store;
-use flotilla_store_sqlite::SqliteStore;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use support::Server;
 
 const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
@@ -26,30 +27,7 @@ struct Answer {
     body: Value,
 }
 
-struct Server {
-    api: Api,
-    store: Arc<dyn Store>,
-    _dir: tempfile::TempDir,
-}
-
 impl Server {
-    async fn new() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> =
-            Arc::new(SqliteStore::open(dir.path().join("hub.db")).await.unwrap());
-        let api = Api::new(
-            store.clone(),
-            Arc::new(Registry::builtin()),
-            "127.0.0.1:6443",
-        );
-        api.bootstrap().await.unwrap();
-        Server {
-            api,
-            store,
-            _dir: dir,
-        }
-    }
-
     async fn call(
         &self,
         method: Method,

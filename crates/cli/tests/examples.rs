@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
-use support::{Hub, Sim, eventually, join_with, repo_root, sh_blocks};
+use support::{Hub, Sim, eventually, image, join_with, repo_root, sh_blocks};
 
 /// The example files this test applies (paths under `examples/`).
 const APPLIED: [&str; 7] = [
@@ -222,12 +222,6 @@ fn env(deployment: &Value, name: &str) -> Option<String> {
         .iter()
         .find(|e| e["name"] == name)
         .and_then(|e| e["value"].as_str().map(str::to_owned))
-}
-
-fn image(deployment: &Value) -> &str {
-    deployment["spec"]["template"]["spec"]["containers"][0]["image"]
-        .as_str()
-        .unwrap_or_default()
 }
 
 #[test]

@@ -6,53 +6,22 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{Hub, Sim};
+use support::{
+    Hub, Sim, condition, eventually_every, flotilla, image, join_labelled, member_web, signal,
+};
 
-/// Polls `probe` until it gives `Some`; panics with `what` and the last state after two
-/// minutes.
-fn eventually<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match probe() {
-            Ok(done) => return done,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("{what}: never happened; last: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(150)),
-        }
-    }
+/// [`support::eventually`], polling every 150 ms.
+fn eventually<T>(what: &str, probe: impl FnMut() -> Result<T, String>) -> T {
+    eventually_every(what, Duration::from_millis(150), probe)
 }
 
-fn flotilla(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_flotilla"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run flotilla")
-}
-
-/// `flotilla join` of `sim`'s member `cluster` with `labels`; panics unless it succeeds.
+/// `flotilla join` of `sim`'s member `cluster` with `labels`; panics unless it succeeds
+/// and says so.
 fn join(hub: &Hub, sim: &Sim, cluster: &str, labels: &str) {
-    let out = flotilla(&[
-        "join",
-        cluster,
-        "--kubeconfig",
-        sim.kubeconfig(cluster).to_str().unwrap(),
-        "--labels",
-        labels,
-        "--hub-kubeconfig",
-        hub.kubeconfig().to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "join {cluster}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = join_labelled(hub, sim, cluster, labels);
     assert!(
         stdout.contains(&format!("cluster {cluster} joined")),
         "{stdout}"
@@ -71,26 +40,11 @@ fn requests(hub: &Hub, labels: &str) -> f64 {
         .sum()
 }
 
-/// The member's Deployment `shop/web`, if it has one.
-fn member_web(sim: &Sim, cluster: &str) -> Option<Value> {
-    let out = sim.kubectl(
-        cluster,
-        &["get", "deploy", "web", "-n", "shop", "-o", "json"],
-        None,
-    );
-    out.status
-        .success()
-        .then(|| serde_json::from_slice(&out.stdout).unwrap())
-}
-
 fn replicas_and_image(sim: &Sim, cluster: &str) -> Result<(i64, String), String> {
-    let web = member_web(sim, cluster).ok_or("no Deployment yet")?;
+    let web = member_web(sim, cluster).map_err(|_| "no Deployment yet")?;
     Ok((
         web["spec"]["replicas"].as_i64().unwrap_or(-1),
-        web["spec"]["template"]["spec"]["containers"][0]["image"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
+        image(&web).to_owned(),
     ))
 }
 
@@ -107,13 +61,6 @@ fn wait_member(sim: &Sim, cluster: &str, replicas: i64, image: &str) {
 
 fn placement(hub: &Hub) -> Value {
     hub.json(&["get", "placement", "web", "-n", "shop"])
-}
-
-fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
 }
 
 const APP: &str = r#"
@@ -272,7 +219,7 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     // 9 replicas divided 1:2, the image specialised per cluster; nothing on us-1.
     wait_member(&small, "small-1", 3, "nginx:small-1");
     wait_member(&large, "large-1", 6, "nginx:large-1");
-    assert!(member_web(&us, "us-1").is_none());
+    assert!(member_web(&us, "us-1").is_err());
     let web = member_web(&small, "small-1").unwrap();
     assert_eq!(
         web["metadata"]["labels"]["app.kubernetes.io/managed-by"],
@@ -436,22 +383,16 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     // Deleting the Placement removes what it placed (deletion: Delete, the default).
     hub.ok(&["delete", "placement", "web", "-n", "shop", "--wait=true"]);
     eventually("the members' copies are gone", || {
-        match (member_web(&small, "small-1"), member_web(&large, "large-1")) {
+        match (
+            member_web(&small, "small-1").ok(),
+            member_web(&large, "large-1").ok(),
+        ) {
             (None, None) => Ok(()),
             other => Err(format!("{other:?}")),
         }
     });
     let works = hub.ok(&["get", "works", "-A"]);
     assert!(!works.contains("shop.web"), "{works}");
-}
-
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 #[test]

@@ -5,24 +5,13 @@
 
 mod support;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{Hub, Sim};
+use support::{EU_WEB, Hub, Sim, eventually_every, join_labelled, signal};
 
-/// Polls `probe` until it gives `Ok`; panics with `what` and the last state after two
-/// minutes.
-fn eventually<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match probe() {
-            Ok(done) => return done,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("{what}: never happened; last: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+/// [`support::eventually`], polling every 200 ms.
+fn eventually<T>(what: &str, probe: impl FnMut() -> Result<T, String>) -> T {
+    eventually_every(what, Duration::from_millis(200), probe)
 }
 
 /// Polls `kubectl args` until its output has every one of `wanted` on one line; returns
@@ -38,59 +27,19 @@ fn shows(hub: &Hub, args: &[&str], wanted: &[&str]) -> String {
     })
 }
 
-fn join(hub: &Hub, sim: &Sim, cluster: &str, labels: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-        .args(["join", cluster, "--kubeconfig"])
-        .arg(sim.kubeconfig(cluster))
-        .args(["--labels", labels, "--hub-kubeconfig"])
-        .arg(hub.kubeconfig())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run flotilla join");
-    assert!(
-        out.status.success(),
-        "join {cluster}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-const APP: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: shop}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: web, image: "nginx:1.27"}]
----
-apiVersion: flotilla.io/v1alpha1
-kind: Placement
-metadata: {name: web, namespace: shop}
-spec:
-  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
-  clusters: {labelSelector: {matchLabels: {region: eu}}}
-"#;
-
 #[test]
 fn describe_and_get_events_show_scheduling_applies_and_a_cluster_not_ready() {
     let hub = Hub::start_with(&["--health-period", "1s"]);
     let sim = Sim::start(&["--clusters", "2", "--ready-delay", "100ms"]);
-    join(&hub, &sim, "member-1", "region=eu");
-    join(&hub, &sim, "member-2", "region=eu");
+    join_labelled(&hub, &sim, "member-1", "region=eu");
+    join_labelled(&hub, &sim, "member-2", "region=eu");
     shows(&hub, &["describe", "cluster", "member-1"], &["Joined"]);
     shows(
         &hub,
         &["describe", "cluster", "member-1"],
         &["Normal", "Ready"],
     );
-    hub.create(APP);
+    hub.create(EU_WEB);
 
     // The placement's own Events, as `kubectl describe` finds them (core/v1, by
     // involvedObject), naming the clusters.
@@ -144,11 +93,7 @@ fn describe_and_get_events_show_scheduling_applies_and_a_cluster_not_ready() {
     );
 
     // The simulator dies: both clusters are NotReady, each saying so once.
-    let status = Command::new("kill")
-        .args(["-KILL", &sim.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal(sim.pid(), "KILL");
     shows(
         &hub,
         &["describe", "cluster", "member-1"],

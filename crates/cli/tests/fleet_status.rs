@@ -7,49 +7,19 @@
 
 mod support;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
-use support::{Hub, Sim};
+use support::{Hub, Sim, condition, eventually_every, join_with, signal};
 
-/// Polls `probe` until it gives `Ok`; panics with `what` and the last state after two
-/// minutes.
-fn eventually<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match probe() {
-            Ok(done) => return done,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("{what}: never happened; last: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(150)),
-        }
-    }
+/// [`support::eventually`], polling every 150 ms.
+fn eventually<T>(what: &str, probe: impl FnMut() -> Result<T, String>) -> T {
+    eventually_every(what, Duration::from_millis(150), probe)
 }
 
 /// `flotilla join` of `sim`'s member `cluster`; panics unless it succeeds.
 fn join(hub: &Hub, sim: &Sim, cluster: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-        .args(["join", cluster, "--kubeconfig"])
-        .arg(sim.kubeconfig(cluster))
-        .arg("--hub-kubeconfig")
-        .arg(hub.kubeconfig())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run flotilla join");
-    assert!(
-        out.status.success(),
-        "join {cluster}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
+    join_with(hub, sim, cluster, &[]);
 }
 
 /// The status of condition `kind` of `object`, `""` if it has none.
@@ -141,11 +111,7 @@ fn a_duplicated_deployment_reads_per_copy_and_unreachable_members_count_for_noth
     });
 
     // Every member unreachable: the simulator is killed.
-    let status = Command::new("kill")
-        .args(["-KILL", &sim.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    signal(sim.pid(), "KILL");
     eventually("every cluster is not Ready", || {
         let clusters = hub.json(&["get", "clusters"]);
         let items = clusters["items"].as_array().cloned().unwrap_or_default();

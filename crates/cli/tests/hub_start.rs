@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,10 +39,10 @@ fn hub_listening(dir: &Path, listen: &str, args: &[&str]) -> Command {
     command
 }
 
-/// Runs `flotilla hub` on `dir`, which must exit (within a minute) with a failure; its
-/// stderr.
-fn hub_fails(dir: &Path, args: &[&str]) -> String {
-    let child = hub_command(dir, free_port(), args)
+/// Runs `command` (a hub), which must exit within a minute (else panics naming `who`);
+/// its exit status and stderr.
+fn exit_of(mut command: Command, who: &str) -> (ExitStatus, String) {
+    let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -53,11 +53,18 @@ fn hub_fails(dir: &Path, args: &[&str]) -> String {
         if let Some(status) = process.0.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < deadline, "the hub kept running");
+        assert!(Instant::now() < deadline, "{who} kept running");
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut process.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
+/// Runs `flotilla hub` on `dir`, which must exit (within a minute) with a failure; its
+/// stderr.
+fn hub_fails(dir: &Path, args: &[&str]) -> String {
+    let (status, stderr) = exit_of(hub_command(dir, free_port(), args), "the hub");
     assert!(!status.success(), "the hub exited successfully: {stderr}");
     stderr
 }
@@ -180,22 +187,10 @@ fn a_second_hub_on_the_same_data_dir_changes_nothing() {
     // Another listening address: a hub that got past the lock would issue a serving
     // certificate for it and write a kubeconfig.
     let port = free_port();
-    let child = hub_listening(a.dir.path(), &format!("127.0.0.2:{port}"), &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut b = Process(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = b.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "hub B kept running");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut b.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = exit_of(
+        hub_listening(a.dir.path(), &format!("127.0.0.2:{port}"), &[]),
+        "hub B",
+    );
     assert!(!status.success(), "{stderr}");
     let line = one_line(&stderr);
     assert!(line.contains("locked by another process"), "{line}");

@@ -7,15 +7,7 @@ mod support;
 use std::path::Path;
 use std::process::Output;
 
-use support::{Hub, Sim, free_port};
-
-fn flotilla(args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
+use support::{Hub, Sim, flotilla, free_port};
 
 /// `flotilla join NAME --kubeconfig FILE` to `hub`.
 fn join(hub: &Hub, name: &str, kubeconfig: &Path) -> Output {

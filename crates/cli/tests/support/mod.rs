@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 /// The kubectl under test: `FLOTILLA_KUBECTL`, or 1.32 from the Google Cloud SDK, or PATH's.
 pub fn kubectl_binary() -> PathBuf {
     if let Ok(path) = std::env::var("FLOTILLA_KUBECTL") {
@@ -440,15 +442,45 @@ impl Sim {
 
 /// Polls `probe` until it gives `Ok`; panics with `what` and the last `Err` after two
 /// minutes.
-pub fn eventually<T>(what: &str, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(120);
+pub fn eventually<T>(what: &str, probe: impl FnMut() -> Result<T, String>) -> T {
+    eventually_every(what, Duration::from_millis(300), probe)
+}
+
+/// [`eventually`], polling every `every`.
+pub fn eventually_every<T>(
+    what: &str,
+    every: Duration,
+    probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    poll(Duration::from_secs(120), every, probe)
+        .unwrap_or_else(|last| panic!("{what}: never happened; last: {last}"))
+}
+
+/// Polls `probe` every `every` until it gives `Ok`; panics with `what` and the last `Err`
+/// once `within` has passed.
+pub fn eventually_within<T>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    poll(within, every, probe)
+        .unwrap_or_else(|last| panic!("{what}: not within {within:?}; last: {last}"))
+}
+
+/// Polls `probe` every `every` until it gives `Ok` (that) or `within` has passed (its
+/// last `Err`).
+fn poll<T>(
+    within: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + within;
     loop {
         match probe() {
-            Ok(done) => return done,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("{what}: never happened; last: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+            Ok(done) => return Ok(done),
+            Err(last) if Instant::now() >= deadline => return Err(last),
+            Err(_) => std::thread::sleep(every),
         }
     }
 }
@@ -463,8 +495,8 @@ pub fn flotilla(args: &[&str]) -> Output {
 }
 
 /// `flotilla join CLUSTER --kubeconfig <sim's> --hub-kubeconfig <hub's>` with `more` flags
-/// (`--labels`, `--taints`); panics unless it succeeds.
-pub fn join_with(hub: &Hub, sim: &Sim, cluster: &str, more: &[&str]) {
+/// (`--labels`, `--taints`); panics unless it succeeds. Its stdout.
+pub fn join_with(hub: &Hub, sim: &Sim, cluster: &str, more: &[&str]) -> String {
     let kubeconfig = sim.kubeconfig(cluster);
     let hub_kubeconfig = hub.kubeconfig();
     let mut args = vec![
@@ -482,6 +514,77 @@ pub fn join_with(hub: &Hub, sim: &Sim, cluster: &str, more: &[&str]) {
         "join {cluster}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// [`join_with`] `--labels labels`.
+pub fn join_labelled(hub: &Hub, sim: &Sim, cluster: &str, labels: &str) -> String {
+    join_with(hub, sim, cluster, &["--labels", labels])
+}
+
+/// Condition `kind` of `object`'s `status.conditions`, if it has one.
+pub fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// Member `cluster`'s Deployment `shop/web`; kubectl's stderr if it has none.
+pub fn member_web(sim: &Sim, cluster: &str) -> Result<Value, String> {
+    let out = sim.kubectl(
+        cluster,
+        &["get", "deploy", "web", "-n", "shop", "-o", "json"],
+        None,
+    );
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+/// The image of a Deployment's first container, `""` if none.
+pub fn image(deployment: &Value) -> &str {
+    deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// A Namespace `shop` with a Deployment `web` (2 × nginx:1.27) placed on the clusters
+/// labelled `region=eu`.
+pub const EU_WEB: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1.27"}]
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: web, namespace: shop}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  clusters: {labelSelector: {matchLabels: {region: eu}}}
+"#;
+
+/// Sends `signal` (`KILL`, `STOP`, `CONT`…) to process `pid` with `kill`; panics unless
+/// it is sent.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 /// The repository's root (README.md, examples/).
