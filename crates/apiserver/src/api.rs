@@ -21,24 +21,24 @@ use flotilla_store::{EventKind, ListOptions, Revision, Store};
 use serde_json::{Value, json};
 use tracing::debug;
 
-use crate::crd;
+use crate::admission::schema::{self, FieldValidation, Schema, Structural};
 use crate::discovery;
+use crate::discovery::openapi;
+use crate::discovery::table;
 use crate::gc;
-use crate::keys;
-use crate::managed::{self, Writer};
-use crate::object::{self, MAX_REQUEST_BYTES, meta_str};
-use crate::openapi;
+use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::patch;
-use crate::resources::{Registry, ResourceType};
-use crate::review;
-use crate::scale;
-use crate::schema::{self, FieldValidation, Schema, Structural};
-use crate::selector::{FieldSelector, LabelSelector};
-use crate::status::{ApiError, ApiResult};
-use crate::strategic;
-use crate::table;
-use crate::tenancy;
-use crate::watchcache::{self, Change, Next, Subscription, WatchCache};
+use crate::patch::managed::{self, Writer};
+use crate::patch::strategic;
+use crate::registry::crd;
+use crate::registry::keys;
+use crate::registry::object::{self, MAX_REQUEST_BYTES, meta_str};
+use crate::registry::resources::{Registry, ResourceType};
+use crate::registry::review;
+use crate::registry::scale;
+use crate::registry::selector::{FieldSelector, LabelSelector};
+use crate::registry::tenancy;
+use crate::watch::cache::{self as watchcache, Change, Next, Subscription, WatchCache};
 
 mod cleanup;
 mod watch;
@@ -221,7 +221,7 @@ fn parse_resource_version(text: &str) -> ApiResult<u64> {
 }
 
 fn json_response(code: StatusCode, value: &Value) -> Response {
-    json_bytes_response(code, crate::json::to_vec(value))
+    json_bytes_response(code, crate::http::json::to_vec(value))
 }
 
 /// The object a write answers with.
@@ -264,7 +264,7 @@ impl Answer {
 fn stored_json(object: &Value, rt: &ResourceType, name: &str) -> ApiResult<Bytes> {
     object::check_depth(object, rt)?;
     let mut json = Vec::with_capacity(1024);
-    crate::json::write(&mut json, object);
+    crate::http::json::write(&mut json, object);
     object::check_size(json.len(), rt, name)?;
     // The bytes live on in the watch cache: not with the spare room of the last growth.
     json.shrink_to_fit();
@@ -363,7 +363,7 @@ impl Api {
         let missing = || {
             ApiError::new(
                 404,
-                "NotFound",
+                Reason::NotFound,
                 format!("logical cluster {name:?} not found"),
             )
         };
@@ -377,7 +377,7 @@ impl Api {
         match self.get(&rt, "", name).await {
             Ok((object, _)) if object["metadata"]["deletionTimestamp"].is_null() => {}
             Ok(_) => return Err(missing()),
-            Err(e) if e.code == 404 => return Err(missing()),
+            Err(e) if e.reason == Reason::NotFound => return Err(missing()),
             Err(e) => return Err(e),
         }
         let mut views = self.logical.lock().await;
@@ -498,7 +498,7 @@ impl Api {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if e.reason == "AlreadyExists" => {}
+                Err(e) if e.reason == Reason::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
         }
@@ -624,12 +624,12 @@ impl Api {
         let target = match route {
             Route::Version => return Ok(json_response(StatusCode::OK, &discovery::version())),
             Route::OpenApiV2 => {
-                let bytes = crate::openapi_v2::document(&self.registry)
+                let bytes = crate::discovery::openapi_v2::document(&self.registry)
                     .ok_or_else(|| ApiError::no_route("/openapi/v2"))?;
                 let mut response = (StatusCode::OK, bytes).into_response();
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
-                    HeaderValue::from_static(crate::openapi_v2::PROTOBUF),
+                    HeaderValue::from_static(crate::discovery::openapi_v2::PROTOBUF),
                 );
                 return Ok(response);
             }
@@ -827,7 +827,7 @@ impl Api {
                         .await
                     {
                         Err(e)
-                            if e.reason == "Conflict"
+                            if e.reason == Reason::Conflict
                                 && unconditional
                                 && attempts < CONFLICT_RETRIES =>
                         {
@@ -890,8 +890,8 @@ impl Api {
         let mut object = decode_stored(rt, name, &value)?;
         // An Event written through the other version is read, updated and patched as this
         // one's.
-        if crate::events::is_event(rt) {
-            crate::events::show_as(&mut object, &rt.api_version());
+        if crate::registry::events::is_event(rt) {
+            crate::registry::events::show_as(&mut object, &rt.api_version());
         }
         Ok((
             object::with_resource_version(object, revision.get()),
@@ -1223,7 +1223,7 @@ impl Api {
                     "autoscaling",
                     "Scale",
                     name,
-                    vec![crate::status::Cause {
+                    vec![crate::http::error::Cause {
                         reason: "FieldValueRequired".into(),
                         message: "Required value: an integer".into(),
                         field: "spec.replicas".into(),
@@ -1235,7 +1235,7 @@ impl Api {
                     "autoscaling",
                     "Scale",
                     name,
-                    vec![crate::status::Cause {
+                    vec![crate::http::error::Cause {
                         reason: "FieldValueInvalid".into(),
                         message: format!(
                             "Invalid value: {replicas}: must be greater than or equal to 0"
@@ -1257,7 +1257,9 @@ impl Api {
                     let object = object.into_value();
                     return Ok(json_response(StatusCode::OK, &scale::view(&object, &paths)));
                 }
-                Err(e) if e.reason == "Conflict" && !conditional => tokio::task::yield_now().await,
+                Err(e) if e.reason == Reason::Conflict && !conditional => {
+                    tokio::task::yield_now().await
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -1310,7 +1312,7 @@ impl Api {
                 "create",
                 &format!("{name}: the CustomResourceDefinition is being deleted"),
             )),
-            Err(e) if e.code == 404 => Err(ApiError::no_route(&rt.plural)),
+            Err(e) if e.reason == Reason::NotFound => Err(ApiError::no_route(&rt.plural)),
             Err(e) => Err(e),
         }
     }
@@ -1391,7 +1393,7 @@ impl Api {
                 .update_from(target, name, query, patched, owner, read)
                 .await
             {
-                Err(e) if e.reason == "Conflict" && patch_keeps_version(&patch) => {
+                Err(e) if e.reason == Reason::Conflict && patch_keeps_version(&patch) => {
                     tokio::task::yield_now().await;
                 }
                 other => return other.map(|(object, _, warnings)| (object, false, warnings)),
@@ -1480,7 +1482,7 @@ impl Api {
                     self.update_from(target, name, query, object, FieldOwner::Applied, read)
                         .await
                 }
-                Err(e) if e.code == 404 && target.sub.is_none() => {
+                Err(e) if e.reason == Reason::NotFound && target.sub.is_none() => {
                     let object = managed::apply(None, &config, rt, writer, force)?;
                     self.insert(target, query, object, FieldOwner::Applied)
                         .await
@@ -1489,7 +1491,7 @@ impl Api {
                 Err(e) => Err(e),
             };
             match outcome {
-                Err(e) if e.reason == "Conflict" || e.reason == "AlreadyExists" => {
+                Err(e) if e.reason == Reason::Conflict || e.reason == Reason::AlreadyExists => {
                     tokio::task::yield_now().await;
                 }
                 Err(e) => return Err(e),
@@ -1516,7 +1518,7 @@ impl Api {
         loop {
             match self.delete_once(target, name, query, body, collect).await {
                 Err(e)
-                    if e.reason == "Conflict"
+                    if e.reason == Reason::Conflict
                         && attempts < CONFLICT_RETRIES
                         && !has_preconditions(body) =>
                 {
@@ -1729,7 +1731,7 @@ impl Api {
             };
             match self.delete(&one, &name, query, body, true).await {
                 Ok(_) => {}
-                Err(e) if e.code == 404 => {}
+                Err(e) if e.reason == Reason::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
@@ -1746,7 +1748,7 @@ impl Api {
             };
             match self.delete(&one, &name, query, body, true).await {
                 Ok((_, object)) => deleted.push(object),
-                Err(e) if e.code == 404 => {}
+                Err(e) if e.reason == Reason::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
@@ -1845,9 +1847,9 @@ impl Api {
             if labels.matches(&object) && fields.matches(&object) {
                 let mut object = object::with_resource_version(object, kv.mod_revision.get());
                 if let Some(api_version) = reads_as(rt) {
-                    crate::events::show_as(&mut object, &api_version);
+                    crate::registry::events::show_as(&mut object, &api_version);
                 }
-                items.push(crate::json::to_vec(&object));
+                items.push(crate::http::json::to_vec(&object));
             }
         }
         let mut metadata = json!({"resourceVersion": page.revision.get().to_string()});
@@ -1881,7 +1883,7 @@ impl Listed {
         let mut out = Vec::with_capacity(size + 128);
         let head =
             json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": self.metadata});
-        let head = crate::json::to_vec(&head);
+        let head = crate::http::json::to_vec(&head);
         // `{…head fields…,"items":[…]}`
         out.extend_from_slice(&head[..head.len() - 1]);
         out.extend_from_slice(b",\"items\":[");
@@ -1914,9 +1916,9 @@ fn stored_with_version(value: &[u8], revision: Revision, rt: &ResourceType) -> A
     let mut object: Value = serde_json::from_slice(value)
         .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
     if let Some(api_version) = wanted {
-        crate::events::show_as(&mut object, &api_version);
+        crate::registry::events::show_as(&mut object, &api_version);
     }
-    Ok(crate::json::to_vec(&object::with_resource_version(
+    Ok(crate::http::json::to_vec(&object::with_resource_version(
         object,
         revision.get(),
     )))
@@ -1925,7 +1927,7 @@ fn stored_with_version(value: &[u8], revision: Revision, rt: &ResourceType) -> A
 /// The apiVersion objects of `rt` are shown with when it may differ from the stored one
 /// (custom resources, whose versions share their objects; Events, whose two groups do).
 fn reads_as(rt: &ResourceType) -> Option<String> {
-    (rt.schema.is_some() || crate::events::is_event(rt)).then(|| rt.api_version())
+    (rt.schema.is_some() || crate::registry::events::is_event(rt)).then(|| rt.api_version())
 }
 
 fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
@@ -1942,7 +1944,9 @@ fn delete_options(body: Bytes, headers: &HeaderMap) -> ApiResult<Bytes> {
     if body.is_empty() || content_type(headers) != "application/vnd.kubernetes.protobuf" {
         return Ok(body);
     }
-    Ok(Bytes::from(crate::protobuf::decode(&body)?.to_string()))
+    Ok(Bytes::from(
+        crate::http::protobuf::decode(&body)?.to_string(),
+    ))
 }
 
 /// Whether delete options carry preconditions (then a conflict is the client's answer).
@@ -1990,7 +1994,7 @@ fn parse_body(body: &Bytes, headers: &HeaderMap) -> ApiResult<Value> {
         "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("the request body is not valid JSON: {e}"))
         })?,
-        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body)?,
+        "application/vnd.kubernetes.protobuf" => crate::http::protobuf::decode(body)?,
         "application/yaml" => {
             let text = std::str::from_utf8(body)
                 .map_err(|_| ApiError::bad_request("the request body is not UTF-8 YAML"))?;
@@ -2106,7 +2110,7 @@ fn invalid_option(field: &str, reason: &str, message: &str) -> ApiError {
         "meta.k8s.io",
         "PatchOptions",
         "",
-        vec![crate::status::Cause {
+        vec![crate::http::error::Cause {
             reason: reason.into(),
             message: message.into(),
             field: field.into(),

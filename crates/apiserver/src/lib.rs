@@ -6,33 +6,15 @@
 //!                                                   update/patch/delete over the store
 //! ```
 
+pub mod admission;
 pub mod api;
-pub mod compaction;
-pub mod crd;
 pub mod discovery;
-pub mod events;
-pub mod fields;
 pub mod gc;
-pub mod json;
-pub mod keys;
-pub mod managed;
-pub mod metrics;
-pub mod object;
-pub mod openapi;
-pub mod openapi_v2;
+pub mod http;
 pub mod patch;
-pub mod protobuf;
-pub mod resources;
-pub mod review;
-pub mod scale;
-pub mod schema;
-pub mod selector;
-pub mod server;
-pub mod status;
-pub mod strategic;
-pub mod table;
-pub mod tenancy;
-pub mod watchcache;
+pub mod registry;
+pub mod watch;
 
 pub use api::Api;
-pub use status::{ApiError, ApiResult};
+pub use http::error::{ApiError, ApiResult, Reason};
+pub use registry::resources::{Registry, ResourceType};

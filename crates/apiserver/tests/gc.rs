@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::Registry;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 use serde_json::{Value, json};

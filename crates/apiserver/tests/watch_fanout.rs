@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, Method, StatusCode};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::Registry;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 use futures_util::StreamExt;

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
-use flotilla_apiserver::server::{self, Auth};
+use flotilla_apiserver::Registry;
+use flotilla_apiserver::http::server::{self, Auth};
 use flotilla_store::{ListOptions, Revision, Store};
 use flotilla_store_sqlite::SqliteStore;
 use futures_util::StreamExt;

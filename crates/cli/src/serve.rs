@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
-use flotilla_apiserver::server::{self, Auth};
+use flotilla_apiserver::Registry;
+use flotilla_apiserver::http::server::{self, Auth};
 use flotilla_pki::HubIdentity;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
@@ -98,7 +98,7 @@ pub struct ApiServer {
     /// Where clients reach it: `https://HOST:PORT`.
     pub url: String,
     /// What `/metrics` shows; more can be registered (`Arc::get_mut`) until it is shared.
-    pub metrics: Arc<flotilla_apiserver::metrics::Metrics>,
+    pub metrics: Arc<flotilla_apiserver::http::metrics::Metrics>,
     role: &'static str,
     identity: HubIdentity,
     listen: SocketAddr,
@@ -214,7 +214,7 @@ impl ApiServer {
             .await
             .map_err(|e| anyhow::anyhow!("cannot set up the initial namespaces: {e}"))?;
         Ok(ApiServer {
-            metrics: Arc::new(flotilla_apiserver::metrics::Metrics::new()),
+            metrics: Arc::new(flotilla_apiserver::http::metrics::Metrics::new()),
             api,
             store,
             url,
@@ -256,7 +256,7 @@ impl ApiServer {
     /// (never if it is zero).
     pub fn compact_every(&self, interval: Duration) {
         if !interval.is_zero() {
-            tokio::spawn(flotilla_apiserver::compaction::run(
+            tokio::spawn(flotilla_apiserver::gc::compaction::run(
                 self.store.clone(),
                 interval,
             ));
@@ -267,7 +267,7 @@ impl ApiServer {
     /// minute apart); never if it is zero.
     pub fn expire_events_after(&self, ttl: Duration) {
         if !ttl.is_zero() {
-            tokio::spawn(flotilla_apiserver::events::expiry::run(
+            tokio::spawn(flotilla_apiserver::gc::events::run(
                 self.store.clone(),
                 ttl,
             ));

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use flotilla_apiserver::object::{NameRule, check_name};
+use flotilla_apiserver::registry::object::{NameRule, check_name};
 use flotilla_sim::{NodeShape, Simulator};
 use regex::Regex;
 use tracing::{Instrument, info, info_span, warn};

@@ -12,8 +12,8 @@ use flotilla_api::{
     ApplyPolicy, ConflictPolicy, DeletionPolicy, Drift, DriftPolicy, Manifest, ManifestStatus,
     PlacementReference, WorkSpec, WorkStatus,
 };
-use flotilla_apiserver::resources::Registry;
-use flotilla_apiserver::server::local_service;
+use flotilla_apiserver::Registry;
+use flotilla_apiserver::http::server::local_service;
 use flotilla_delivery::{Change, Member, Provenance};
 use flotilla_store_sqlite::SqliteStore;
 use futures_util::StreamExt;
@@ -53,7 +53,7 @@ async fn counted_cluster() -> anyhow::Result<(Cluster, Arc<AtomicUsize>)> {
         })
         .service(local_service(
             api,
-            Arc::new(flotilla_apiserver::metrics::Metrics::new()),
+            Arc::new(flotilla_apiserver::http::metrics::Metrics::new()),
         ));
     let client = kube::Client::new(counted, "default");
     let cluster = Cluster {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use bytes::Bytes;
-use flotilla_apiserver::{Api, discovery, tenancy};
+use flotilla_apiserver::{Api, discovery, registry::tenancy};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span};
@@ -167,7 +167,7 @@ fn labels(node: &str) -> Value {
 
 /// A Ready node's status: `shape`'s capacity, all of it allocatable.
 fn node_status(node: &str, index: u32, shape: &NodeShape) -> Value {
-    let now = flotilla_apiserver::object::now();
+    let now = flotilla_apiserver::registry::object::now();
     let resources =
         json!({"cpu": shape.cpu, "memory": shape.memory, "pods": shape.pods.to_string()});
     let [_, a, b, c] = index.to_be_bytes();

@@ -79,7 +79,7 @@ impl Kind {
         format!("{}/v1", self.group())
     }
 
-    /// The store prefix of its objects in every logical cluster (see `flotilla_apiserver::keys`).
+    /// The store prefix of its objects in every logical cluster (see `flotilla_apiserver::registry::keys`).
     pub fn store_prefix(self) -> String {
         format!("/{}/{}/", self.group(), self.plural())
     }

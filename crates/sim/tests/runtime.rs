@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, Method};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::Registry;
 use flotilla_sim::{Config, NodeShape, Simulator, provision};
 use flotilla_store::Store;
 use flotilla_store_memory::MemoryStore;

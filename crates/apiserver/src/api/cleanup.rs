@@ -260,7 +260,14 @@ impl Api {
             {
                 Ok((_, object)) if !object["metadata"]["deletionTimestamp"].is_null() => left += 1,
                 Ok(_) => {}
-                Err(e) if e.code == 404 || e.code == 409 => left += 1,
+                Err(e)
+                    if matches!(
+                        e.reason,
+                        Reason::NotFound | Reason::Conflict | Reason::AlreadyExists
+                    ) =>
+                {
+                    left += 1
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -293,7 +300,7 @@ impl Api {
         let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
         let (mut current, revision) = match self.get(&crd_type, "", name).await {
             Ok(found) => found,
-            Err(e) if e.code == 404 => return Ok(true),
+            Err(e) if e.reason == Reason::NotFound => return Ok(true),
             Err(e) => return Err(e),
         };
         let (group, plural) = name

@@ -73,7 +73,7 @@ impl Api {
                         let mut object =
                             object::with_resource_version(object, kv.mod_revision.get());
                         if let Some(api_version) = reads_as(&rt) {
-                            crate::events::show_as(&mut object, &api_version);
+                            crate::registry::events::show_as(&mut object, &api_version);
                         }
                         initial.push(match &mut shaped {
                             Some(shaped) => shaped.line("ADDED", &object),
@@ -207,7 +207,7 @@ impl WatchFeed {
                             {
                                 let mut object = object::with_resource_version(object.clone(), change.revision.get());
                                 if let Some(api_version) = &self.reads_as {
-                                    crate::events::show_as(&mut object, api_version);
+                                    crate::registry::events::show_as(&mut object, api_version);
                                 }
                                 return Some(shaped.line(kind, &object));
                             }
@@ -230,9 +230,9 @@ pub(super) fn event_line(kind: &str, object: &Value) -> Bytes {
     // `{"object":…,"type":…}`, as the map of the two would be written (keys in order).
     let mut line = Vec::with_capacity(256);
     line.extend_from_slice(b"{\"object\":");
-    crate::json::write(&mut line, object);
+    crate::http::json::write(&mut line, object);
     line.extend_from_slice(b",\"type\":");
-    crate::json::write_str(&mut line, kind);
+    crate::http::json::write_str(&mut line, kind);
     line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
@@ -360,7 +360,7 @@ pub(super) fn watch_line(
     let render = |kind: &str, object: &Value| {
         let mut object = object::with_resource_version(object.clone(), change.revision.get());
         if let Some(api_version) = api_version {
-            crate::events::show_as(&mut object, api_version);
+            crate::registry::events::show_as(&mut object, api_version);
         }
         event_line(kind, &object)
     };
@@ -433,7 +433,7 @@ mod tests {
     use flotilla_store::{KeyValue, Revision, WatchEvent};
 
     use super::*;
-    use crate::resources::Registry;
+    use crate::registry::resources::Registry;
 
     fn kv(labels: Value, image: &str, revision: u64) -> KeyValue {
         let object = json!({"apiVersion": "v1", "kind": "ConfigMap",

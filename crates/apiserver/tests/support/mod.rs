@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use flotilla_apiserver::Api;
-use flotilla_apiserver::resources::Registry;
+use flotilla_apiserver::Registry;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 

@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::resources::ResourceType;
-use crate::status::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
+use crate::registry::resources::ResourceType;
 
 /// One requirement of a label selector.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -248,8 +248,11 @@ impl FieldSelector {
             let lookup = |field: &str| field.split('.').try_fold(object, |v, part| v.get(part));
             // An Event written through its other version has the field under its other
             // name (`regarding.name` for `involvedObject.name`).
-            let found =
-                lookup(field).or_else(|| crate::events::alias(field).as_deref().and_then(lookup));
+            let found = lookup(field).or_else(|| {
+                crate::registry::events::alias(field)
+                    .as_deref()
+                    .and_then(lookup)
+            });
             let actual = match found {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
@@ -310,7 +313,7 @@ mod tests {
 
     #[test]
     fn field_selectors_use_the_fields_each_kind_supports() {
-        let registry = crate::resources::Registry::builtin();
+        let registry = crate::registry::resources::Registry::builtin();
         let configmaps = registry.get("", "v1", "configmaps").unwrap();
         let pods = registry.get("", "v1", "pods").unwrap();
         let events = registry.get("", "v1", "events").unwrap();
@@ -350,7 +353,7 @@ mod tests {
             .matches(&event)
         );
         let mut widgets = ResourceType::new("example.com", "v1", "Widget", "widgets", true);
-        widgets.schema = Some(crate::resources::Schema(std::sync::Arc::new(
+        widgets.schema = Some(crate::registry::resources::Schema(std::sync::Arc::new(
             json!({"type": "object"}),
         )));
         widgets.selectable_fields = vec!["spec.color".into()];

@@ -19,9 +19,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::object::{self, NameRule, check_name};
-use crate::resources::{PrinterColumns, Registry, ResourceType, ScalePaths, Schema, Subresource};
-use crate::status::{ApiError, ApiResult, Cause};
+use crate::http::error::{ApiError, ApiResult, Cause};
+use crate::registry::object::{self, NameRule, check_name};
+use crate::registry::resources::{
+    PrinterColumns, Registry, ResourceType, ScalePaths, Schema, Subresource,
+};
 
 /// The finalizer that keeps a CRD until every object of its resource is gone.
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";

@@ -19,11 +19,11 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::fields::{self, FieldSet, Fields, Filter, ListType, Path, Shape};
-use crate::object;
-use crate::openapi;
-use crate::resources::ResourceType;
-use crate::status::{ApiError, ApiResult, Cause};
+use crate::discovery::openapi;
+use crate::http::error::{ApiError, ApiResult, Cause};
+use crate::patch::fields::{self, FieldSet, Fields, Filter, ListType, Path, Shape};
+use crate::registry::object;
+use crate::registry::resources::ResourceType;
 
 /// Metadata fields the server sets: never owned, never pruned.
 const SERVER_META: [&str; 10] = [
@@ -422,7 +422,8 @@ fn conflict_error(rt: &ResourceType, conflicts: &[(String, String, Path)]) -> Ap
         1 => format!("Apply failed with 1 conflict: {}", listed[0]),
         n => format!("Apply failed with {n} conflicts: {}", listed.join("\n")),
     };
-    let mut error = ApiError::new(409, "Conflict", message).on(&rt.group, &rt.plural, "");
+    let mut error = ApiError::new(409, crate::http::error::Reason::Conflict, message)
+        .on(&rt.group, &rt.plural, "");
     if let Some(details) = error.details.as_mut() {
         details.causes = causes;
     }

@@ -7,8 +7,8 @@ use std::sync::{Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
 
-use crate::resources::ResourceType;
-use crate::status::{ApiError, ApiResult, Cause};
+use crate::http::error::{ApiError, ApiResult, Cause};
+use crate::registry::resources::ResourceType;
 
 /// The longest object the server stores, in bytes, as stored (its JSON with
 /// `managedFields` and the rest of the server's metadata): every write (create, update,

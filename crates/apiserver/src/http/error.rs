@@ -28,14 +28,76 @@ pub struct Cause {
     pub field: String,
 }
 
+/// Why a request failed: a `Status`'s `reason`, as Kubernetes names them
+/// (`metav1.StatusReason`). Code decides on these, never on the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// 400: the request itself is malformed.
+    BadRequest,
+    /// 401: no valid credentials.
+    Unauthorized,
+    /// 403: the user may not do this, or the object may not be changed so.
+    Forbidden,
+    /// 404: no such object or path.
+    NotFound,
+    /// 405: the verb is not served on this resource.
+    MethodNotAllowed,
+    /// 409: the object already exists.
+    AlreadyExists,
+    /// 409: a stale resourceVersion, or another writer's field.
+    Conflict,
+    /// 410: a resourceVersion or continue token too old to serve.
+    Expired,
+    /// 413: the request or the object is too large.
+    RequestEntityTooLarge,
+    /// 415: the body's content type is not accepted.
+    UnsupportedMediaType,
+    /// 422: the object fails validation.
+    Invalid,
+    /// 408 or 504: the request or the server ran out of time.
+    Timeout,
+    /// 500: the server failed.
+    InternalError,
+    /// 507: the store is full.
+    InsufficientStorage,
+}
+
+impl Reason {
+    /// The reason as a `Status` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::BadRequest => "BadRequest",
+            Reason::Unauthorized => "Unauthorized",
+            Reason::Forbidden => "Forbidden",
+            Reason::NotFound => "NotFound",
+            Reason::MethodNotAllowed => "MethodNotAllowed",
+            Reason::AlreadyExists => "AlreadyExists",
+            Reason::Conflict => "Conflict",
+            Reason::Expired => "Expired",
+            Reason::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Reason::UnsupportedMediaType => "UnsupportedMediaType",
+            Reason::Invalid => "Invalid",
+            Reason::Timeout => "Timeout",
+            Reason::InternalError => "InternalError",
+            Reason::InsufficientStorage => "InsufficientStorage",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A failed API request: becomes a `Status` with its HTTP code.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
 pub struct ApiError {
     /// The HTTP status code.
     pub code: u16,
-    /// The `Status` reason (`NotFound`, `Conflict`, …).
-    pub reason: &'static str,
+    /// The `Status` reason.
+    pub reason: Reason,
     /// A human-readable message naming the problem.
     pub message: String,
     /// The object and causes, when known (boxed: errors stay small on the happy path).
@@ -47,7 +109,7 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 impl ApiError {
     /// Any error, with no details.
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: u16, reason: Reason, message: impl Into<String>) -> Self {
         ApiError {
             code,
             reason,
@@ -69,30 +131,35 @@ impl ApiError {
 
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(400, "BadRequest", message)
+        Self::new(400, Reason::BadRequest, message)
     }
 
     /// 401 Unauthorized.
     pub fn unauthorized() -> Self {
-        Self::new(401, "Unauthorized", "Unauthorized")
+        Self::new(401, Reason::Unauthorized, "Unauthorized")
     }
 
     /// 403 Forbidden.
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(403, "Forbidden", message)
+        Self::new(403, Reason::Forbidden, message)
     }
 
     /// 404 NotFound for an object: `resource "name" not found` as Kubernetes words it.
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
         let what = qualified(group, resource);
-        Self::new(404, "NotFound", format!("{what} \"{name}\" not found")).on(group, resource, name)
+        Self::new(
+            404,
+            Reason::NotFound,
+            format!("{what} \"{name}\" not found"),
+        )
+        .on(group, resource, name)
     }
 
     /// 404 NotFound for a path the server does not serve.
     pub fn no_route(path: &str) -> Self {
         Self::new(
             404,
-            "NotFound",
+            Reason::NotFound,
             format!("the server could not find the requested resource ({path})"),
         )
     }
@@ -101,7 +168,7 @@ impl ApiError {
     pub fn method_not_allowed(method: &str, what: &str) -> Self {
         Self::new(
             405,
-            "MethodNotAllowed",
+            Reason::MethodNotAllowed,
             format!("{method} is not supported on {what}"),
         )
     }
@@ -111,7 +178,7 @@ impl ApiError {
         let what = qualified(group, resource);
         Self::new(
             409,
-            "AlreadyExists",
+            Reason::AlreadyExists,
             format!("{what} \"{name}\" already exists"),
         )
         .on(group, resource, name)
@@ -122,7 +189,7 @@ impl ApiError {
         let what = qualified(group, resource);
         Self::new(
             409,
-            "Conflict",
+            Reason::Conflict,
             format!(
                 "Operation cannot be fulfilled on {what} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
             ),
@@ -132,17 +199,17 @@ impl ApiError {
 
     /// 410 Expired: a resourceVersion or continue token too old to serve.
     pub fn expired(message: impl Into<String>) -> Self {
-        Self::new(410, "Expired", message)
+        Self::new(410, Reason::Expired, message)
     }
 
     /// 413 RequestEntityTooLarge.
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self::new(413, "RequestEntityTooLarge", message)
+        Self::new(413, Reason::RequestEntityTooLarge, message)
     }
 
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
-        Self::new(415, "UnsupportedMediaType", message)
+        Self::new(415, Reason::UnsupportedMediaType, message)
     }
 
     /// 422 Invalid, with field causes.
@@ -153,7 +220,7 @@ impl ApiError {
             .collect();
         let mut error = Self::new(
             422,
-            "Invalid",
+            Reason::Invalid,
             format!("{kind} \"{name}\" is invalid: {}", list.join(", ")),
         )
         .on(group, kind, name);
@@ -165,14 +232,14 @@ impl ApiError {
 
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(500, "InternalError", message)
+        Self::new(500, Reason::InternalError, message)
     }
 
     /// 504 Timeout for a resourceVersion ahead of the server.
     pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
         let mut error = Self::new(
             504,
-            "Timeout",
+            Reason::Timeout,
             format!("Too large resource version: {requested}, current: {current}"),
         );
         error.details = Some(Box::new(Details {
@@ -194,7 +261,7 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
+            "reason": self.reason.as_str(),
             "code": self.code,
         });
         if let Some(details) = &self.details {
@@ -258,7 +325,7 @@ impl From<flotilla_store::Error> for ApiError {
                 ApiError::too_large_resource_version(requested.get(), current.get())
             }
             E::InvalidArgument(message) => ApiError::bad_request(message),
-            E::NoSpace { .. } => ApiError::new(507, "InsufficientStorage", e.to_string()),
+            E::NoSpace { .. } => ApiError::new(507, Reason::InsufficientStorage, e.to_string()),
             other => ApiError::internal(other.to_string()),
         }
     }

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::resources::Registry;
+use crate::registry::resources::Registry;
 
 fn deployments() -> Arc<ResourceType> {
     Registry::builtin()
@@ -112,7 +112,7 @@ fn another_manager_changing_an_owned_field_conflicts_unless_forced() {
     let object = apply(None, &a, &rt, writer("alice"), false).unwrap();
     let b = deployment(json!({"replicas": 5}), json!({}));
     let error = apply(Some(&object), &b, &rt, writer("bob"), false).unwrap_err();
-    assert_eq!((error.code, error.reason), (409, "Conflict"));
+    assert_eq!((error.code, error.reason.as_str()), (409, "Conflict"));
     assert_eq!(
         error.message,
         "Apply failed with 1 conflict: conflict with \"alice\" using apps/v1: .spec.replicas"

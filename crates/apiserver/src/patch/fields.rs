@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use crate::openapi;
-use crate::schema::resolve;
-use crate::status::{ApiError, ApiResult};
+use crate::admission::schema::resolve;
+use crate::discovery::openapi;
+use crate::http::error::{ApiError, ApiResult};
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 

@@ -11,9 +11,12 @@
 //! The passes themselves run in the API server's cleanup tasks (`api.rs`); this module
 //! holds the rules.
 
+pub mod compaction;
+pub mod events;
+
 use serde_json::Value;
 
-use crate::status::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
 
 /// The finalizer of an owner whose dependents are being orphaned.
 pub const ORPHAN: &str = "orphan";

@@ -1,6 +1,6 @@
 //! Events are one stored resource seen through two versions, as in Kubernetes: `core/v1`
 //! and `events.k8s.io/v1`. Both keep their objects under the core group's key space
-//! (`/core/events/…`, see [`crate::keys`]), each as written; a read through the other
+//! (`/core/events/…`, see [`crate::registry::keys`]), each as written; a read through the other
 //! version converts the object ([`show_as`]), and a field selector of one version finds
 //! objects written through the other ([`alias`]). They expire a TTL after their last
 //! write ([`expiry`]).
@@ -18,11 +18,9 @@
 //!    action, reason, type)
 //! ```
 
-pub mod expiry;
-
 use serde_json::Value;
 
-use crate::resources::ResourceType;
+use crate::registry::resources::ResourceType;
 
 /// The group whose Events are kept with the core group's.
 pub const GROUP: &str = "events.k8s.io";
@@ -111,7 +109,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::Registry;
+    use crate::registry::resources::Registry;
 
     fn core_event() -> Value {
         json!({
@@ -166,8 +164,8 @@ mod tests {
         let events = registry.get(GROUP, "v1", "events").unwrap();
         assert!(is_event(&core) && is_event(&events));
         assert_eq!(
-            crate::keys::key(&core, "root", "shop", "web.1"),
-            crate::keys::key(&events, "root", "shop", "web.1")
+            crate::registry::keys::key(&core, "root", "shop", "web.1"),
+            crate::registry::keys::key(&events, "root", "shop", "web.1")
         );
         let pods = registry.get("", "v1", "pods").unwrap();
         assert!(!is_event(&pods));

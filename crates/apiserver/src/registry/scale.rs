@@ -8,8 +8,8 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::ScalePaths;
-use crate::status::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
+use crate::registry::resources::ScalePaths;
 
 fn segments(path: &str) -> impl Iterator<Item = &str> {
     path.trim_start_matches('.')

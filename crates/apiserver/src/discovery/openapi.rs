@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use serde_json::{Map, Value, json};
 
 use crate::discovery;
-use crate::resources::{Registry, ResourceType, Subresource};
+use crate::registry::resources::{Registry, ResourceType, Subresource};
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
@@ -39,7 +39,7 @@ pub const PATCH_CONTENT_TYPES: [&str; 3] = [
 pub fn builtin_schemas() -> &'static Map<String, Value> {
     static SCHEMAS: OnceLock<Map<String, Value>> = OnceLock::new();
     SCHEMAS.get_or_init(|| {
-        serde_json::from_str(include_str!("generated/builtin-schemas.json"))
+        serde_json::from_str(include_str!("../generated/builtin-schemas.json"))
             .expect("the generated schemas are JSON")
     })
 }
@@ -523,7 +523,7 @@ fn object_operations(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::Schema;
+    use crate::registry::resources::Schema;
 
     #[test]
     fn every_builtin_kind_has_a_generated_schema() {

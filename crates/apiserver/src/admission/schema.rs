@@ -16,9 +16,9 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use serde_json::{Map, Value};
 
-use crate::openapi;
-use crate::resources::ResourceType;
-use crate::status::{ApiError, ApiResult, Cause};
+use crate::discovery::openapi;
+use crate::http::error::{ApiError, ApiResult, Cause};
+use crate::registry::resources::ResourceType;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
@@ -838,7 +838,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::{Registry, Schema as TypeSchema};
+    use crate::registry::resources::{Registry, Schema as TypeSchema};
 
     fn builtin(group: &str, version: &str, plural: &str) -> Arc<ResourceType> {
         Registry::builtin().get(group, version, plural).unwrap()

@@ -114,14 +114,17 @@ fn metadata_of(whole: &OnceLock<Option<Value>>, raw: Option<&[u8]>) -> Option<Va
 }
 
 /// A stored object decoded, with its resourceVersion; `None` (and a warning) if it cannot be
-/// ([`crate::object::undecodable`], or not JSON): its events are left out.
+/// ([`crate::registry::object::undecodable`], or not JSON): its events are left out.
 fn decode(key: &[u8], value: &[u8], revision: Revision) -> Option<Value> {
-    let decoded = match crate::object::undecodable(value) {
+    let decoded = match crate::registry::object::undecodable(value) {
         Some(reason) => Err(reason),
         None => serde_json::from_slice::<Value>(value).map_err(|e| e.to_string()),
     };
     match decoded {
-        Ok(object) => Some(crate::object::with_resource_version(object, revision.get())),
+        Ok(object) => Some(crate::registry::object::with_resource_version(
+            object,
+            revision.get(),
+        )),
         Err(reason) => {
             tracing::warn!(key = %String::from_utf8_lossy(key), %reason,
                 "a stored object cannot be decoded; its watch events are left out");

@@ -5,7 +5,7 @@
 //! core group. The logical cluster comes after the resource so that one store watch per
 //! resource serves every logical cluster.
 
-use crate::resources::ResourceType;
+use crate::registry::resources::ResourceType;
 
 /// The store prefix of a resource's objects in a logical cluster, and in one namespace if
 /// given (a namespaced resource listed across namespaces has none).
@@ -22,7 +22,7 @@ pub fn resource_prefix(rt: &ResourceType) -> Vec<u8> {
 
 fn push_resource(key: &mut Vec<u8>, rt: &ResourceType) {
     // Events of events.k8s.io live with the core group's (one resource, two versions).
-    let group = match crate::events::storage_group(rt) {
+    let group = match crate::registry::events::storage_group(rt) {
         "" => "core",
         group => group,
     };
@@ -39,7 +39,7 @@ pub fn key(rt: &ResourceType, cluster: &str, namespace: &str, name: &str) -> Vec
 /// `prefix(rt, cluster, namespace)` followed by `name`, in one allocation.
 fn build(rt: &ResourceType, cluster: &str, namespace: Option<&str>, name: &str) -> Vec<u8> {
     let namespace = namespace.filter(|_| rt.namespaced);
-    let length = crate::events::storage_group(rt).len().max(4)
+    let length = crate::registry::events::storage_group(rt).len().max(4)
         + rt.plural.len()
         + cluster.len()
         + namespace.map_or(0, |n| n.len() + 1)

@@ -51,7 +51,7 @@ pub fn definition() -> Value {
 
 /// Why a logical cluster name is not acceptable, if it is not (names are DNS labels).
 pub fn check_name(name: &str) -> Option<String> {
-    crate::object::check_name(name, crate::object::NameRule::Label)
+    crate::registry::object::check_name(name, crate::registry::object::NameRule::Label)
         .map(|why| format!("invalid logical cluster name {name:?}: {why}"))
 }
 
@@ -62,7 +62,7 @@ mod tests {
     #[test]
     fn the_definition_is_an_acceptable_crd() {
         let mut crd = definition();
-        let defined = crate::crd::admit(&mut crd).unwrap();
+        let defined = crate::registry::crd::admit(&mut crd).unwrap();
         assert_eq!(defined.types.len(), 1);
         assert!(!defined.types[0].namespaced);
         assert_eq!(defined.types[0].kind, "LogicalCluster");

@@ -8,9 +8,13 @@
 //!  /apis/{g} ─► api_group        /api/v1, /apis/{g}/{v} ─► resource_list
 //! ```
 
+pub mod openapi;
+pub mod openapi_v2;
+pub mod table;
+
 use serde_json::{Map, Value, json};
 
-use crate::resources::{Registry, ResourceType};
+use crate::registry::resources::{Registry, ResourceType};
 
 /// The aggregated discovery group.
 const DISCOVERY_GROUP: &str = "apidiscovery.k8s.io";
@@ -448,7 +452,7 @@ fn platform() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::{STANDARD_VERBS, Subresource};
+    use crate::registry::resources::{STANDARD_VERBS, Subresource};
 
     const KUBECTL_ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
     const KUBE_RS_ACCEPT: &str =

@@ -13,14 +13,14 @@
 
 use serde_json::{Map, Value};
 
-use crate::schema::resolve;
-use crate::status::{ApiError, ApiResult};
+use crate::admission::schema::resolve;
+use crate::http::error::{ApiError, ApiResult};
 
 const SET_ORDER: &str = "$setElementOrder/";
 const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
 
 fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(422, "Invalid", message.into())
+    ApiError::new(422, crate::http::error::Reason::Invalid, message.into())
 }
 
 /// Applies a strategic merge patch to `original` (an object of the kind whose schema is
@@ -244,7 +244,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::openapi;
+    use crate::discovery::openapi;
 
     fn schema(name: &str) -> &'static Value {
         &openapi::builtin_schemas()[name]

@@ -21,9 +21,9 @@ use tower::ServiceExt;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::Api;
-use crate::metrics::Metrics;
-use crate::object::MAX_REQUEST_BYTES;
-use crate::status::ApiError;
+use crate::http::error::ApiError;
+use crate::http::metrics::Metrics;
+use crate::registry::object::MAX_REQUEST_BYTES;
 
 /// How long a connection may take at each step before [`serve_tls_with`] closes it. The
 /// defaults are kube-apiserver's: its secure serving sets Go's `ReadHeaderTimeout` to 32 s
@@ -152,9 +152,11 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             Ok(body) => body,
             Err(e) => {
                 let error = match timed_out(&e) {
-                    Some(timeout) => {
-                        ApiError::new(408, "Timeout", BodyTimedOut(timeout).to_string())
-                    }
+                    Some(timeout) => ApiError::new(
+                        408,
+                        crate::http::error::Reason::Timeout,
+                        BodyTimedOut(timeout).to_string(),
+                    ),
                     None => ApiError::too_large(format!(
                         "the request body is over the limit of {MAX_REQUEST_BYTES} bytes"
                     )),

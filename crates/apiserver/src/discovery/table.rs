@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::ResourceType;
+use crate::registry::resources::ResourceType;
 
 /// Whether the client asked for a Table (and accepts one).
 pub fn wants_table(accept: Option<&str>) -> bool {
@@ -624,7 +624,7 @@ fn row(columns: &[Column], object: &Value, now: jiff::Timestamp, include_object:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::Registry;
+    use crate::registry::resources::Registry;
 
     #[test]
     fn column_paths_index_and_filter() {
@@ -869,7 +869,7 @@ mod tests {
     #[test]
     fn custom_resources_use_their_printer_columns() {
         let mut rt = ResourceType::new("example.com", "v1", "Widget", "widgets", true);
-        rt.schema = Some(crate::resources::Schema(std::sync::Arc::new(
+        rt.schema = Some(crate::registry::resources::Schema(std::sync::Arc::new(
             json!({"type": "object"}),
         )));
         let printer = json!([{"name": "Size", "type": "integer", "jsonPath": ".spec.size"},

@@ -1,9 +1,13 @@
 //! JSON merge patch (RFC 7386) and JSON patch (RFC 6902), as the API applies them.
 
+pub mod fields;
+pub mod managed;
+pub mod strategic;
+
 use serde_json::{Map, Value};
 
-use crate::object::{MAX_DEPTH, deeper_than};
-use crate::status::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
+use crate::registry::object::{MAX_DEPTH, deeper_than};
 
 /// Applies a JSON merge patch: objects merge key by key, `null` removes, anything else
 /// replaces.
@@ -38,7 +42,7 @@ pub fn json_patch(target: &Value, patch: &Value) -> ApiResult<Value> {
         apply_op(&mut doc, op).map_err(|message| {
             ApiError::new(
                 422,
-                "Invalid",
+                crate::http::error::Reason::Invalid,
                 format!("the JSON patch operation {i} ({op}) cannot apply: {message}"),
             )
         })?;

@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::discovery;
-use crate::openapi;
-use crate::resources::Registry;
+use crate::discovery::openapi;
+use crate::registry::resources::Registry;
 
 /// The media type of the protobuf document, as the response's `Content-Type`.
 ///
@@ -346,7 +346,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::resources::{ResourceType, Schema};
+    use crate::registry::resources::{ResourceType, Schema};
 
     /// One decoded field: its number and either a varint or the bytes of a length-delimited
     /// value.

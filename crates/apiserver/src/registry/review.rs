@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::ResourceType;
+use crate::registry::resources::ResourceType;
 
 /// The name the admin token authenticates as.
 pub const ADMIN_USER: &str = "flotilla:admin";
@@ -43,7 +43,7 @@ pub fn answer(rt: &ResourceType, request: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::Registry;
+    use crate::registry::resources::Registry;
 
     #[test]
     fn reviews_are_answered_and_other_kinds_are_not() {

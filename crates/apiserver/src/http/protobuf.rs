@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use crate::status::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult};
 
 const MAGIC: &[u8] = b"k8s\0";
 
@@ -33,7 +33,7 @@ fn table() -> &'static Table {
     static TABLE: OnceLock<Table> = OnceLock::new();
     TABLE.get_or_init(|| {
         let mut value: Value =
-            serde_json::from_str(include_str!("generated/builtin-protobuf.json"))
+            serde_json::from_str(include_str!("../generated/builtin-protobuf.json"))
                 .expect("the generated protobuf table is JSON");
         let take =
             |v: &mut Value, k: &str| v[k].as_object_mut().map(std::mem::take).unwrap_or_default();

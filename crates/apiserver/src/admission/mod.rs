@@ -1,0 +1,3 @@
+//! Admission: what a write must pass before it is stored.
+
+pub mod schema;

@@ -1,0 +1,3 @@
+//! Watches: every client watch served from one cache over one store watch per resource.
+
+pub mod cache;
