@@ -11,6 +11,7 @@
 //! The passes themselves run in the API server's cleanup tasks (`api.rs`); this module
 //! holds the rules.
 
+pub(crate) mod collector;
 pub mod compaction;
 pub mod events;
 

@@ -286,7 +286,7 @@ fn classify_parts<'a>(method: &'a str, path: &'a str, query: Option<&str>) -> Cl
         None => path,
     };
     let mut buffer = [""; 10];
-    let segments = crate::api::segments(path, &mut buffer);
+    let segments = crate::http::route::segments(path, &mut buffer);
     let rest: Option<(&str, &[&str])> = match &*segments {
         ["api", _version, rest @ ..] if !rest.is_empty() => Some(("", rest)),
         ["apis", group, _version, rest @ ..] if !rest.is_empty() => Some((group, rest)),

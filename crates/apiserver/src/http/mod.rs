@@ -2,7 +2,11 @@
 //! encodings a request body or an answer may take.
 
 pub mod error;
+pub(crate) mod handler;
 pub mod json;
 pub mod metrics;
 pub mod protobuf;
+pub(crate) mod request;
+pub(crate) mod response;
+pub(crate) mod route;
 pub mod server;

@@ -1,12 +1,16 @@
 //! The registry: the resource types served, where their objects live in the store, the
 //! server-managed metadata of an object, and the resources with behaviour of their own.
 
+pub(crate) mod apply;
 pub mod crd;
+pub(crate) mod delete;
 pub mod events;
 pub mod keys;
+pub(crate) mod list;
 pub mod object;
 pub mod resources;
 pub mod review;
 pub mod scale;
 pub mod selector;
+pub(crate) mod store;
 pub mod tenancy;

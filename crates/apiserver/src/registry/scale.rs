@@ -6,9 +6,23 @@
 //!  Scale  ─► set(): specReplicasPath ← spec.replicas ─► an update of the object
 //! ```
 
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::http::error::{ApiError, ApiResult};
+use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::patch;
+use crate::registry::object::{self, meta_str};
+
+use crate::api::Api;
+use crate::http::request::{
+    Query, content_type, field_manager, parse_body, parse_resource_version,
+};
+use crate::http::response::json_response;
+use crate::http::route::Target;
+use crate::registry::store::{CONFLICT_RETRIES, FieldOwner};
+
 use crate::registry::resources::ScalePaths;
 
 fn segments(path: &str) -> impl Iterator<Item = &str> {
@@ -96,6 +110,105 @@ pub fn view(object: &Value, paths: &ScalePaths) -> Value {
     json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": metadata,
         "spec": {"replicas": number(&paths.spec_replicas)},
         "status": {"replicas": number(&paths.status_replicas), "selector": selector}})
+}
+
+impl Api {
+    /// The `scale` subresource: an `autoscaling/v1` Scale view of the object's replicas;
+    /// writing it (PUT, or a merge or JSON patch of the view) sets the desired replicas.
+    pub(crate) async fn scale(
+        &self,
+        target: &Target,
+        name: &str,
+        method: Method,
+        query: &Query,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> ApiResult<Response> {
+        let rt = &target.rt;
+        let paths = rt.scale.clone().unwrap_or_default();
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let parent = Target {
+            rt: rt.clone(),
+            namespace: target.namespace.clone(),
+            name: Some(name.to_owned()),
+            sub: None,
+        };
+        for _ in 0..CONFLICT_RETRIES {
+            let (current, revision) = self.get(rt, &namespace, name).await?;
+            let shown = view(&current, &paths);
+            let wanted = match method {
+                Method::GET => return Ok(json_response(StatusCode::OK, &shown)),
+                Method::PUT => parse_body(body, headers)?,
+                Method::PATCH => {
+                    let patch: Value = serde_json::from_slice(body).map_err(|e| {
+                        ApiError::bad_request(format!("the patch is not valid JSON: {e}"))
+                    })?;
+                    match content_type(headers) {
+                        "application/merge-patch+json" => patch::merge(&shown, &patch),
+                        "application/json-patch+json" => patch::json_patch(&shown, &patch)?,
+                        other => {
+                            return Err(ApiError::unsupported_media_type(format!(
+                                "the patch type {other:?} is not supported on scale; use application/merge-patch+json or application/json-patch+json"
+                            )));
+                        }
+                    }
+                }
+                other => return Err(ApiError::method_not_allowed(other.as_str(), "scale")),
+            };
+            let conditional = match meta_str(&wanted, "resourceVersion") {
+                "" => false,
+                rv if parse_resource_version(rv)? != revision.get() => {
+                    return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+                }
+                _ => true,
+            };
+            let replicas = wanted["spec"]["replicas"].as_i64().ok_or_else(|| {
+                ApiError::invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    vec![crate::http::error::Cause {
+                        reason: "FieldValueRequired".into(),
+                        message: "Required value: an integer".into(),
+                        field: "spec.replicas".into(),
+                    }],
+                )
+            })?;
+            if replicas < 0 {
+                return Err(ApiError::invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    vec![crate::http::error::Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: format!(
+                            "Invalid value: {replicas}: must be greater than or equal to 0"
+                        ),
+                        field: "spec.replicas".into(),
+                    }],
+                ));
+            }
+            let mut updated = current.clone();
+            set(&mut updated, &paths.spec_replicas, json!(replicas))?;
+            object::metadata_mut(&mut updated)?
+                .insert("resourceVersion".into(), json!(revision.get().to_string()));
+            let manager = field_manager(query, headers)?;
+            match self
+                .update(&parent, name, query, updated, FieldOwner::Update(&manager))
+                .await
+            {
+                Ok((object, _, _)) => {
+                    let object = object.into_value();
+                    return Ok(json_response(StatusCode::OK, &view(&object, &paths)));
+                }
+                Err(e) if e.reason == Reason::Conflict && !conditional => {
+                    tokio::task::yield_now().await
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ApiError::conflict(&rt.group, &rt.plural, name))
+    }
 }
 
 #[cfg(test)]

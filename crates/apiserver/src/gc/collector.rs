@@ -1,13 +1,31 @@
 //! Work that goes on after a request until it is done: emptying a deleted namespace or a
 //! deleted CRD's resource, and garbage collection by ownerReferences.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flotilla_store::ListOptions;
+use serde_json::Value;
+
+use crate::gc;
+use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::registry::crd;
+use crate::registry::keys;
+use crate::registry::object::{self, meta_str};
+use crate::registry::resources::ResourceType;
+
+use crate::api::Api;
+use crate::http::request::Query;
+use crate::http::route::Target;
+use crate::registry::store::Unreadable;
 
 impl Api {
     /// Queues the dependents of a deleted owner for deletion (Background propagation). One
     /// collector task takes everything queued at once and reads each scope once per pass,
     /// so deleting many objects does not read the namespace once per object.
-    pub(super) fn collect_dependents(&self, uid: &str, namespace: Option<&str>) {
+    pub(crate) fn collect_dependents(&self, uid: &str, namespace: Option<&str>) {
         let first = {
             let mut queue = self
                 .collector
@@ -30,7 +48,7 @@ impl Api {
         self.collector.wake.notify_one();
     }
 
-    pub(super) async fn run_collector(self) {
+    pub(crate) async fn run_collector(self) {
         loop {
             self.collector.wake.notified().await;
             // Let a burst of deletions queue up before reading.
@@ -61,7 +79,7 @@ impl Api {
 
     /// Every object that names one of the owners `uids` in its ownerReferences, in
     /// `namespace` (or anywhere when the owners are cluster-scoped).
-    pub(super) async fn dependents(
+    pub(crate) async fn dependents(
         &self,
         uids: &std::collections::HashSet<String>,
         namespace: Option<&str>,
@@ -105,7 +123,7 @@ impl Api {
 
     /// Deletes the dependents of `uids` (each in the background, so theirs go too); returns
     /// how many are still there (held by finalizers).
-    pub(super) async fn delete_dependents(
+    pub(crate) async fn delete_dependents(
         &self,
         uids: &std::collections::HashSet<String>,
         namespace: Option<&str>,
@@ -133,7 +151,7 @@ impl Api {
     }
 
     /// Foreground deletion: once the dependents are gone, the owner's finalizer goes.
-    pub(super) async fn finish_foreground(&self, owner: &Owner) -> ApiResult<bool> {
+    pub(crate) async fn finish_foreground(&self, owner: &Owner) -> ApiResult<bool> {
         if self
             .delete_dependents(&owner.uids(), owner.scope().as_deref())
             .await?
@@ -145,7 +163,7 @@ impl Api {
     }
 
     /// Orphan deletion: the dependents lose their reference, then the owner's finalizer goes.
-    pub(super) async fn finish_orphan(&self, owner: &Owner) -> ApiResult<bool> {
+    pub(crate) async fn finish_orphan(&self, owner: &Owner) -> ApiResult<bool> {
         for (rt, mut object) in self
             .dependents(&owner.uids(), owner.scope().as_deref())
             .await?
@@ -174,7 +192,7 @@ impl Api {
     }
 
     /// Drops `finalizer` from a deleting owner; deletes it if it was the last one.
-    pub(super) async fn release(&self, owner: &Owner, finalizer: &str) -> ApiResult<bool> {
+    pub(crate) async fn release(&self, owner: &Owner, finalizer: &str) -> ApiResult<bool> {
         let key = keys::key(&owner.rt, &self.cluster, &owner.namespace, &owner.name);
         let Some(kv) = self.store.get(&key, None).await? else {
             return Ok(true);
@@ -203,7 +221,7 @@ impl Api {
     }
 
     /// Runs a cleanup in the background, pass after pass, until it is done.
-    pub(super) fn spawn_cleanup(&self, cleanup: Cleanup) {
+    pub(crate) fn spawn_cleanup(&self, cleanup: Cleanup) {
         let api = self.clone();
         tokio::spawn(async move {
             for attempt in 0u32.. {
@@ -226,7 +244,7 @@ impl Api {
 
     /// Deletes every object of `rt` under `prefix` (finalizers are honoured); returns how
     /// many are still there.
-    pub(super) async fn delete_all(
+    pub(crate) async fn delete_all(
         &self,
         rt: &Arc<ResourceType>,
         prefix: &[u8],
@@ -275,7 +293,7 @@ impl Api {
     }
 
     /// One pass of namespace cleanup; true once the namespace is gone.
-    pub(super) async fn empty_namespace(&self, namespace: &str) -> ApiResult<bool> {
+    pub(crate) async fn empty_namespace(&self, namespace: &str) -> ApiResult<bool> {
         let mut left = 0;
         for rt in self.registry.all() {
             if rt.namespaced {
@@ -296,7 +314,7 @@ impl Api {
 
     /// One pass of a deleted CRD's cleanup: its objects go (every version shares them), then
     /// its finalizer, then it stops being served. True once done.
-    pub(super) async fn empty_custom_resource(&self, name: &str) -> ApiResult<bool> {
+    pub(crate) async fn empty_custom_resource(&self, name: &str) -> ApiResult<bool> {
         let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
         let (mut current, revision) = match self.get(&crd_type, "", name).await {
             Ok(found) => found,
@@ -350,7 +368,7 @@ impl Api {
 
 /// The queue of the garbage collector: owner uids by the scope of their dependents.
 #[derive(Default)]
-pub(super) struct Collector {
+pub(crate) struct Collector {
     queue: std::sync::Mutex<HashMap<Option<String>, std::collections::HashSet<String>>>,
     wake: tokio::sync::Notify,
     running: std::sync::atomic::AtomicBool,
@@ -358,7 +376,7 @@ pub(super) struct Collector {
 
 /// Work that goes on after a request, until done.
 #[derive(Debug)]
-pub(super) enum Cleanup {
+pub(crate) enum Cleanup {
     /// Empty a terminating namespace, then delete it.
     Namespace(String),
     /// Delete every object of a deleted CRD's resource, then the CRD.
@@ -372,20 +390,20 @@ pub(super) enum Cleanup {
 
 /// An object whose deletion waits for its dependents.
 #[derive(Debug)]
-pub(super) struct Owner {
-    pub(super) rt: Arc<ResourceType>,
-    pub(super) namespace: String,
-    pub(super) name: String,
-    pub(super) uid: String,
+pub(crate) struct Owner {
+    pub(crate) rt: Arc<ResourceType>,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
 }
 
 impl Owner {
     /// Where its dependents may be: its namespace, or everywhere for a cluster-scoped one.
-    pub(super) fn scope(&self) -> Option<String> {
+    pub(crate) fn scope(&self) -> Option<String> {
         self.rt.namespaced.then(|| self.namespace.clone())
     }
 
-    pub(super) fn uids(&self) -> std::collections::HashSet<String> {
+    pub(crate) fn uids(&self) -> std::collections::HashSet<String> {
         std::iter::once(self.uid.clone()).collect()
     }
 }

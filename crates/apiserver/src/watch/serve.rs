@@ -2,11 +2,33 @@
 //! selectors, as JSON lines (or Table rows, or metadata alone), with bookmarks and a
 //! lifetime (`timeoutSeconds`, else 30–60 min drawn at random).
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use bytes::Bytes;
+use flotilla_store::{EventKind, ListOptions, Revision};
+use serde_json::{Value, json};
+
+use crate::discovery::table;
+use crate::http::error::{ApiError, ApiResult};
+use crate::registry::keys;
+use crate::registry::object::{self};
+use crate::registry::resources::ResourceType;
+use crate::registry::selector::{FieldSelector, LabelSelector};
+use crate::watch::cache::{Change, Next, Subscription};
+
+use crate::api::Api;
+use crate::http::request::{Query, parse_resource_version};
+use crate::http::response::with_warnings;
+use crate::http::route::Target;
+use crate::registry::store::{Unreadable, reads_as};
 
 /// What a watcher's events carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Shape {
+pub(crate) enum Shape {
     /// The objects.
     Object,
     /// Table rows (`as=Table`).
@@ -17,7 +39,7 @@ pub(super) enum Shape {
 }
 
 impl Api {
-    pub(super) async fn watch(
+    pub(crate) async fn watch(
         &self,
         target: &Target,
         query: &Query,
@@ -156,7 +178,7 @@ fn draw() -> f64 {
 
 /// One client's watch: the initial events, then the store's changes as seen through the
 /// selectors, BOOKMARKs on an interval, until the timeout.
-pub(super) struct WatchFeed {
+pub(crate) struct WatchFeed {
     initial: std::collections::VecDeque<Bytes>,
     subscription: Subscription,
     /// The apiVersion custom resources are shown with (see `reads_as`).
@@ -165,14 +187,14 @@ pub(super) struct WatchFeed {
     shaped: Option<Shaped>,
     labels: LabelSelector,
     fields: FieldSelector,
-    pub(super) rt: Arc<ResourceType>,
+    pub(crate) rt: Arc<ResourceType>,
     bookmarks: Option<tokio::time::Interval>,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     done: bool,
 }
 
 impl WatchFeed {
-    pub(super) async fn next(&mut self) -> Option<Bytes> {
+    pub(crate) async fn next(&mut self) -> Option<Bytes> {
         if let Some(line) = self.initial.pop_front() {
             return Some(line);
         }
@@ -226,7 +248,7 @@ impl WatchFeed {
     }
 }
 
-pub(super) fn event_line(kind: &str, object: &Value) -> Bytes {
+pub(crate) fn event_line(kind: &str, object: &Value) -> Bytes {
     // `{"object":…,"type":…}`, as the map of the two would be written (keys in order).
     let mut line = Vec::with_capacity(256);
     line.extend_from_slice(b"{\"object\":");
@@ -237,13 +259,13 @@ pub(super) fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
-pub(super) fn error_line(error: &ApiError) -> Bytes {
+pub(crate) fn error_line(error: &ApiError) -> Bytes {
     event_line("ERROR", &error.status())
 }
 
 /// Which object of a change a watcher's event shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Side {
+pub(crate) enum Side {
     /// The object before the change (a delete).
     Before,
     /// The object after it.
@@ -252,7 +274,7 @@ pub(super) enum Side {
 
 impl Side {
     /// That object, decoded.
-    pub(super) fn of(self, change: &Change) -> Option<&Value> {
+    pub(crate) fn of(self, change: &Change) -> Option<&Value> {
         match self {
             Side::Before => change.previous(),
             Side::After => change.object(),
@@ -263,7 +285,7 @@ impl Side {
 /// The event type a watcher with these selectors sees for a change, if any, and which
 /// object it shows. Selectors that read only metadata (labels, `metadata.name`, …) are
 /// matched against the objects' metadata, decoded without the rest.
-pub(super) fn selected(
+pub(crate) fn selected(
     change: &Change,
     labels: &LabelSelector,
     fields: &FieldSelector,
@@ -289,7 +311,7 @@ pub(super) fn selected(
 }
 
 /// A watch whose events carry each object in a shape of its own.
-pub(super) enum Shaped {
+pub(crate) enum Shaped {
     /// Table rows.
     Table(TableWatch),
     /// The metadata alone, as a `PartialObjectMetadata` of this `meta.k8s.io` version.
@@ -317,14 +339,14 @@ impl Shaped {
 
 /// A watch that sends Tables (kubectl get -w): one row per event; only the first event
 /// carries the column definitions.
-pub(super) struct TableWatch {
-    pub(super) rt: Arc<ResourceType>,
+pub(crate) struct TableWatch {
+    pub(crate) rt: Arc<ResourceType>,
     include: String,
     columns_sent: bool,
 }
 
 impl TableWatch {
-    pub(super) fn line(&mut self, kind: &str, object: &Value) -> Bytes {
+    pub(crate) fn line(&mut self, kind: &str, object: &Value) -> Bytes {
         let printer = self
             .rt
             .printer_columns
@@ -351,7 +373,7 @@ impl TableWatch {
 /// The watch event for a change, as seen through the selectors: an object that stops
 /// matching is DELETED for this watcher, one that starts matching is ADDED. A deleted
 /// object is sent as it last was, with the deletion's resourceVersion.
-pub(super) fn watch_line(
+pub(crate) fn watch_line(
     change: &Change,
     labels: &LabelSelector,
     fields: &FieldSelector,
@@ -415,7 +437,7 @@ pub(super) fn watch_line(
     (!line.is_empty()).then_some(line)
 }
 
-pub(super) fn watch_response(body: Body) -> Response {
+pub(crate) fn watch_response(body: Body) -> Response {
     let mut response = Response::new(body);
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -1,0 +1,281 @@
+//! DELETE and deletecollection: finalizers, preconditions, garbage collection, and
+//! stored objects that cannot be read.
+
+use axum::http::StatusCode;
+use bytes::Bytes;
+use flotilla_store::Revision;
+use serde_json::{Value, json};
+
+use crate::gc;
+use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::registry::crd;
+use crate::registry::keys;
+use crate::registry::object::{self, meta_str};
+use crate::registry::resources::ResourceType;
+
+use crate::api::Api;
+use crate::gc::collector::{Cleanup, Owner};
+use crate::http::request::{Query, has_preconditions, parse_resource_version};
+use crate::http::route::Target;
+use crate::registry::store::{CONFLICT_RETRIES, Unreadable, decode_stored};
+
+impl Api {
+    /// Deletes an object (or marks it for deletion while finalizers remain). A write that
+    /// races with it is retried, unless the client gave preconditions.
+    pub(crate) async fn delete(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        body: &Bytes,
+        collect: bool,
+    ) -> ApiResult<(StatusCode, Value)> {
+        let mut attempts = 0;
+        loop {
+            match self.delete_once(target, name, query, body, collect).await {
+                Err(e)
+                    if e.reason == Reason::Conflict
+                        && attempts < CONFLICT_RETRIES
+                        && !has_preconditions(body) =>
+                {
+                    attempts += 1;
+                    tokio::task::yield_now().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One try of a delete; `collect` runs garbage collection of the object's dependents
+    /// (off when a whole namespace is being emptied anyway).
+    pub(crate) async fn delete_once(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        body: &Bytes,
+        collect: bool,
+    ) -> ApiResult<(StatusCode, Value)> {
+        let rt = &target.rt;
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let options: Value = if body.is_empty() {
+            json!({})
+        } else {
+            serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("the delete options are not valid JSON: {e}"))
+            })?
+        };
+        let (value, revision) = self.get_stored(rt, &namespace, name).await?;
+        let mut current = match decode_stored(rt, name, &value) {
+            Ok(object) => object::with_resource_version(object, revision.get()),
+            Err(e) => {
+                let stored = (&value[..], revision);
+                return self
+                    .delete_unreadable(rt, &namespace, name, &options, query, stored, &e)
+                    .await;
+            }
+        };
+        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
+            && parse_resource_version(rv)? != revision.get()
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        if let Some(uid) = options["preconditions"]["uid"].as_str()
+            && uid != meta_str(&current, "uid")
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        let dry_run = query.dry_run()?;
+        let propagation = gc::Propagation::from_request(&options, query.get("propagationPolicy"))?;
+        let key = keys::key(rt, &self.cluster, &namespace, name);
+        let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+        let uid = meta_str(&current, "uid").to_owned();
+        let waits_for = propagation.finalizer().filter(|_| collect && !is_namespace);
+        if let Some(finalizer) = waits_for
+            && current["metadata"]["deletionTimestamp"].is_null()
+        {
+            let meta = object::metadata_mut(&mut current)?;
+            let list = meta.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(list) = list.as_array_mut()
+                && !list.iter().any(|f| f == finalizer)
+            {
+                list.push(json!(finalizer));
+            }
+        }
+        let has_finalizers = current["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty())
+            || is_namespace;
+        if has_finalizers {
+            if !current["metadata"]["deletionTimestamp"].is_null() || dry_run {
+                return Ok((StatusCode::OK, current));
+            }
+            let meta = object::metadata_mut(&mut current)?;
+            meta.insert("deletionTimestamp".into(), json!(object::now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            meta.remove("resourceVersion");
+            if is_namespace {
+                current["status"]["phase"] = json!("Terminating");
+            }
+            let is_crd = crd::is_crd_type(rt);
+            if is_crd && let Ok(definition) = crd::admit(&mut current.clone()) {
+                let previous = current["status"].clone();
+                current["status"] = crd::status(&definition, None, &previous, true);
+            }
+            let new = self
+                .store
+                .update(&key, Bytes::from(current.to_string()), revision)
+                .await
+                .map_err(|e| self.write_error(e, rt, name))?;
+            if is_namespace {
+                self.spawn_cleanup(Cleanup::Namespace(name.to_owned()));
+            } else if is_crd {
+                self.spawn_cleanup(Cleanup::CustomResources(name.to_owned()));
+            }
+            if let Some(finalizer) = waits_for {
+                let owner = Owner {
+                    rt: rt.clone(),
+                    namespace: namespace.clone(),
+                    name: name.to_owned(),
+                    uid: uid.clone(),
+                };
+                self.spawn_cleanup(if finalizer == gc::ORPHAN {
+                    Cleanup::Orphan(owner)
+                } else {
+                    Cleanup::Foreground(owner)
+                });
+            }
+            return Ok((
+                StatusCode::OK,
+                object::with_resource_version(current, new.get()),
+            ));
+        }
+        if dry_run {
+            return Ok((StatusCode::OK, current));
+        }
+        let (deleted_at, _) = self
+            .store
+            .delete(&key, Some(revision))
+            .await
+            .map_err(|e| self.write_error(e, rt, name))?;
+        if collect {
+            self.collect_dependents(&uid, rt.namespaced.then_some(namespace.as_str()));
+        }
+        Ok((
+            StatusCode::OK,
+            object::with_resource_version(current, deleted_at.get()),
+        ))
+    }
+
+    /// Deletes a stored object that cannot be decoded ([`decode_stored`]): at once, without
+    /// its finalizers or garbage collection, which need the object (a namespace is still
+    /// emptied after it). Answers a `Status` of success.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn delete_unreadable(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        options: &Value,
+        query: &Query,
+        (value, revision): (&[u8], Revision),
+        why: &ApiError,
+    ) -> ApiResult<(StatusCode, Value)> {
+        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
+            && parse_resource_version(rv)? != revision.get()
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        // The uid cannot be read: it must at least be in the stored bytes.
+        if let Some(uid) = options["preconditions"]["uid"].as_str()
+            && memchr::memmem::find(value, uid.as_bytes()).is_none()
+        {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Success", "details": {"name": name, "group": rt.group, "kind": rt.plural}});
+        if query.dry_run()? {
+            return Ok((StatusCode::OK, status));
+        }
+        let key = keys::key(rt, &self.cluster, namespace, name);
+        self.store
+            .delete(&key, Some(revision))
+            .await
+            .map_err(|e| self.write_error(e, rt, name))?;
+        tracing::warn!(resource = %rt.plural, %namespace, %name, error = %why.message,
+            "deleted a stored object that cannot be decoded, without its finalizers or garbage collection");
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            self.spawn_cleanup(Cleanup::Namespace(name.to_owned()));
+        }
+        Ok((StatusCode::OK, status))
+    }
+
+    /// The namespace and name of the object of `rt` under `key` in this logical cluster.
+    pub(crate) fn identity(
+        &self,
+        rt: &ResourceType,
+        key: &[u8],
+    ) -> Option<(Option<String>, String)> {
+        let prefix = keys::prefix(rt, &self.cluster, None);
+        let rest = std::str::from_utf8(key.strip_prefix(prefix.as_slice())?).ok()?;
+        if rt.namespaced {
+            let (namespace, name) = rest.split_once('/')?;
+            Some((Some(namespace.to_owned()), name.to_owned()))
+        } else {
+            Some((None, rest.to_owned()))
+        }
+    }
+
+    /// A deletecollection; returns the list of objects deleted, and warnings for stored
+    /// objects that cannot be decoded (deleted too when no selector is given, since they
+    /// are in the collection whatever they hold).
+    pub(crate) async fn delete_collection(
+        &self,
+        target: &Target,
+        query: &Query,
+        body: &Bytes,
+    ) -> ApiResult<(Value, Vec<String>)> {
+        let listed = self.list(target, query).await?;
+        let warnings = Unreadable::warnings(&listed.unreadable);
+        let selects_all =
+            query.get("labelSelector").is_none() && query.get("fieldSelector").is_none();
+        for unreadable in listed.unreadable.iter().filter(|_| selects_all) {
+            let Some((namespace, name)) = self.identity(&target.rt, &unreadable.key) else {
+                continue;
+            };
+            let one = Target {
+                rt: target.rt.clone(),
+                namespace,
+                name: Some(name.clone()),
+                sub: None,
+            };
+            match self.delete(&one, &name, query, body, true).await {
+                Ok(_) => {}
+                Err(e) if e.reason == Reason::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let list = listed.to_value()?;
+        let mut deleted = Vec::new();
+        for item in list["items"].as_array().into_iter().flatten() {
+            let name = meta_str(item, "name").to_owned();
+            let namespace = meta_str(item, "namespace");
+            let one = Target {
+                rt: target.rt.clone(),
+                namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+                name: Some(name.clone()),
+                sub: None,
+            };
+            match self.delete(&one, &name, query, body, true).await {
+                Ok((_, object)) => deleted.push(object),
+                Err(e) if e.reason == Reason::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((
+            json!({"kind": target.rt.list_kind(), "apiVersion": target.rt.api_version(),
+            "metadata": {"resourceVersion": list["metadata"]["resourceVersion"]}, "items": deleted}),
+            warnings,
+        ))
+    }
+}

@@ -1,0 +1,536 @@
+//! The generic registry over the store: reading, creating and updating objects of any
+//! resource, the per-resource strategy deciding what differs.
+
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use flotilla_store::Revision;
+use serde_json::{Value, json};
+use tracing::debug;
+
+use crate::admission::schema::{self, FieldValidation, Schema, Structural};
+use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::patch::managed::{self, Writer};
+use crate::registry::crd;
+use crate::registry::keys;
+use crate::registry::object::{self, meta_str};
+use crate::registry::resources::ResourceType;
+use crate::registry::review;
+
+use crate::api::Api;
+use crate::http::request::{Query, field_manager, parse_body, parse_resource_version};
+use crate::http::response::Answer;
+use crate::http::route::Target;
+
+/// How often a write without preconditions is retried when another write races with it
+/// (Kubernetes retries such writes until its request deadline).
+pub(crate) const CONFLICT_RETRIES: usize = 256;
+
+/// Who a write's fields belong to.
+#[derive(Clone, Copy)]
+pub(crate) enum FieldOwner<'a> {
+    /// A write that is not an apply, by this field manager: it owns what it changes.
+    Update(&'a str),
+    /// A server-side apply: the object's managed fields are already worked out.
+    Applied,
+}
+
+/// The JSON the store holds for `object`, an object of `rt` named `name`: refused (422)
+/// when it nests deeper than [`object::MAX_DEPTH`], or (413) when it is longer than
+/// [`object::MAX_OBJECT_BYTES`], so that everything stored can be read back.
+pub(crate) fn stored_json(object: &Value, rt: &ResourceType, name: &str) -> ApiResult<Bytes> {
+    object::check_depth(object, rt)?;
+    let mut json = Vec::with_capacity(1024);
+    crate::http::json::write(&mut json, object);
+    object::check_size(json.len(), rt, name)?;
+    // The bytes live on in the watch cache: not with the spare room of the last growth.
+    json.shrink_to_fit();
+    Ok(Bytes::from(json))
+}
+
+/// A stored object the server cannot read back ([`object::undecodable`], or not JSON): left
+/// out of lists and watches with a warning, never failing them; it can still be deleted.
+pub(crate) struct Unreadable {
+    pub(crate) key: Bytes,
+    pub(crate) reason: String,
+}
+
+impl Unreadable {
+    /// Logs it (a tracing warning) and returns it.
+    pub(crate) fn new(key: &Bytes, reason: String) -> Self {
+        tracing::warn!(key = %String::from_utf8_lossy(key), %reason,
+            "a stored object cannot be decoded; left out (it can still be deleted)");
+        Unreadable {
+            key: key.clone(),
+            reason,
+        }
+    }
+
+    /// Why `json` cannot be read back, if it cannot.
+    pub(crate) fn check(key: &Bytes, json: &[u8]) -> Option<Self> {
+        object::undecodable(json).map(|reason| Self::new(key, reason))
+    }
+
+    /// The `Warning` headers for objects left out (the first few named, then how many more).
+    pub(crate) fn warnings(all: &[Unreadable]) -> Vec<String> {
+        const NAMED: usize = 10;
+        let mut warnings: Vec<String> = all
+            .iter()
+            .take(NAMED)
+            .map(|u| {
+                format!(
+                    "the stored object {} cannot be decoded ({}) and is left out; it can still be deleted",
+                    String::from_utf8_lossy(&u.key),
+                    u.reason
+                )
+            })
+            .collect();
+        if all.len() > NAMED {
+            warnings.push(format!(
+                "{} more stored objects cannot be decoded and are left out",
+                all.len() - NAMED
+            ));
+        }
+        warnings
+    }
+}
+
+/// 500 for a stored object that cannot be decoded (only a delete of it works).
+pub(crate) fn unreadable_error(rt: &ResourceType, name: &str, reason: &str) -> ApiError {
+    let what = if rt.group.is_empty() {
+        rt.plural.clone()
+    } else {
+        format!("{}.{}", rt.plural, rt.group)
+    };
+    ApiError::internal(format!(
+        "the stored object {what} \"{name}\" cannot be decoded: {reason}; it can only be deleted"
+    ))
+    .on(&rt.group, &rt.plural, name)
+}
+
+/// A stored object of `rt` decoded, or 500 if it cannot be ([`unreadable_error`]).
+pub(crate) fn decode_stored(rt: &ResourceType, name: &str, json: &[u8]) -> ApiResult<Value> {
+    if let Some(reason) = object::undecodable(json) {
+        return Err(unreadable_error(rt, name, &reason));
+    }
+    serde_json::from_slice(json).map_err(|e| unreadable_error(rt, name, &e.to_string()))
+}
+
+/// A stored object's JSON with its resourceVersion, read as `rt` (a custom resource stored
+/// through another of its versions is shown with this version's apiVersion: conversion
+/// `None`), decoded only if it must be.
+pub(crate) fn stored_with_version(
+    value: &[u8],
+    revision: Revision,
+    rt: &ResourceType,
+) -> ApiResult<Vec<u8>> {
+    let wanted = reads_as(rt);
+    if object::has_api_version(value, wanted.as_deref())
+        && let Some(bytes) = object::with_resource_version_raw(value, revision.get())
+    {
+        return Ok(bytes);
+    }
+    let mut object: Value = serde_json::from_slice(value)
+        .map_err(|e| ApiError::internal(format!("a stored object is not JSON: {e}")))?;
+    if let Some(api_version) = wanted {
+        crate::registry::events::show_as(&mut object, &api_version);
+    }
+    Ok(crate::http::json::to_vec(&object::with_resource_version(
+        object,
+        revision.get(),
+    )))
+}
+
+/// The apiVersion objects of `rt` are shown with when it may differ from the stored one
+/// (custom resources, whose versions share their objects; Events, whose two groups do).
+pub(crate) fn reads_as(rt: &ResourceType) -> Option<String> {
+    (rt.schema.is_some() || crate::registry::events::is_event(rt)).then(|| rt.api_version())
+}
+
+/// Checks an object's fields against its kind's schema: unknown fields are dropped, and
+/// fail the request or become warnings as `fieldValidation` asks; a custom resource is
+/// then defaulted and validated (422 Invalid naming every broken rule).
+pub(crate) fn admit_fields(
+    rt: &ResourceType,
+    object: &mut Value,
+    old: Option<&Value>,
+    query: &Query,
+) -> ApiResult<Vec<String>> {
+    let validation = FieldValidation::parse(query.get("fieldValidation"))?;
+    let unknown = match Schema::for_type(rt) {
+        Some(schema) => schema.prune(object),
+        None => Vec::new(),
+    };
+    let warnings = schema::judge(unknown, validation)?;
+    if let Some(structural) = Structural::for_type(rt) {
+        structural.default(object);
+        let mut causes = structural.validate(object);
+        if causes.is_empty() {
+            causes = structural.rules(object, old);
+        }
+        if !causes.is_empty() {
+            let name = match meta_str(object, "name") {
+                "" => meta_str(object, "generateName"),
+                name => name,
+            };
+            return Err(ApiError::invalid(&rt.group, &rt.kind, name, causes));
+        }
+    }
+    Ok(warnings)
+}
+
+impl Api {
+    /// The stored JSON and revision of the object under `key`, by a consistent read: from
+    /// the watch cache when it is up to date with the store, else from the store.
+    pub(crate) async fn read(&self, key: &[u8]) -> ApiResult<Option<(Bytes, Revision)>> {
+        if let Some(found) = self.watch_cache.get(key).await {
+            return Ok(found);
+        }
+        let kv = self.store.get(key, None).await?;
+        Ok(kv.map(|kv| (kv.value, kv.mod_revision)))
+    }
+
+    /// An object and its revision; 500 if the stored object cannot be decoded.
+    pub async fn get(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<(Value, Revision)> {
+        let (value, revision) = self.get_stored(rt, namespace, name).await?;
+        let mut object = decode_stored(rt, name, &value)?;
+        // An Event written through the other version is read, updated and patched as this
+        // one's.
+        if crate::registry::events::is_event(rt) {
+            crate::registry::events::show_as(&mut object, &rt.api_version());
+        }
+        Ok((
+            object::with_resource_version(object, revision.get()),
+            revision,
+        ))
+    }
+
+    /// An object's stored JSON and its revision.
+    pub(crate) async fn get_stored(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<(Bytes, Revision)> {
+        let key = keys::key(rt, &self.cluster, namespace, name);
+        let not_found = || ApiError::not_found(&rt.group, &rt.plural, name);
+        // The key's latest revision from the store's index; its value from the watch
+        // cache's history when the change is still there (a write moments ago), else read.
+        let latest = self.store.mod_revision(&key).await?.ok_or_else(not_found)?;
+        let (value, revision) = match self.watch_cache.written_at(&key, latest) {
+            Some(value) => (value, latest),
+            None => {
+                let kv = self.store.get(&key, None).await?.ok_or_else(not_found)?;
+                (kv.value, kv.mod_revision)
+            }
+        };
+        Ok((value, revision))
+    }
+
+    pub(crate) async fn require_namespace(&self, namespace: &str) -> ApiResult<()> {
+        let rt = self.resource("", "v1", "namespaces")?;
+        let key = keys::key(&rt, &self.cluster, "", namespace);
+        let (value, _) = self
+            .read(&key)
+            .await?
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, namespace))?;
+        // Only the deletion timestamp matters: read it without decoding the namespace.
+        let terminating = match object::is_being_deleted(&value) {
+            Some(terminating) => terminating,
+            None => {
+                let ns: Value = serde_json::from_slice(&value).map_err(|e| {
+                    ApiError::internal(format!("stored object {namespace} is not JSON: {e}"))
+                })?;
+                !ns["metadata"]["deletionTimestamp"].is_null()
+            }
+        };
+        if terminating {
+            return Err(ApiError::forbidden(format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn create(
+        &self,
+        target: &Target,
+        query: &Query,
+        headers: &HeaderMap,
+        body: &Bytes,
+    ) -> ApiResult<(Answer, Vec<String>)> {
+        let rt = &target.rt;
+        if target.sub.is_some() {
+            return Err(ApiError::method_not_allowed("POST", "a subresource"));
+        }
+        if rt.namespaced && target.namespace.is_none() {
+            return Err(ApiError::no_route(&format!(
+                "POST {} without a namespace",
+                rt.plural
+            )));
+        }
+        let object = parse_body(body, headers)?;
+        if let Some(answer) = review::answer(rt, &object) {
+            return Ok((Answer::Object(answer), Vec::new()));
+        }
+        let manager = field_manager(query, headers)?;
+        self.insert(target, query, object, FieldOwner::Update(&manager))
+            .await
+    }
+
+    /// Creates `object` (checked, defaulted and given its server-managed metadata).
+    pub(crate) async fn insert(
+        &self,
+        target: &Target,
+        query: &Query,
+        mut object: Value,
+        owner: FieldOwner<'_>,
+    ) -> ApiResult<(Answer, Vec<String>)> {
+        let rt = &target.rt;
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let warnings = admit_fields(rt, &mut object, None, query)?;
+        let name = object::prepare_create(&mut object, rt, &namespace)?;
+        if rt.namespaced {
+            self.require_namespace(&namespace).await?;
+        }
+        if rt.has_status()
+            && !(rt.group.is_empty() && rt.plural == "namespaces")
+            && let Some(map) = object.as_object_mut()
+        {
+            map.remove("status");
+        }
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            object["spec"]["finalizers"] = json!(["kubernetes"]);
+            object["status"] = json!({"phase": "Active"});
+        }
+        let definition = match crd::is_crd_type(rt) {
+            true => Some(self.admit_crd(&mut object, &Value::Null)?),
+            false => None,
+        };
+        if rt.schema.is_some() {
+            self.require_served(rt).await?;
+        }
+        if let FieldOwner::Update(manager) = owner {
+            let writer = Writer {
+                manager,
+                subresource: "",
+            };
+            managed::record_update(None, &mut object, rt, writer)?;
+        }
+        let json = stored_json(&object, rt, &name)?;
+        if query.dry_run()? {
+            return Ok((Answer::Object(object), warnings));
+        }
+        let key = keys::key(rt, &self.cluster, &namespace, &name);
+        let revision = self
+            .store
+            .create(&key, json.clone())
+            .await
+            .map_err(|e| match e {
+                flotilla_store::Error::AlreadyExists { .. } => {
+                    ApiError::already_exists(&rt.group, &rt.plural, &name)
+                }
+                e => e.into(),
+            })?;
+        debug!(resource = %rt.plural, %namespace, %name, %revision, "created");
+        if let Some((definition, true)) = definition {
+            crd::register(&self.registry, &definition);
+        }
+        Ok((
+            Answer::Stored {
+                object,
+                json,
+                revision,
+            },
+            warnings,
+        ))
+    }
+
+    /// Replaces an object (or its status); returns the object, whether it was created, and
+    /// the warnings for the client.
+    pub(crate) async fn update(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        object: Value,
+        owner: FieldOwner<'_>,
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
+        self.update_from(target, name, query, object, owner, None)
+            .await
+    }
+
+    /// [`Api::update`], over `read`: the current object and its revision when the caller
+    /// has just read them (a patch), so that they are not read and decoded again.
+    pub(crate) async fn update_from(
+        &self,
+        target: &Target,
+        name: &str,
+        query: &Query,
+        mut object: Value,
+        owner: FieldOwner<'_>,
+        read: Option<(Value, Revision)>,
+    ) -> ApiResult<(Answer, bool, Vec<String>)> {
+        let rt = &target.rt;
+        let namespace = target.namespace.clone().unwrap_or_default();
+        if meta_str(&object, "name") != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta_str(&object, "name")
+            )));
+        }
+        let expected = match meta_str(&object, "resourceVersion") {
+            "" => None,
+            rv => Some(Revision::new(parse_resource_version(rv)?)),
+        };
+        let key = keys::key(rt, &self.cluster, &namespace, name);
+        let (current, revision) = match read {
+            Some(read) => read,
+            None => self.get(rt, &namespace, name).await?,
+        };
+        if expected.is_some_and(|e| e != revision) {
+            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
+        }
+        if target.sub.as_deref() == Some("status") {
+            let status = object.get("status").cloned().unwrap_or(Value::Null);
+            object = current.clone();
+            object["status"] = status;
+        } else if rt.has_status() {
+            match current.get("status") {
+                Some(status) => object["status"] = status.clone(),
+                None => {
+                    if let Some(map) = object.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+        }
+        let warnings = admit_fields(rt, &mut object, Some(&current), query)?;
+        object::prepare_update(&mut object, &current, rt)?;
+        if let FieldOwner::Update(manager) = owner {
+            let writer = Writer {
+                manager,
+                subresource: target.sub.as_deref().unwrap_or(""),
+            };
+            managed::record_update(Some(&current), &mut object, rt, writer)?;
+        }
+        let definition = match crd::is_crd_type(rt) {
+            true => Some(self.admit_crd(&mut object, &current["status"])?),
+            false => None,
+        };
+        if query.dry_run()? {
+            // Refused as the write would be.
+            stored_json(&object, rt, name)?;
+            return Ok((
+                Answer::Object(object::with_resource_version(object, revision.get())),
+                false,
+                warnings,
+            ));
+        }
+        let finished = !current["metadata"]["deletionTimestamp"].is_null()
+            && object["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(Vec::is_empty);
+        if finished {
+            // The last finalizer is gone from an object being deleted: it goes now.
+            let (deleted_at, _) = self
+                .store
+                .delete(&key, Some(revision))
+                .await
+                .map_err(|e| self.write_error(e, rt, name))?;
+            if let Some((definition, _)) = &definition {
+                crd::unregister(&self.registry, &definition.group, &definition.plural);
+            }
+            self.collect_dependents(
+                meta_str(&current, "uid"),
+                rt.namespaced.then_some(namespace.as_str()),
+            );
+            return Ok((
+                Answer::Object(object::with_resource_version(object, deleted_at.get())),
+                false,
+                warnings,
+            ));
+        }
+        // A write that changes nothing is not made: the object keeps its resourceVersion.
+        if object::same_but_resource_version(&current, &object) {
+            return Ok((Answer::Object(current), false, warnings));
+        }
+        let json = stored_json(&object, rt, name)?;
+        let new = self
+            .store
+            .update(&key, json.clone(), revision)
+            .await
+            .map_err(|e| self.write_error(e, rt, name))?;
+        if let Some((definition, true)) = &definition {
+            crd::register(&self.registry, definition);
+        }
+        Ok((
+            Answer::Stored {
+                object,
+                json,
+                revision: new,
+            },
+            false,
+            warnings,
+        ))
+    }
+
+    /// Checks a CRD about to be written and sets its status; returns what it defines and
+    /// whether its names can be served.
+    pub(crate) fn admit_crd(
+        &self,
+        object: &mut Value,
+        previous: &Value,
+    ) -> ApiResult<(crd::Definition, bool)> {
+        let definition = crd::admit(object)?;
+        let clash = crd::conflict(&definition, &self.registry);
+        let terminating = !object["metadata"]["deletionTimestamp"].is_null();
+        if previous.is_null() {
+            let meta = object::metadata_mut(object)?;
+            let finalizers = meta.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(list) = finalizers.as_array_mut()
+                && !list.iter().any(|f| f == crd::CLEANUP_FINALIZER)
+            {
+                list.push(json!(crd::CLEANUP_FINALIZER));
+            }
+        }
+        object["status"] = crd::status(&definition, clash.as_deref(), previous, terminating);
+        Ok((definition, clash.is_none()))
+    }
+
+    /// Refuses new custom resources while their CRD is being deleted.
+    pub(crate) async fn require_served(&self, rt: &ResourceType) -> ApiResult<()> {
+        let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
+        let name = format!("{}.{}", rt.plural, rt.group);
+        match self.get(&crd_type, "", &name).await {
+            Ok((crd, _)) if crd["metadata"]["deletionTimestamp"].is_null() => Ok(()),
+            Ok(_) => Err(ApiError::method_not_allowed(
+                "create",
+                &format!("{name}: the CustomResourceDefinition is being deleted"),
+            )),
+            Err(e) if e.reason == Reason::NotFound => Err(ApiError::no_route(&rt.plural)),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn write_error(
+        &self,
+        e: flotilla_store::Error,
+        rt: &ResourceType,
+        name: &str,
+    ) -> ApiError {
+        match e {
+            flotilla_store::Error::Conflict { .. } => {
+                ApiError::conflict(&rt.group, &rt.plural, name)
+            }
+            flotilla_store::Error::NotFound { .. } => {
+                ApiError::not_found(&rt.group, &rt.plural, name)
+            }
+            e => e.into(),
+        }
+    }
+}
