@@ -20,7 +20,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
-use flotilla_apiserver::http::server::{self, Auth};
+use flotilla_apiserver::auth::AdminToken;
+use flotilla_apiserver::http::server;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 use http_body_util::{BodyExt, Full};
@@ -253,9 +254,7 @@ async fn run() {
             let check = token.clone();
             let app = server::router(
                 api,
-                Auth {
-                    check: Arc::new(move |t| t == check),
-                },
+                Arc::new(AdminToken::exactly(check)),
                 Arc::new(std::sync::atomic::AtomicBool::new(true)),
             );
             for call in calls {
@@ -315,9 +314,7 @@ async fn https(api: Api, dir: &std::path::Path, calls: Vec<Call>, setup_calls: u
     let check = identity.admin_token.clone();
     let app = server::router(
         api,
-        Auth {
-            check: Arc::new(move |t| t == check),
-        },
+        Arc::new(AdminToken::exactly(check)),
         Arc::new(std::sync::atomic::AtomicBool::new(true)),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -17,6 +17,8 @@ use bytes::Bytes;
 use flotilla_store::{ListOptions, Store};
 use serde_json::{Value, json};
 
+use crate::admission::Admission;
+use crate::auth::{Attributes, AuditEvent, Decision, Stage, Stages, UserInfo};
 use crate::discovery::openapi;
 use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::registry::crd;
@@ -59,6 +61,10 @@ pub struct Api {
     pub(crate) collector: Arc<Collector>,
     /// The views of the logical clusters served so far (shared by every view).
     pub(crate) logical: Arc<tokio::sync::Mutex<HashMap<String, Api>>>,
+    /// Audit, impersonation and authorization (authentication is the HTTP edge's).
+    pub(crate) stages: Arc<Stages>,
+    /// What every write passes before it is stored.
+    pub(crate) admission: Arc<Admission>,
 }
 
 impl Api {
@@ -75,7 +81,22 @@ impl Api {
             watch_cache: Arc::new(WatchCache::new(store, watchcache::Config::default())),
             collector: Arc::default(),
             logical: Arc::default(),
+            stages: Arc::default(),
+            admission: Arc::default(),
         }
+    }
+
+    /// Runs requests through these stages (by default: no audit log, impersonation
+    /// headers ignored, every request allowed).
+    pub fn with_stages(mut self, stages: Stages) -> Self {
+        self.stages = Arc::new(stages);
+        self
+    }
+
+    /// Admits writes through this chain (by default [`Admission::builtin`]).
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = Arc::new(admission);
+        self
     }
 
     /// The API of logical cluster `name`, if a `LogicalCluster` of that name exists in the
@@ -210,6 +231,7 @@ impl Api {
         {
             let body = Bytes::from(tenancy::definition().to_string());
             let target = Target {
+                user: UserInfo::loopback(),
                 rt: crd_type,
                 namespace: None,
                 name: None,
@@ -238,9 +260,81 @@ impl Api {
             .ok_or_else(|| ApiError::no_route(&format!("{group}/{version}/{plural}")))
     }
 
-    /// Serves one request.
+    /// Serves one request made from inside the process (the hub's controllers, the
+    /// simulator, the CRD installer): it runs as the server itself
+    /// ([`UserInfo::loopback`]) through every stage after authentication.
     pub async fn serve(
         &self,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        self.handle(UserInfo::loopback(), method, path, query, headers, body)
+            .await
+    }
+
+    /// Serves one request of `user`, whom the HTTP edge authenticated: audited,
+    /// impersonation applied, authorized, then routed to discovery or the registry (where
+    /// admission runs on writes).
+    pub async fn handle(
+        &self,
+        user: Arc<UserInfo>,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        let stages = &*self.stages;
+        let record = |stage, impersonated: Option<&Arc<UserInfo>>, code| {
+            stages.audit.record(&AuditEvent {
+                stage,
+                user: &user,
+                impersonated,
+                method: method.as_str(),
+                path,
+                query,
+                code,
+            })
+        };
+        record(Stage::RequestReceived, None, None);
+        let acting = stages
+            .impersonation
+            .impersonate(user.clone(), headers, &*stages.authorizer)
+            .await;
+        let (response, acting) = match acting {
+            Ok(acting) => {
+                let response = self
+                    .serve_as(&acting, method.clone(), path, query, headers, body)
+                    .await;
+                (response, Some(acting))
+            }
+            Err(e) => (e.into_response(), None),
+        };
+        let impersonated = acting.as_ref().filter(|a| !Arc::ptr_eq(a, &user));
+        record(
+            Stage::ResponseComplete,
+            impersonated,
+            Some(response.status().as_u16()),
+        );
+        response
+    }
+
+    /// Whether `attributes` are allowed: `Ok`, or the 403 to answer.
+    pub async fn authorize(&self, attributes: &Attributes<'_>) -> ApiResult<()> {
+        match self.stages.authorizer.authorize(attributes).await {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(attributes.forbidden(&reason)),
+            Decision::NoOpinion => Err(attributes.forbidden("")),
+        }
+    }
+
+    /// A request of `user`, in this logical cluster or the one its path names.
+    async fn serve_as(
+        &self,
+        user: &Arc<UserInfo>,
         method: Method,
         path: &str,
         query: Option<&str>,
@@ -254,21 +348,20 @@ impl Api {
             let (name, rest) = rest.split_once('/').unwrap_or((rest, ""));
             return match self.logical_cluster(name).await {
                 Ok(view) => {
-                    Box::pin(view.serve(method, &format!("/{rest}"), query, headers, body)).await
+                    let rest = format!("/{rest}");
+                    Box::pin(view.serve_as(user, method, &rest, query, headers, body)).await
                 }
                 Err(e) => e.into_response(),
             };
         }
-        match self.route(path) {
-            Ok(route) => {
-                let query = Query::parse(query);
-                match self.dispatch(method, route, &query, headers, body).await {
-                    Ok(response) => response,
-                    Err(e) => e.into_response(),
-                }
-            }
-            Err(e) => e.into_response(),
-        }
+        let query = Query::parse(query);
+        let served = async {
+            let route = self.route(path, user)?;
+            self.authorize(&route.attributes(user, &method, path, &query))
+                .await?;
+            self.dispatch(method, route, &query, headers, body).await
+        };
+        served.await.unwrap_or_else(IntoResponse::into_response)
     }
 }
 

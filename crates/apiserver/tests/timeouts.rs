@@ -13,7 +13,8 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
-use flotilla_apiserver::http::server::{self, Auth, Timeouts};
+use flotilla_apiserver::auth::AdminToken;
+use flotilla_apiserver::http::server::{self, Timeouts};
 use flotilla_store::Store;
 use flotilla_store_memory::MemoryStore;
 use http_body_util::{BodyExt, Full};
@@ -57,9 +58,7 @@ impl Hub {
         let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1");
         api.bootstrap().await.unwrap();
         let check = identity.admin_token.clone();
-        let auth = Auth {
-            check: Arc::new(move |t| t == check),
-        };
+        let auth = Arc::new(AdminToken::exactly(check));
         let app = server::router(api, auth, Arc::new(AtomicBool::new(true)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
-use flotilla_apiserver::http::server::{self, Auth};
+use flotilla_apiserver::auth::AdminToken;
+use flotilla_apiserver::http::server;
 use flotilla_store::{ListOptions, Revision, Store};
 use flotilla_store_sqlite::SqliteStore;
 use futures_util::StreamExt;
@@ -480,9 +481,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
     let client_tls = Arc::new(identity.client_config().map_err(io)?);
     let server_tls = Arc::new(identity.server_config().map_err(io)?);
     let check = identity.admin_token.clone();
-    let auth = Auth {
-        check: Arc::new(move |t| t == check),
-    };
+    let auth = Arc::new(AdminToken::exactly(check));
     let app = server::router(
         api.clone(),
         auth,

@@ -21,7 +21,8 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
-use flotilla_apiserver::http::server::{self, Auth};
+use flotilla_apiserver::auth::AdminToken;
+use flotilla_apiserver::http::server;
 use flotilla_pki::HubIdentity;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
@@ -267,10 +268,7 @@ impl ApiServer {
     /// minute apart); never if it is zero.
     pub fn expire_events_after(&self, ttl: Duration) {
         if !ttl.is_zero() {
-            tokio::spawn(flotilla_apiserver::gc::events::run(
-                self.store.clone(),
-                ttl,
-            ));
+            tokio::spawn(flotilla_apiserver::gc::events::run(self.store.clone(), ttl));
         }
     }
 
@@ -289,9 +287,7 @@ impl ApiServer {
         .write(&kubeconfig)?;
         let tls = Arc::new(self.identity.server_config()?);
         let identity = Arc::new(self.identity);
-        let auth = Auth {
-            check: Arc::new(move |token| identity.is_admin_token(token)),
-        };
+        let auth = Arc::new(AdminToken::new(move |token| identity.is_admin_token(token)));
         let ready = Arc::new(AtomicBool::new(false));
         let app = server::router_with(self.api, auth, ready.clone(), self.metrics);
         ready.store(true, Ordering::Release);

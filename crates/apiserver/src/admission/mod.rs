@@ -135,3 +135,6 @@ impl Admission {
         Ok(warnings)
     }
 }
+
+#[cfg(test)]
+mod tests;

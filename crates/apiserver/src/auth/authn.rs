@@ -1,5 +1,7 @@
 //! Authentication: who a request is from, read from its credentials.
 
+use std::sync::Arc;
+
 use axum::http::{HeaderMap, header};
 use futures_util::future::BoxFuture;
 
@@ -9,7 +11,7 @@ use super::UserInfo;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Credentials {
     /// Valid: the request is from this user.
-    User(UserInfo),
+    User(Arc<UserInfo>),
     /// None were presented.
     Missing,
     /// Some were presented and are not valid: the request is refused (401) whatever it
@@ -38,7 +40,7 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// ([`UserInfo::admin`]); any other is invalid.
 pub struct AdminToken {
     check: Box<dyn Fn(&str) -> bool + Send + Sync>,
-    admin: UserInfo,
+    admin: Arc<UserInfo>,
 }
 
 impl AdminToken {
@@ -46,7 +48,7 @@ impl AdminToken {
     pub fn new(check: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         AdminToken {
             check: Box::new(check),
-            admin: UserInfo::admin(),
+            admin: Arc::new(UserInfo::admin()),
         }
     }
 
@@ -87,7 +89,7 @@ mod tests {
         let auth = AdminToken::exactly("s3cret");
         assert_eq!(
             auth.read(&with("bearer  s3cret")),
-            Credentials::User(UserInfo::admin())
+            Credentials::User(Arc::new(UserInfo::admin()))
         );
         assert_eq!(auth.read(&with("Bearer wrong")), Credentials::Invalid);
         assert_eq!(auth.read(&HeaderMap::new()), Credentials::Missing);

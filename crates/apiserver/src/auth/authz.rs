@@ -59,7 +59,23 @@ impl Authorizer for AllowAll {
     }
 }
 
-impl Attributes<'_> {
+impl<'a> Attributes<'a> {
+    /// A request of `user` for a path that names no objects (/metrics, /version, …).
+    pub fn path(user: &'a UserInfo, verb: &'a str, path: &'a str) -> Self {
+        Attributes {
+            user,
+            verb,
+            resource_request: false,
+            group: "",
+            version: "",
+            resource: "",
+            subresource: "",
+            namespace: "",
+            name: "",
+            path,
+        }
+    }
+
     /// The 403 for a request refused, worded as Kubernetes words it:
     /// `pods "web" is forbidden: User "jane" cannot get resource "pods" in API group ""
     /// in the namespace "default": <reason>`.

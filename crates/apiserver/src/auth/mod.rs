@@ -98,11 +98,9 @@ impl UserInfo {
     }
 }
 
-/// The stages a request passes, as configured: what a server is built with.
+/// The stages a request passes after the HTTP edge authenticated it.
 #[derive(Clone)]
 pub struct Stages {
-    /// Reads who a request is from its credentials (used by the HTTP edge).
-    pub authenticator: Arc<dyn Authenticator>,
     /// Records each request as it is received and when it is answered.
     pub audit: Arc<dyn Audit>,
     /// Turns the authenticated user into the one the request acts as.
@@ -112,14 +110,16 @@ pub struct Stages {
 }
 
 impl Default for Stages {
-    /// Today's server: the admin token, no audit log, impersonation headers ignored,
-    /// every authenticated request allowed.
+    /// Today's server: no audit log, impersonation headers ignored, every
+    /// authenticated request allowed.
     fn default() -> Self {
         Stages {
-            authenticator: Arc::new(AdminToken::new(|_| false)),
             audit: Arc::new(NoAudit),
             impersonation: Arc::new(IgnoreHeaders),
             authorizer: Arc::new(AllowAll),
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

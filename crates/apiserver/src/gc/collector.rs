@@ -9,6 +9,7 @@ use bytes::Bytes;
 use flotilla_store::ListOptions;
 use serde_json::Value;
 
+use crate::auth::UserInfo;
 use crate::gc;
 use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::registry::crd;
@@ -133,6 +134,7 @@ impl Api {
             let name = meta_str(&object, "name").to_owned();
             let ns = meta_str(&object, "namespace");
             let target = Target {
+                user: UserInfo::loopback(),
                 rt,
                 namespace: (!ns.is_empty()).then(|| ns.to_owned()),
                 name: Some(name.clone()),
@@ -261,6 +263,7 @@ impl Api {
                 continue;
             };
             let target = Target {
+                user: UserInfo::loopback(),
                 rt: rt.clone(),
                 namespace,
                 name: Some(name.clone()),

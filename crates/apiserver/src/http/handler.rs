@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::discovery;
 use crate::discovery::table;
-use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::http::error::{ApiError, ApiResult};
 use crate::registry::keys;
 use crate::registry::object::{self, MAX_REQUEST_BYTES, meta_str};
 use crate::registry::resources::ResourceType;
@@ -18,7 +18,7 @@ use crate::http::request::{Query, delete_options, field_manager, parse_body};
 use crate::http::response::{json_bytes_response, json_response, with_warnings};
 use crate::http::route::Route;
 use crate::registry::store::{
-    CONFLICT_RETRIES, FieldOwner, Unreadable, stored_with_version, unreadable_error,
+    FieldOwner, Unreadable, conflicted, retrying, stored_with_version, unreadable_error,
 };
 use crate::watch::serve::Shape;
 
@@ -120,17 +120,7 @@ impl Api {
         }
         let namespace = target.namespace.clone().unwrap_or_default();
         if target.sub.is_none() {
-            let verb = match (&method, target.name.is_some()) {
-                (&Method::GET, true) => "get",
-                (&Method::GET, false) if query.flag("watch") => "watch",
-                (&Method::GET, false) => "list",
-                (&Method::POST, _) => "create",
-                (&Method::PUT, _) => "update",
-                (&Method::PATCH, _) => "patch",
-                (&Method::DELETE, true) => "delete",
-                (&Method::DELETE, false) => "deletecollection",
-                _ => "",
-            };
+            let verb = target.verb(&method, query);
             if !verb.is_empty() && !target.rt.supports(verb) {
                 return Err(ApiError::method_not_allowed(verb, &target.rt.plural));
             }
@@ -242,24 +232,14 @@ impl Api {
                 // Without a resourceVersion the replace is unconditional: a write that
                 // races with it is retried, never reported.
                 let unconditional = meta_str(&object, "resourceVersion").is_empty();
-                let mut attempts = 0;
-                let (object, created, warnings) = loop {
-                    let owner = FieldOwner::Update(&manager);
-                    match self
-                        .update(&target, &name, query, object.clone(), owner)
+                let raced = |e: &ApiError| unconditional && conflicted(e);
+                let (target, name, object, manager) = (&target, &name, &object, &manager);
+                let (object, created, warnings) = retrying(raced, || async move {
+                    let owner = FieldOwner::Update(manager);
+                    self.update(target, name, query, object.clone(), owner)
                         .await
-                    {
-                        Err(e)
-                            if e.reason == Reason::Conflict
-                                && unconditional
-                                && attempts < CONFLICT_RETRIES =>
-                        {
-                            attempts += 1;
-                            tokio::task::yield_now().await;
-                        }
-                        other => break other?,
-                    }
-                };
+                })
+                .await?;
                 let code = if created {
                     StatusCode::CREATED
                 } else {

@@ -6,6 +6,10 @@ use crate::http::error::{ApiError, ApiResult};
 use crate::registry::resources::ResourceType;
 
 use crate::api::Api;
+use axum::http::Method;
+
+use crate::auth::{Attributes, UserInfo};
+use crate::http::request::Query;
 
 /// What a path names.
 pub(crate) enum Route {
@@ -20,8 +24,10 @@ pub(crate) enum Route {
     Objects(Target),
 }
 
-/// The objects a path names.
+/// The objects a path names, and who asks for them.
 pub(crate) struct Target {
+    /// The user the request runs as.
+    pub(crate) user: Arc<UserInfo>,
     pub(crate) rt: Arc<ResourceType>,
     pub(crate) namespace: Option<String>,
     pub(crate) name: Option<String>,
@@ -47,7 +53,7 @@ pub(crate) fn segments<'p, 'b, const N: usize>(
 }
 
 impl Api {
-    pub(crate) fn route(&self, path: &str) -> ApiResult<Route> {
+    pub(crate) fn route(&self, path: &str, user: &Arc<UserInfo>) -> ApiResult<Route> {
         let mut buffer = [""; 10];
         let segments = segments(path, &mut buffer);
         let not_found = || ApiError::no_route(path);
@@ -96,10 +102,70 @@ impl Api {
             return Err(not_found());
         }
         Ok(Route::Objects(Target {
+            user: user.clone(),
             rt,
             namespace,
             name: name.map(str::to_owned),
             sub: sub.map(str::to_owned),
         }))
+    }
+}
+
+impl Target {
+    /// The verb a request with `method` is on these objects, as authorization and
+    /// discovery name verbs (`""` for a method no verb stands for).
+    pub(crate) fn verb(&self, method: &Method, query: &Query) -> &'static str {
+        match (method, self.name.is_some()) {
+            (&Method::GET, true) => "get",
+            (&Method::GET, false) if query.flag("watch") => "watch",
+            (&Method::GET, false) => "list",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, true) => "delete",
+            (&Method::DELETE, false) => "deletecollection",
+            _ => "",
+        }
+    }
+}
+
+impl Route {
+    /// What a request of `user` for this route asks, for authorization.
+    pub(crate) fn attributes<'a>(
+        &'a self,
+        user: &'a UserInfo,
+        method: &'a Method,
+        path: &'a str,
+        query: &Query,
+    ) -> Attributes<'a> {
+        match self {
+            Route::Objects(target) => Attributes {
+                user,
+                verb: target.verb(method, query),
+                resource_request: true,
+                group: &target.rt.group,
+                version: &target.rt.version,
+                resource: &target.rt.plural,
+                subresource: target.sub.as_deref().unwrap_or(""),
+                namespace: target.namespace.as_deref().unwrap_or(""),
+                name: target.name.as_deref().unwrap_or(""),
+                path,
+            },
+            _ => Attributes::path(user, non_resource_verb(method), path),
+        }
+    }
+}
+
+/// The verb of a request for a path that names no objects: the lowercase method.
+pub(crate) fn non_resource_verb(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "get",
+        Method::HEAD => "head",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        Method::OPTIONS => "options",
+        _ => "",
     }
 }

@@ -1,4 +1,4 @@
-//! Serving the API over HTTPS: TLS, the bearer token, health endpoints, bounds on slow
+//! Serving the API over HTTPS: TLS, authentication, health endpoints, bounds on slow
 //! and idle connections, graceful shutdown.
 
 use std::net::SocketAddr;
@@ -21,6 +21,7 @@ use tower::ServiceExt;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::Api;
+use crate::auth::{Attributes, Authenticator, Credentials, UserInfo};
 use crate::http::error::ApiError;
 use crate::http::metrics::Metrics;
 use crate::registry::object::MAX_REQUEST_BYTES;
@@ -56,38 +57,35 @@ impl Default for Timeouts {
     }
 }
 
-/// Who may call the API.
-#[derive(Clone)]
-pub struct Auth {
-    /// Checks a presented bearer token.
-    pub check: Arc<dyn Fn(&str) -> bool + Send + Sync>,
-}
-
 /// Shared state of the HTTP layer.
 #[derive(Clone)]
 struct Shared {
     api: Api,
-    auth: Auth,
+    authenticator: Arc<dyn Authenticator>,
     ready: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
 }
 
-/// The HTTP application: health endpoints without authentication, everything else behind
-/// the bearer token.
-pub fn router(api: Api, auth: Auth, ready: Arc<AtomicBool>) -> axum::Router {
-    router_with(api, auth, ready, Arc::new(Metrics::new()))
+/// The HTTP application: health endpoints without authentication, everything else
+/// authenticated by `authenticator`, then through the API's stages.
+pub fn router(
+    api: Api,
+    authenticator: Arc<dyn Authenticator>,
+    ready: Arc<AtomicBool>,
+) -> axum::Router {
+    router_with(api, authenticator, ready, Arc::new(Metrics::new()))
 }
 
 /// [`router`] with `metrics` at `/metrics` (to which the caller may have added its own).
 pub fn router_with(
     api: Api,
-    auth: Auth,
+    authenticator: Arc<dyn Authenticator>,
     ready: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
 ) -> axum::Router {
     axum::Router::new().fallback(handle).with_state(Shared {
         api,
-        auth,
+        authenticator,
         ready,
         metrics,
     })
@@ -109,11 +107,6 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             }
             _ => {}
         }
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer);
         let started = std::time::Instant::now();
         let observe = |code: u16| {
             let (method, query) = (parts.method.as_str(), parts.uri.query());
@@ -125,15 +118,20 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         // before they authenticate. As there, a token that is presented must be valid:
         // a wrong one is refused on every path (`flotilla join` checks credentials so).
         let public = matches!(path, "/version" | "/version/");
-        let authenticated = match token {
-            Some(token) => (shared.auth.check)(token),
-            None => public,
+        let user = match shared.authenticator.authenticate(&parts.headers).await {
+            Credentials::User(user) => user,
+            Credentials::Missing if public => Arc::new(UserInfo::anonymous()),
+            Credentials::Missing | Credentials::Invalid => {
+                observe(401);
+                return ApiError::unauthorized().into_response();
+            }
         };
-        if !authenticated {
-            observe(401);
-            return ApiError::unauthorized().into_response();
-        }
         if path == "/metrics" {
+            let attributes = Attributes::path(&user, "get", path);
+            if let Err(refused) = shared.api.authorize(&attributes).await {
+                observe(refused.code);
+                return refused.into_response();
+            }
             let cache = shared.api.watch_cache();
             let revision = shared.api.revision().await.unwrap_or_default();
             let text = shared
@@ -167,7 +165,8 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         };
         let response = shared
             .api
-            .serve(
+            .handle(
+                user,
                 parts.method.clone(),
                 path,
                 parts.uri.query(),
@@ -181,15 +180,6 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     }
     .instrument(span)
     .await
-}
-
-/// The token of an `Authorization` header's value, if it is a bearer token: the scheme
-/// is case-insensitive (RFC 9110 §11.1), as Kubernetes reads it, and may be followed by
-/// any run of spaces.
-fn bearer(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim_start().split_once([' ', '\t'])?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 fn text(code: StatusCode, body: &'static str) -> Response {

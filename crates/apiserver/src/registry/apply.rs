@@ -20,7 +20,7 @@ use crate::http::request::{
 };
 use crate::http::response::Answer;
 use crate::http::route::Target;
-use crate::registry::store::{CONFLICT_RETRIES, FieldOwner};
+use crate::registry::store::{FieldOwner, conflicted, retrying};
 
 /// How a PATCH body applies.
 #[derive(Clone, Copy)]
@@ -77,12 +77,14 @@ impl Api {
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))?;
         let namespace = target.namespace.clone().unwrap_or_default();
         // Retry on conflict: a patch applies to whatever the object is now.
-        for _ in 0..CONFLICT_RETRIES {
-            let (current, revision) = self.get(&target.rt, &namespace, name).await?;
+        let raced = |e: &ApiError| conflicted(e) && patch_keeps_version(&patch);
+        let (namespace, patch, manager) = (&namespace, &patch, &manager);
+        retrying(raced, || async move {
+            let (current, revision) = self.get(&target.rt, namespace, name).await?;
             let mut patched = match kind {
-                PatchKind::Merge => patch::merge(&current, &patch),
-                PatchKind::Json => patch::json_patch(&current, &patch)?,
-                PatchKind::Strategic(schema) => strategic::apply(&current, &patch, schema)?,
+                PatchKind::Merge => patch::merge(&current, patch),
+                PatchKind::Json => patch::json_patch(&current, patch)?,
+                PatchKind::Strategic(schema) => strategic::apply(&current, patch, schema)?,
             };
             // The patched object replaces the current one at its revision, or at the one the
             // patch itself names (a precondition, not retried).
@@ -90,23 +92,13 @@ impl Api {
                 object::metadata_mut(&mut patched)?
                     .insert("resourceVersion".into(), json!(revision.get().to_string()));
             }
-            let owner = FieldOwner::Update(&manager);
+            let owner = FieldOwner::Update(manager);
             let read = Some((current, revision));
-            match self
-                .update_from(target, name, query, patched, owner, read)
+            self.update_from(target, name, query, patched, owner, read)
                 .await
-            {
-                Err(e) if e.reason == Reason::Conflict && patch_keeps_version(&patch) => {
-                    tokio::task::yield_now().await;
-                }
-                other => return other.map(|(object, _, warnings)| (object, false, warnings)),
-            }
-        }
-        Err(ApiError::conflict(
-            &target.rt.group,
-            &target.rt.plural,
-            name,
-        ))
+                .map(|(object, _, warnings)| (object, false, warnings))
+        })
+        .await
     }
 
     /// A server-side apply (`application/apply-patch+yaml`): the configuration merges into
@@ -175,10 +167,12 @@ impl Api {
             subresource: target.sub.as_deref().unwrap_or(""),
         };
         let namespace = target.namespace.clone().unwrap_or_default();
-        for _ in 0..CONFLICT_RETRIES {
-            let outcome = match self.get(rt, &namespace, name).await {
+        let raced = |e: &ApiError| conflicted(e) || e.reason == Reason::AlreadyExists;
+        let (namespace, config) = (&namespace, &config);
+        let (object, created, more) = retrying(raced, || async move {
+            match self.get(rt, namespace, name).await {
                 Ok((current, revision)) => {
-                    let mut object = managed::apply(Some(&current), &config, rt, writer, force)?;
+                    let mut object = managed::apply(Some(&current), config, rt, writer, force)?;
                     object::metadata_mut(&mut object)?
                         .insert("resourceVersion".into(), json!(revision.get().to_string()));
                     let read = Some((current, revision));
@@ -186,24 +180,16 @@ impl Api {
                         .await
                 }
                 Err(e) if e.reason == Reason::NotFound && target.sub.is_none() => {
-                    let object = managed::apply(None, &config, rt, writer, force)?;
+                    let object = managed::apply(None, config, rt, writer, force)?;
                     self.insert(target, query, object, FieldOwner::Applied)
                         .await
                         .map(|(object, more)| (object, true, more))
                 }
                 Err(e) => Err(e),
-            };
-            match outcome {
-                Err(e) if e.reason == Reason::Conflict || e.reason == Reason::AlreadyExists => {
-                    tokio::task::yield_now().await;
-                }
-                Err(e) => return Err(e),
-                Ok((object, created, more)) => {
-                    warnings.extend(more);
-                    return Ok((object, created, warnings));
-                }
             }
-        }
-        Err(ApiError::conflict(&rt.group, &rt.plural, name))
+        })
+        .await?;
+        warnings.extend(more);
+        Ok((object, created, warnings))
     }
 }

@@ -24,6 +24,7 @@ use crate::registry::object::{self, NameRule, check_name};
 use crate::registry::resources::{
     PrinterColumns, Registry, ResourceType, ScalePaths, Schema, Subresource,
 };
+use crate::registry::strategy::Behaviour;
 
 /// The finalizer that keeps a CRD until every object of its resource is gone.
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
@@ -268,6 +269,7 @@ pub fn admit(crd: &mut Value) -> ApiResult<Definition> {
             continue;
         }
         let mut rt = ResourceType::new(&group, v, &kind, &plural, namespaced);
+        rt.behaviour = Behaviour::CustomResource;
         rt.singular = singular.clone();
         rt.short_names = strings(&names["shortNames"]);
         rt.categories = strings(&names["categories"]);

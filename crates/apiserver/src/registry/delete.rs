@@ -6,9 +6,9 @@ use bytes::Bytes;
 use flotilla_store::Revision;
 use serde_json::{Value, json};
 
+use crate::admission::Operation;
 use crate::gc;
 use crate::http::error::{ApiError, ApiResult, Reason};
-use crate::registry::crd;
 use crate::registry::keys;
 use crate::registry::object::{self, meta_str};
 use crate::registry::resources::ResourceType;
@@ -17,7 +17,7 @@ use crate::api::Api;
 use crate::gc::collector::{Cleanup, Owner};
 use crate::http::request::{Query, has_preconditions, parse_resource_version};
 use crate::http::route::Target;
-use crate::registry::store::{CONFLICT_RETRIES, Unreadable, decode_stored};
+use crate::registry::store::{Unreadable, conflicted, decode_stored, retrying};
 
 impl Api {
     /// Deletes an object (or marks it for deletion while finalizers remain). A write that
@@ -30,20 +30,11 @@ impl Api {
         body: &Bytes,
         collect: bool,
     ) -> ApiResult<(StatusCode, Value)> {
-        let mut attempts = 0;
-        loop {
-            match self.delete_once(target, name, query, body, collect).await {
-                Err(e)
-                    if e.reason == Reason::Conflict
-                        && attempts < CONFLICT_RETRIES
-                        && !has_preconditions(body) =>
-                {
-                    attempts += 1;
-                    tokio::task::yield_now().await;
-                }
-                other => return other,
-            }
-        }
+        let raced = |e: &ApiError| conflicted(e) && !has_preconditions(body);
+        retrying(raced, || async move {
+            self.delete_once(target, name, query, body, collect).await
+        })
+        .await
     }
 
     /// One try of a delete; `collect` runs garbage collection of the object's dependents
@@ -86,11 +77,20 @@ impl Api {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
         let dry_run = query.dry_run()?;
+        self.admit(
+            target,
+            Operation::Delete,
+            query,
+            &mut Value::Null,
+            Some(&current),
+        )
+        .await?;
         let propagation = gc::Propagation::from_request(&options, query.get("propagationPolicy"))?;
         let key = keys::key(rt, &self.cluster, &namespace, name);
-        let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
+        let strategy = rt.strategy();
+        let by_server = strategy.finalized_by_server();
         let uid = meta_str(&current, "uid").to_owned();
-        let waits_for = propagation.finalizer().filter(|_| collect && !is_namespace);
+        let waits_for = propagation.finalizer().filter(|_| collect && !by_server);
         if let Some(finalizer) = waits_for
             && current["metadata"]["deletionTimestamp"].is_null()
         {
@@ -105,7 +105,7 @@ impl Api {
         let has_finalizers = current["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty())
-            || is_namespace;
+            || by_server;
         if has_finalizers {
             if !current["metadata"]["deletionTimestamp"].is_null() || dry_run {
                 return Ok((StatusCode::OK, current));
@@ -114,23 +114,14 @@ impl Api {
             meta.insert("deletionTimestamp".into(), json!(object::now()));
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
             meta.remove("resourceVersion");
-            if is_namespace {
-                current["status"]["phase"] = json!("Terminating");
-            }
-            let is_crd = crd::is_crd_type(rt);
-            if is_crd && let Ok(definition) = crd::admit(&mut current.clone()) {
-                let previous = current["status"].clone();
-                current["status"] = crd::status(&definition, None, &previous, true);
-            }
+            strategy.begin_deletion(&mut current);
             let new = self
                 .store
                 .update(&key, Bytes::from(current.to_string()), revision)
                 .await
                 .map_err(|e| self.write_error(e, rt, name))?;
-            if is_namespace {
-                self.spawn_cleanup(Cleanup::Namespace(name.to_owned()));
-            } else if is_crd {
-                self.spawn_cleanup(Cleanup::CustomResources(name.to_owned()));
+            if let Some(cleanup) = strategy.cleanup(name) {
+                self.spawn_cleanup(cleanup);
             }
             if let Some(finalizer) = waits_for {
                 let owner = Owner {
@@ -204,8 +195,8 @@ impl Api {
             .map_err(|e| self.write_error(e, rt, name))?;
         tracing::warn!(resource = %rt.plural, %namespace, %name, error = %why.message,
             "deleted a stored object that cannot be decoded, without its finalizers or garbage collection");
-        if rt.group.is_empty() && rt.plural == "namespaces" {
-            self.spawn_cleanup(Cleanup::Namespace(name.to_owned()));
+        if let Some(cleanup) = rt.strategy().cleanup_unreadable(name) {
+            self.spawn_cleanup(cleanup);
         }
         Ok((StatusCode::OK, status))
     }
@@ -244,6 +235,7 @@ impl Api {
                 continue;
             };
             let one = Target {
+                user: target.user.clone(),
                 rt: target.rt.clone(),
                 namespace,
                 name: Some(name.clone()),
@@ -261,6 +253,7 @@ impl Api {
             let name = meta_str(item, "name").to_owned();
             let namespace = meta_str(item, "namespace");
             let one = Target {
+                user: target.user.clone(),
                 rt: target.rt.clone(),
                 namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
                 name: Some(name.clone()),

@@ -13,4 +13,5 @@ pub mod review;
 pub mod scale;
 pub mod selector;
 pub(crate) mod store;
+pub mod strategy;
 pub mod tenancy;

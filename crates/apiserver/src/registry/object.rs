@@ -154,11 +154,7 @@ pub enum NameRule {
 
 /// The rule names of `rt` follow.
 pub fn name_rule(rt: &ResourceType) -> NameRule {
-    if rt.group.is_empty() && (rt.plural == "namespaces" || rt.plural == "services") {
-        NameRule::Label
-    } else {
-        NameRule::Subdomain
-    }
+    rt.strategy().name_rule()
 }
 
 /// Why `name` breaks `rule`, as Kubernetes words it; `None` if it is valid.

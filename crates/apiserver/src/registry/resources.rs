@@ -9,6 +9,8 @@
 //! ```
 
 use std::cmp::{Ordering, Reverse};
+
+use crate::registry::strategy::{Behaviour, Strategy};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The verbs of a resource backed by ordinary storage, in the order discovery lists them.
@@ -147,6 +149,8 @@ pub struct ResourceType {
     pub scale: Option<ScalePaths>,
     /// A custom resource's `selectableFields` (as `spec.color`), for field selectors.
     pub selectable_fields: Vec<String>,
+    /// What the resource does differently from the generic registry.
+    pub behaviour: Behaviour,
 }
 
 impl ResourceType {
@@ -168,7 +172,13 @@ impl ResourceType {
             printer_columns: None,
             scale: None,
             selectable_fields: Vec::new(),
+            behaviour: Behaviour::builtin(group, plural),
         }
+    }
+
+    /// Its strategy: the hooks the registry calls where the resource differs.
+    pub(crate) fn strategy(&self) -> &'static dyn Strategy {
+        self.behaviour.strategy()
     }
 
     /// The `apiVersion` of objects of this type: `v1` for the core group, else `group/version`.
@@ -473,6 +483,7 @@ impl Builtin {
             printer_columns: None,
             scale: None,
             selectable_fields: Vec::new(),
+            behaviour: Behaviour::builtin(self.group, self.plural),
         }
     }
 }
@@ -738,6 +749,7 @@ mod tests {
                 printer_columns: None,
                 scale: None,
                 selectable_fields: Vec::new(),
+                behaviour: Behaviour::Plain,
             }
         );
         assert_eq!(rt.api_version(), "apps/v1");

@@ -3,18 +3,16 @@
 //! ```text
 //!  POST selfsubjectaccessreviews ─► allowed: true   (the admin token may do everything;
 //!  POST selfsubjectrulesreviews  ─► every verb        fine-grained RBAC comes later)
-//!  POST selfsubjectreviews       ─► userInfo of the admin
+//!  POST selfsubjectreviews       ─► userInfo of the user asking
 //! ```
 
 use serde_json::{Value, json};
 
+use crate::auth::UserInfo;
 use crate::registry::resources::ResourceType;
 
-/// The name the admin token authenticates as.
-pub const ADMIN_USER: &str = "flotilla:admin";
-
 /// The answer to a review request of type `rt`, or `None` if `rt` is not a review.
-pub fn answer(rt: &ResourceType, request: &Value) -> Option<Value> {
+pub fn answer(rt: &ResourceType, user: &UserInfo, request: &Value) -> Option<Value> {
     let status = match (rt.group.as_str(), rt.kind.as_str()) {
         ("authorization.k8s.io", "SelfSubjectAccessReview") => json!({
             "allowed": true,
@@ -26,7 +24,7 @@ pub fn answer(rt: &ResourceType, request: &Value) -> Option<Value> {
             "incomplete": false,
         }),
         ("authentication.k8s.io", "SelfSubjectReview") => json!({
-            "userInfo": {"username": ADMIN_USER, "groups": ["system:masters", "system:authenticated"]},
+            "userInfo": user.to_json(),
         }),
         _ => return None,
     };
@@ -53,7 +51,7 @@ mod tests {
             .unwrap();
         let request =
             json!({"spec": {"resourceAttributes": {"verb": "create", "resource": "pods"}}});
-        let answered = answer(&ssar, &request).unwrap();
+        let answered = answer(&ssar, &UserInfo::admin(), &request).unwrap();
         assert_eq!(answered["status"]["allowed"], true);
         assert_eq!(answered["spec"], request["spec"]);
         assert_eq!(answered["kind"], "SelfSubjectAccessReview");
@@ -61,10 +59,10 @@ mod tests {
             .get("authentication.k8s.io", "v1", "selfsubjectreviews")
             .unwrap();
         assert_eq!(
-            answer(&ssr, &json!({})).unwrap()["status"]["userInfo"]["username"],
-            ADMIN_USER
+            answer(&ssr, &UserInfo::admin(), &json!({})).unwrap()["status"]["userInfo"]["username"],
+            crate::auth::ADMIN_USER
         );
         let configmaps = registry.get("", "v1", "configmaps").unwrap();
-        assert!(answer(&configmaps, &json!({})).is_none());
+        assert!(answer(&configmaps, &UserInfo::admin(), &json!({})).is_none());
     }
 }

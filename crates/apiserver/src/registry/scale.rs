@@ -6,12 +6,14 @@
 //!  Scale  ─► set(): specReplicasPath ← spec.replicas ─► an update of the object
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::http::error::{ApiError, ApiResult};
 use crate::patch;
 use crate::registry::object::{self, meta_str};
 
@@ -21,7 +23,7 @@ use crate::http::request::{
 };
 use crate::http::response::json_response;
 use crate::http::route::Target;
-use crate::registry::store::{CONFLICT_RETRIES, FieldOwner};
+use crate::registry::store::{FieldOwner, conflicted, retrying};
 
 use crate::registry::resources::ScalePaths;
 
@@ -128,15 +130,20 @@ impl Api {
         let paths = rt.scale.clone().unwrap_or_default();
         let namespace = target.namespace.clone().unwrap_or_default();
         let parent = Target {
+            user: target.user.clone(),
             rt: rt.clone(),
             namespace: target.namespace.clone(),
             name: Some(name.to_owned()),
             sub: None,
         };
-        for _ in 0..CONFLICT_RETRIES {
-            let (current, revision) = self.get(rt, &namespace, name).await?;
-            let shown = view(&current, &paths);
-            let wanted = match method {
+        let conditional = AtomicBool::new(false);
+        let raced = |e: &ApiError| conflicted(e) && !conditional.load(Ordering::Relaxed);
+        let (method, paths, namespace, parent) = (&method, &paths, &namespace, &parent);
+        let conditional = &conditional;
+        retrying(raced, || async move {
+            let (current, revision) = self.get(rt, namespace, name).await?;
+            let shown = view(&current, paths);
+            let wanted = match *method {
                 Method::GET => return Ok(json_response(StatusCode::OK, &shown)),
                 Method::PUT => parse_body(body, headers)?,
                 Method::PATCH => {
@@ -153,11 +160,12 @@ impl Api {
                         }
                     }
                 }
-                other => return Err(ApiError::method_not_allowed(other.as_str(), "scale")),
+                ref other => return Err(ApiError::method_not_allowed(other.as_str(), "scale")),
             };
-            let conditional = match meta_str(&wanted, "resourceVersion") {
+            let given = match meta_str(&wanted, "resourceVersion") {
                 "" => false,
                 rv if parse_resource_version(rv)? != revision.get() => {
+                    conditional.store(true, Ordering::Relaxed);
                     return Err(ApiError::conflict(&rt.group, &rt.plural, name));
                 }
                 _ => true,
@@ -193,21 +201,12 @@ impl Api {
             object::metadata_mut(&mut updated)?
                 .insert("resourceVersion".into(), json!(revision.get().to_string()));
             let manager = field_manager(query, headers)?;
-            match self
-                .update(&parent, name, query, updated, FieldOwner::Update(&manager))
-                .await
-            {
-                Ok((object, _, _)) => {
-                    let object = object.into_value();
-                    return Ok(json_response(StatusCode::OK, &view(&object, &paths)));
-                }
-                Err(e) if e.reason == Reason::Conflict && !conditional => {
-                    tokio::task::yield_now().await
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(ApiError::conflict(&rt.group, &rt.plural, name))
+            conditional.store(given, Ordering::Relaxed);
+            let owner = FieldOwner::Update(&manager);
+            let (object, _, _) = self.update(parent, name, query, updated, owner).await?;
+            Ok(json_response(StatusCode::OK, &view(&object.into_value(), paths)))
+        })
+        .await
     }
 }
 

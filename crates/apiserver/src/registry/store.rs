@@ -4,17 +4,16 @@
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use flotilla_store::Revision;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::debug;
 
-use crate::admission::schema::{self, FieldValidation, Schema, Structural};
+use crate::admission::schema::FieldValidation;
+use crate::admission::{self, Operation};
 use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::patch::managed::{self, Writer};
-use crate::registry::crd;
 use crate::registry::keys;
 use crate::registry::object::{self, meta_str};
 use crate::registry::resources::ResourceType;
-use crate::registry::review;
 
 use crate::api::Api;
 use crate::http::request::{Query, field_manager, parse_body, parse_resource_version};
@@ -24,6 +23,30 @@ use crate::http::route::Target;
 /// How often a write without preconditions is retried when another write races with it
 /// (Kubernetes retries such writes until its request deadline).
 pub(crate) const CONFLICT_RETRIES: usize = 256;
+
+/// Runs `attempt` until it succeeds or fails otherwise than by racing with another write
+/// (`raced` says which errors are races), at most [`CONFLICT_RETRIES`] times more; its
+/// last outcome. Every write that retries on conflict goes through here.
+pub(crate) async fn retrying<T, F: Future<Output = ApiResult<T>>>(
+    raced: impl Fn(&ApiError) -> bool,
+    mut attempt: impl FnMut() -> F,
+) -> ApiResult<T> {
+    let mut retries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if retries < CONFLICT_RETRIES && raced(&e) => {
+                retries += 1;
+                tokio::task::yield_now().await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Whether `e` is a write that lost a race on the object's resourceVersion.
+pub(crate) fn conflicted(e: &ApiError) -> bool {
+    e.reason == Reason::Conflict
+}
 
 /// Who a write's fields belong to.
 #[derive(Clone, Copy)]
@@ -143,42 +166,37 @@ pub(crate) fn stored_with_version(
 /// The apiVersion objects of `rt` are shown with when it may differ from the stored one
 /// (custom resources, whose versions share their objects; Events, whose two groups do).
 pub(crate) fn reads_as(rt: &ResourceType) -> Option<String> {
-    (rt.schema.is_some() || crate::registry::events::is_event(rt)).then(|| rt.api_version())
-}
-
-/// Checks an object's fields against its kind's schema: unknown fields are dropped, and
-/// fail the request or become warnings as `fieldValidation` asks; a custom resource is
-/// then defaulted and validated (422 Invalid naming every broken rule).
-pub(crate) fn admit_fields(
-    rt: &ResourceType,
-    object: &mut Value,
-    old: Option<&Value>,
-    query: &Query,
-) -> ApiResult<Vec<String>> {
-    let validation = FieldValidation::parse(query.get("fieldValidation"))?;
-    let unknown = match Schema::for_type(rt) {
-        Some(schema) => schema.prune(object),
-        None => Vec::new(),
-    };
-    let warnings = schema::judge(unknown, validation)?;
-    if let Some(structural) = Structural::for_type(rt) {
-        structural.default(object);
-        let mut causes = structural.validate(object);
-        if causes.is_empty() {
-            causes = structural.rules(object, old);
-        }
-        if !causes.is_empty() {
-            let name = match meta_str(object, "name") {
-                "" => meta_str(object, "generateName"),
-                name => name,
-            };
-            return Err(ApiError::invalid(&rt.group, &rt.kind, name, causes));
-        }
-    }
-    Ok(warnings)
+    rt.strategy().reads_as(rt)
 }
 
 impl Api {
+    /// Runs the admission chain on a write of `object` to `target` (`old` the stored
+    /// object on an update).
+    pub(crate) async fn admit(
+        &self,
+        target: &Target,
+        operation: Operation,
+        query: &Query,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> ApiResult<Vec<String>> {
+        let field_validation = FieldValidation::parse(query.get("fieldValidation"))?;
+        let name = match target.name.as_deref() {
+            Some(name) => name.to_owned(),
+            None => meta_str(object, "name").to_owned(),
+        };
+        let attributes = admission::Attributes {
+            user: &target.user,
+            operation,
+            rt: &target.rt,
+            namespace: target.namespace.as_deref().unwrap_or(""),
+            name: &name,
+            subresource: target.sub.as_deref().unwrap_or(""),
+            field_validation,
+        };
+        self.admission.admit(&attributes, object, old).await
+    }
+
     /// The stored JSON and revision of the object under `key`, by a consistent read: from
     /// the watch cache when it is up to date with the store, else from the store.
     pub(crate) async fn read(&self, key: &[u8]) -> ApiResult<Option<(Bytes, Revision)>> {
@@ -200,9 +218,7 @@ impl Api {
         let mut object = decode_stored(rt, name, &value)?;
         // An Event written through the other version is read, updated and patched as this
         // one's.
-        if crate::registry::events::is_event(rt) {
-            crate::registry::events::show_as(&mut object, &rt.api_version());
-        }
+        rt.strategy().show_on_read(&mut object, rt);
         Ok((
             object::with_resource_version(object, revision.get()),
             revision,
@@ -274,7 +290,7 @@ impl Api {
             )));
         }
         let object = parse_body(body, headers)?;
-        if let Some(answer) = review::answer(rt, &object) {
+        if let Some(answer) = rt.strategy().answer(rt, &target.user, &object) {
             return Ok((Answer::Object(answer), Vec::new()));
         }
         let manager = field_manager(query, headers)?;
@@ -292,28 +308,17 @@ impl Api {
     ) -> ApiResult<(Answer, Vec<String>)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
-        let warnings = admit_fields(rt, &mut object, None, query)?;
+        let warnings = self
+            .admit(target, Operation::Create, query, &mut object, None)
+            .await?;
         let name = object::prepare_create(&mut object, rt, &namespace)?;
         if rt.namespaced {
             self.require_namespace(&namespace).await?;
         }
-        if rt.has_status()
-            && !(rt.group.is_empty() && rt.plural == "namespaces")
-            && let Some(map) = object.as_object_mut()
-        {
-            map.remove("status");
-        }
-        if rt.group.is_empty() && rt.plural == "namespaces" {
-            object["spec"]["finalizers"] = json!(["kubernetes"]);
-            object["status"] = json!({"phase": "Active"});
-        }
-        let definition = match crd::is_crd_type(rt) {
-            true => Some(self.admit_crd(&mut object, &Value::Null)?),
-            false => None,
-        };
-        if rt.schema.is_some() {
-            self.require_served(rt).await?;
-        }
+        let strategy = rt.strategy();
+        strategy.prepare_create(rt, &mut object);
+        let effect = strategy.admit(self, &mut object, &Value::Null)?;
+        strategy.before_create(self, rt).await?;
         if let FieldOwner::Update(manager) = owner {
             let writer = Writer {
                 manager,
@@ -337,9 +342,7 @@ impl Api {
                 e => e.into(),
             })?;
         debug!(resource = %rt.plural, %namespace, %name, %revision, "created");
-        if let Some((definition, true)) = definition {
-            crd::register(&self.registry, &definition);
-        }
+        strategy.written(self, &effect);
         Ok((
             Answer::Stored {
                 object,
@@ -409,7 +412,15 @@ impl Api {
                 }
             }
         }
-        let warnings = admit_fields(rt, &mut object, Some(&current), query)?;
+        let warnings = self
+            .admit(
+                target,
+                Operation::Update,
+                query,
+                &mut object,
+                Some(&current),
+            )
+            .await?;
         object::prepare_update(&mut object, &current, rt)?;
         if let FieldOwner::Update(manager) = owner {
             let writer = Writer {
@@ -418,10 +429,8 @@ impl Api {
             };
             managed::record_update(Some(&current), &mut object, rt, writer)?;
         }
-        let definition = match crd::is_crd_type(rt) {
-            true => Some(self.admit_crd(&mut object, &current["status"])?),
-            false => None,
-        };
+        let strategy = rt.strategy();
+        let effect = strategy.admit(self, &mut object, &current["status"])?;
         if query.dry_run()? {
             // Refused as the write would be.
             stored_json(&object, rt, name)?;
@@ -442,9 +451,7 @@ impl Api {
                 .delete(&key, Some(revision))
                 .await
                 .map_err(|e| self.write_error(e, rt, name))?;
-            if let Some((definition, _)) = &definition {
-                crd::unregister(&self.registry, &definition.group, &definition.plural);
-            }
+            strategy.removed(self, &effect);
             self.collect_dependents(
                 meta_str(&current, "uid"),
                 rt.namespaced.then_some(namespace.as_str()),
@@ -465,9 +472,7 @@ impl Api {
             .update(&key, json.clone(), revision)
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
-        if let Some((definition, true)) = &definition {
-            crd::register(&self.registry, definition);
-        }
+        strategy.written(self, &effect);
         Ok((
             Answer::Stored {
                 object,
@@ -477,44 +482,6 @@ impl Api {
             false,
             warnings,
         ))
-    }
-
-    /// Checks a CRD about to be written and sets its status; returns what it defines and
-    /// whether its names can be served.
-    pub(crate) fn admit_crd(
-        &self,
-        object: &mut Value,
-        previous: &Value,
-    ) -> ApiResult<(crd::Definition, bool)> {
-        let definition = crd::admit(object)?;
-        let clash = crd::conflict(&definition, &self.registry);
-        let terminating = !object["metadata"]["deletionTimestamp"].is_null();
-        if previous.is_null() {
-            let meta = object::metadata_mut(object)?;
-            let finalizers = meta.entry("finalizers").or_insert_with(|| json!([]));
-            if let Some(list) = finalizers.as_array_mut()
-                && !list.iter().any(|f| f == crd::CLEANUP_FINALIZER)
-            {
-                list.push(json!(crd::CLEANUP_FINALIZER));
-            }
-        }
-        object["status"] = crd::status(&definition, clash.as_deref(), previous, terminating);
-        Ok((definition, clash.is_none()))
-    }
-
-    /// Refuses new custom resources while their CRD is being deleted.
-    pub(crate) async fn require_served(&self, rt: &ResourceType) -> ApiResult<()> {
-        let crd_type = self.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
-        let name = format!("{}.{}", rt.plural, rt.group);
-        match self.get(&crd_type, "", &name).await {
-            Ok((crd, _)) if crd["metadata"]["deletionTimestamp"].is_null() => Ok(()),
-            Ok(_) => Err(ApiError::method_not_allowed(
-                "create",
-                &format!("{name}: the CustomResourceDefinition is being deleted"),
-            )),
-            Err(e) if e.reason == Reason::NotFound => Err(ApiError::no_route(&rt.plural)),
-            Err(e) => Err(e),
-        }
     }
 
     pub(crate) fn write_error(

@@ -1,0 +1,299 @@
+//! Per-resource strategies: what a resource does differently from the generic registry.
+//!
+//! ```text
+//!  ResourceType.behaviour ─► strategy() ─► &'static dyn Strategy
+//!    Plain                     every hook at its default
+//!    Namespace                 Label names; finalizer `kubernetes`, phase Active; deletion
+//!                              always waits for the server to empty it (Terminating)
+//!    Service                   Label names
+//!    Event                     one resource in two versions: read as the version asked
+//!    CustomResourceDefinition  checked, status set, its resources served once stored,
+//!                              unserved when it goes; deletion empties its resources
+//!    CustomResource            refused while its definition is being deleted; read with
+//!                              the version asked
+//!    SelfReview                answered at once, never stored
+//! ```
+//!
+//! The behaviour is chosen where a type is defined (the built-in table, a CRD's
+//! registration); the generic code in [`store`](super::store), [`delete`](super::delete)
+//! and [`list`](super::list) only calls the hooks.
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::api::Api;
+use crate::auth::UserInfo;
+use crate::gc::collector::Cleanup;
+use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::registry::object::{self, NameRule};
+use crate::registry::resources::ResourceType;
+use crate::registry::{crd, events, review};
+
+/// Which strategy a resource type follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Behaviour {
+    /// The generic registry's, unchanged.
+    #[default]
+    Plain,
+    /// `v1` Namespaces.
+    Namespace,
+    /// `v1` Services.
+    Service,
+    /// Events, of `v1` and of `events.k8s.io/v1`.
+    Event,
+    /// `apiextensions.k8s.io/v1` CustomResourceDefinitions.
+    CustomResourceDefinition,
+    /// A resource a CustomResourceDefinition serves.
+    CustomResource,
+    /// Self-reviews (`kubectl auth can-i`, `kubectl auth whoami`).
+    SelfReview,
+}
+
+impl Behaviour {
+    /// The behaviour of the built-in resource `plural` of `group`.
+    pub fn builtin(group: &str, plural: &str) -> Self {
+        match (group, plural) {
+            ("", "namespaces") => Behaviour::Namespace,
+            ("", "services") => Behaviour::Service,
+            ("" | events::GROUP, "events") => Behaviour::Event,
+            (crd::GROUP, "customresourcedefinitions") => Behaviour::CustomResourceDefinition,
+            ("authentication.k8s.io", "selfsubjectreviews")
+            | ("authorization.k8s.io", "selfsubjectaccessreviews" | "selfsubjectrulesreviews") => {
+                Behaviour::SelfReview
+            }
+            _ => Behaviour::Plain,
+        }
+    }
+
+    /// The strategy itself.
+    pub(crate) fn strategy(self) -> &'static dyn Strategy {
+        match self {
+            Behaviour::Plain => &Plain,
+            Behaviour::Namespace => &Namespaces,
+            Behaviour::Service => &Services,
+            Behaviour::Event => &Events,
+            Behaviour::CustomResourceDefinition => &Definitions,
+            Behaviour::CustomResource => &CustomResources,
+            Behaviour::SelfReview => &SelfReviews,
+        }
+    }
+}
+
+/// What a write of an object means beyond storing it, to be carried out once it is stored
+/// (or once it is gone).
+pub(crate) enum Effect {
+    /// Nothing.
+    None,
+    /// A CustomResourceDefinition: what it defines, and whether its names can be served.
+    Defines(crd::Definition, bool),
+}
+
+/// The hooks a resource's strategy may fill; each default is the generic registry's
+/// behaviour.
+pub(crate) trait Strategy: Send + Sync {
+    /// The rule the objects' names follow.
+    fn name_rule(&self) -> NameRule {
+        NameRule::Subdomain
+    }
+
+    /// The answer to a create that is not stored (a self-review), or `None` to store it.
+    fn answer(&self, _rt: &ResourceType, _user: &UserInfo, _request: &Value) -> Option<Value> {
+        None
+    }
+
+    /// Sets what the server owns on a new object: by default, a type with a status
+    /// subresource starts without a status.
+    fn prepare_create(&self, rt: &ResourceType, object: &mut Value) {
+        if rt.has_status()
+            && let Some(map) = object.as_object_mut()
+        {
+            map.remove("status");
+        }
+    }
+
+    /// Checks the API's state before a create.
+    fn before_create<'a>(
+        &'a self,
+        _api: &'a Api,
+        _rt: &'a ResourceType,
+    ) -> BoxFuture<'a, ApiResult<()>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    /// Checks and completes an object about to be written; `previous_status` is the
+    /// stored object's status (`Null` on a create).
+    fn admit(
+        &self,
+        _api: &Api,
+        _object: &mut Value,
+        _previous_status: &Value,
+    ) -> ApiResult<Effect> {
+        Ok(Effect::None)
+    }
+
+    /// The object was stored.
+    fn written(&self, _api: &Api, _effect: &Effect) {}
+
+    /// The object is gone (its last finalizer removed).
+    fn removed(&self, _api: &Api, _effect: &Effect) {}
+
+    /// Whether a deletion always waits for the server's own cleanup, finalizers or not.
+    fn finalized_by_server(&self) -> bool {
+        false
+    }
+
+    /// Marks an object whose deletion begins (beyond its deletionTimestamp).
+    fn begin_deletion(&self, _object: &mut Value) {}
+
+    /// The server's cleanup once the deletion of the object `name` has begun.
+    fn cleanup(&self, _name: &str) -> Option<Cleanup> {
+        None
+    }
+
+    /// The server's cleanup after a stored object that could not be read was deleted.
+    fn cleanup_unreadable(&self, _name: &str) -> Option<Cleanup> {
+        None
+    }
+
+    /// The apiVersion objects are shown with when stored through another version (no
+    /// conversion beyond it, see [`events::show_as`]), or `None` to show them as stored.
+    fn reads_as(&self, _rt: &ResourceType) -> Option<String> {
+        None
+    }
+
+    /// Shows an object read for an update or patch as the request's version.
+    fn show_on_read(&self, _object: &mut Value, _rt: &ResourceType) {}
+}
+
+struct Plain;
+impl Strategy for Plain {}
+
+struct Namespaces;
+
+impl Strategy for Namespaces {
+    fn name_rule(&self) -> NameRule {
+        NameRule::Label
+    }
+
+    fn prepare_create(&self, _rt: &ResourceType, object: &mut Value) {
+        object["spec"]["finalizers"] = json!(["kubernetes"]);
+        object["status"] = json!({"phase": "Active"});
+    }
+
+    fn finalized_by_server(&self) -> bool {
+        true
+    }
+
+    fn begin_deletion(&self, object: &mut Value) {
+        object["status"]["phase"] = json!("Terminating");
+    }
+
+    fn cleanup(&self, name: &str) -> Option<Cleanup> {
+        Some(Cleanup::Namespace(name.to_owned()))
+    }
+
+    fn cleanup_unreadable(&self, name: &str) -> Option<Cleanup> {
+        self.cleanup(name)
+    }
+}
+
+struct Services;
+
+impl Strategy for Services {
+    fn name_rule(&self) -> NameRule {
+        NameRule::Label
+    }
+}
+
+struct Events;
+
+impl Strategy for Events {
+    fn reads_as(&self, rt: &ResourceType) -> Option<String> {
+        Some(rt.api_version())
+    }
+
+    fn show_on_read(&self, object: &mut Value, rt: &ResourceType) {
+        events::show_as(object, &rt.api_version());
+    }
+}
+
+struct Definitions;
+
+impl Strategy for Definitions {
+    fn admit(&self, api: &Api, object: &mut Value, previous_status: &Value) -> ApiResult<Effect> {
+        let definition = crd::admit(object)?;
+        let clash = crd::conflict(&definition, &api.registry);
+        let terminating = !object["metadata"]["deletionTimestamp"].is_null();
+        if previous_status.is_null() {
+            let meta = object::metadata_mut(object)?;
+            let finalizers = meta.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(list) = finalizers.as_array_mut()
+                && !list.iter().any(|f| f == crd::CLEANUP_FINALIZER)
+            {
+                list.push(json!(crd::CLEANUP_FINALIZER));
+            }
+        }
+        object["status"] = crd::status(&definition, clash.as_deref(), previous_status, terminating);
+        Ok(Effect::Defines(definition, clash.is_none()))
+    }
+
+    fn written(&self, api: &Api, effect: &Effect) {
+        if let Effect::Defines(definition, true) = effect {
+            crd::register(&api.registry, definition);
+        }
+    }
+
+    fn removed(&self, api: &Api, effect: &Effect) {
+        if let Effect::Defines(definition, _) = effect {
+            crd::unregister(&api.registry, &definition.group, &definition.plural);
+        }
+    }
+
+    fn begin_deletion(&self, object: &mut Value) {
+        if let Ok(definition) = crd::admit(&mut object.clone()) {
+            let previous = object["status"].clone();
+            object["status"] = crd::status(&definition, None, &previous, true);
+        }
+    }
+
+    fn cleanup(&self, name: &str) -> Option<Cleanup> {
+        Some(Cleanup::CustomResources(name.to_owned()))
+    }
+}
+
+struct CustomResources;
+
+impl Strategy for CustomResources {
+    /// New custom resources are refused while their definition is being deleted.
+    fn before_create<'a>(
+        &'a self,
+        api: &'a Api,
+        rt: &'a ResourceType,
+    ) -> BoxFuture<'a, ApiResult<()>> {
+        Box::pin(async move {
+            let crd_type = api.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
+            let name = format!("{}.{}", rt.plural, rt.group);
+            match api.get(&crd_type, "", &name).await {
+                Ok((crd, _)) if crd["metadata"]["deletionTimestamp"].is_null() => Ok(()),
+                Ok(_) => Err(ApiError::method_not_allowed(
+                    "create",
+                    &format!("{name}: the CustomResourceDefinition is being deleted"),
+                )),
+                Err(e) if e.reason == Reason::NotFound => Err(ApiError::no_route(&rt.plural)),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn reads_as(&self, rt: &ResourceType) -> Option<String> {
+        Some(rt.api_version())
+    }
+}
+
+struct SelfReviews;
+
+impl Strategy for SelfReviews {
+    fn answer(&self, rt: &ResourceType, user: &UserInfo, request: &Value) -> Option<Value> {
+        review::answer(rt, user, request)
+    }
+}
