@@ -14,6 +14,7 @@ pub mod table;
 
 use serde_json::{Map, Value, json};
 
+use crate::http::negotiate::{MediaRange, media_ranges};
 use crate::registry::resources::{Registry, ResourceType};
 
 /// The aggregated discovery group.
@@ -81,92 +82,27 @@ const OFFERS: [Format; 3] = [
     Format::Legacy,
 ];
 
-/// One media range of an `Accept` header.
-struct MediaRange {
-    kind: String,
-    subtype: String,
-    /// The `g`, `v`, `as` parameters, if any of them is present.
-    target: Option<(Option<String>, Option<String>, Option<String>)>,
-    quality: f32,
-}
-
-impl MediaRange {
-    fn parse(text: &str) -> Option<MediaRange> {
-        let mut parts = text.split(';');
-        let (kind, subtype) = parts.next()?.trim().split_once('/')?;
-        let (kind, subtype) = (
-            kind.trim().to_ascii_lowercase(),
-            subtype.trim().to_ascii_lowercase(),
-        );
-        if kind.is_empty() || subtype.is_empty() || (kind == "*" && subtype != "*") {
-            return None;
-        }
-        let (mut group, mut version, mut as_kind, mut quality) = (None, None, None, 1.0);
-        for param in parts {
-            let param = param.trim();
-            if param.is_empty() {
-                continue;
-            }
-            let (name, value) = param.split_once('=')?;
-            let name = name.trim().to_ascii_lowercase();
-            let value = value.trim();
-            let value = value
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(value)
-                .to_owned();
-            match name.as_str() {
-                "q" => quality = parse_quality(&value)?,
-                "g" => group = Some(value),
-                "v" => version = Some(value),
-                "as" => as_kind = Some(value),
-                _ => {} // e.g. charset, pretty: no bearing on the format
-            }
-        }
-        let target = (group.is_some() || version.is_some() || as_kind.is_some())
-            .then_some((group, version, as_kind));
-        Some(MediaRange {
-            kind,
-            subtype,
-            target,
-            quality,
-        })
-    }
-
-    /// How specifically this range matches `offer` (higher = more specific), if it does.
-    fn matches(&self, offer: Format) -> Option<u8> {
-        let type_match = match (self.kind.as_str(), self.subtype.as_str()) {
-            ("application", "json") => 2,
-            ("application", "*") => 1,
-            ("*", "*") => 0,
-            _ => return None,
-        };
-        match (&self.target, offer.discovery_version()) {
-            // A plain range means the plain JSON documents.
-            (None, None) => Some(type_match),
-            (None, Some(_)) => None,
-            (Some((group, version, kind)), Some(offered)) => {
-                let wanted = group.as_deref() == Some(DISCOVERY_GROUP)
-                    && version.as_deref() == Some(offered)
-                    && kind.as_deref() == Some(DISCOVERY_LIST_KIND)
-                    && type_match == 2;
-                wanted.then_some(3)
-            }
-            (Some(_), None) => None,
-        }
-    }
-}
-
-/// A qvalue: `0` to `1` with at most three decimals.
-fn parse_quality(text: &str) -> Option<f32> {
-    let valid = match text.split_once('.') {
-        Some((int, frac)) => {
-            matches!(int, "0" | "1") && frac.len() <= 3 && frac.bytes().all(|b| b.is_ascii_digit())
-        }
-        None => matches!(text, "0" | "1"),
+/// How specifically `range` matches `offer` (higher = more specific), if it does.
+fn matches(range: &MediaRange, offer: Format) -> Option<u8> {
+    let type_match = match (range.kind.as_str(), range.subtype.as_str()) {
+        ("application", "json") => 2,
+        ("application", "*") => 1,
+        ("*", "*") => 0,
+        _ => return None,
     };
-    let quality: f32 = text.parse().ok()?;
-    (valid && quality <= 1.0).then_some(quality)
+    match (&range.target, offer.discovery_version()) {
+        // A plain range means the plain JSON documents.
+        (None, None) => Some(type_match),
+        (None, Some(_)) => None,
+        (Some((group, version, kind)), Some(offered)) => {
+            let wanted = group.as_deref() == Some(DISCOVERY_GROUP)
+                && version.as_deref() == Some(offered)
+                && kind.as_deref() == Some(DISCOVERY_LIST_KIND)
+                && type_match == 2;
+            wanted.then_some(3)
+        }
+        (Some(_), None) => None,
+    }
 }
 
 /// Chooses the discovery format from an `Accept` header.
@@ -182,13 +118,13 @@ pub fn negotiate(accept: Option<&str>) -> Format {
     let Some(accept) = accept else {
         return Format::Legacy;
     };
-    let ranges: Vec<MediaRange> = accept.split(',').filter_map(MediaRange::parse).collect();
+    let ranges: Vec<MediaRange> = media_ranges(accept).collect();
     let mut best: Option<(f32, usize, Format)> = None;
     for offer in OFFERS {
         // The most specific matching range decides; among equally specific ones, the first.
         let mut decisive: Option<(u8, usize)> = None;
         for (index, range) in ranges.iter().enumerate() {
-            if let Some(specificity) = range.matches(offer)
+            if let Some(specificity) = matches(range, offer)
                 && decisive.is_none_or(|(s, _)| specificity > s)
             {
                 decisive = Some((specificity, index));

@@ -11,35 +11,6 @@ use serde_json::{Value, json};
 
 use crate::registry::resources::ResourceType;
 
-/// Whether the client asked for a Table (and accepts one).
-pub fn wants_table(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| {
-        a.split(',').any(|range| {
-            let params: Vec<&str> = range.split(';').map(str::trim).collect();
-            params.contains(&"as=Table") && params.contains(&"g=meta.k8s.io")
-        })
-    })
-}
-
-/// The `meta.k8s.io` version of the metadata-only object the client asked for
-/// (`as=PartialObjectMetadata` or `as=PartialObjectMetadataList`), unless it asked for
-/// whole objects.
-pub fn wants_metadata(accept: Option<&str>) -> Option<&'static str> {
-    accept?.split(',').find_map(|range| {
-        let params: Vec<&str> = range.split(';').map(str::trim).collect();
-        let partial = params.contains(&"as=PartialObjectMetadata")
-            || params.contains(&"as=PartialObjectMetadataList");
-        if !partial || !params.contains(&"g=meta.k8s.io") {
-            return None;
-        }
-        Some(if params.contains(&"v=v1beta1") {
-            "meta.k8s.io/v1beta1"
-        } else {
-            "meta.k8s.io/v1"
-        })
-    })
-}
-
 /// `object`'s metadata alone, as a `PartialObjectMetadata` of `api_version`.
 pub fn partial(object: &Value, api_version: &str) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": object["metadata"]})
@@ -689,32 +660,6 @@ mod tests {
             assert_eq!(human_duration(seconds), shown, "{seconds}");
         }
         assert_eq!(human_duration(-5), "0s");
-    }
-
-    #[test]
-    fn kubectl_accept_headers_ask_for_tables() {
-        assert!(wants_table(Some(
-            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
-        )));
-        assert!(!wants_table(Some("application/json")));
-        assert!(!wants_table(None));
-        assert_eq!(
-            wants_metadata(Some(
-                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-            )),
-            Some("meta.k8s.io/v1")
-        );
-        assert_eq!(
-            wants_metadata(Some(
-                "application/json;as=PartialObjectMetadata;v=v1beta1;g=meta.k8s.io"
-            )),
-            Some("meta.k8s.io/v1beta1")
-        );
-        assert_eq!(wants_metadata(Some("application/json")), None);
-        assert_eq!(
-            wants_metadata(Some("application/json;as=Table;g=meta.k8s.io;v=v1")),
-            None
-        );
     }
 
     #[test]

@@ -14,13 +14,13 @@ use crate::registry::object::{self, MAX_REQUEST_BYTES, meta_str};
 use crate::registry::resources::ResourceType;
 
 use crate::api::Api;
+use crate::http::negotiate::{self, Shape};
 use crate::http::request::{Query, delete_options, field_manager, parse_body};
 use crate::http::response::{json_bytes_response, json_response, with_warnings};
 use crate::http::route::Route;
 use crate::registry::store::{
     FieldOwner, Unreadable, conflicted, retrying, stored_with_version, unreadable_error,
 };
-use crate::watch::serve::Shape;
 
 impl Api {
     pub(crate) async fn dispatch(
@@ -132,16 +132,10 @@ impl Api {
                 .scale(&target, name, method, query, headers, &body)
                 .await;
         }
+        let shape = negotiate::shape(accept);
         match (method, target.name.clone()) {
-            (Method::GET, None) if query.flag("watch") => {
-                let shape = if table::wants_table(accept) {
-                    Shape::Table
-                } else {
-                    table::wants_metadata(accept).map_or(Shape::Object, Shape::Metadata)
-                };
-                self.watch(&target, query, shape).await
-            }
-            (Method::GET, None) if table::wants_table(accept) => {
+            (Method::GET, None) if query.flag("watch") => self.watch(&target, query, shape).await,
+            (Method::GET, None) if shape == Shape::Table => {
                 let listed = self.list(&target, query).await?;
                 let warnings = Unreadable::warnings(&listed.unreadable);
                 let list = listed.to_value()?;
@@ -159,7 +153,7 @@ impl Api {
                     &warnings,
                 ))
             }
-            (Method::GET, None) if let Some(api_version) = table::wants_metadata(accept) => {
+            (Method::GET, None) if let Shape::Metadata(api_version) = shape => {
                 let listed = self.list(&target, query).await?;
                 let warnings = Unreadable::warnings(&listed.unreadable);
                 let mut list = listed.to_value()?;
@@ -198,7 +192,7 @@ impl Api {
                     return Err(unreadable_error(rt, &name, &reason));
                 }
                 let object = stored_with_version(&value, revision, rt)?;
-                if table::wants_table(accept) {
+                if shape == Shape::Table {
                     let object: Value = serde_json::from_slice(&object).map_err(|e| {
                         ApiError::internal(format!("a stored object is not JSON: {e}"))
                     })?;
@@ -208,7 +202,7 @@ impl Api {
                         &self.table(rt, &[object], &rv, query),
                     ));
                 }
-                if let Some(api_version) = table::wants_metadata(accept) {
+                if let Shape::Metadata(api_version) = shape {
                     let object: Value = serde_json::from_slice(&object).map_err(|e| {
                         ApiError::internal(format!("a stored object is not JSON: {e}"))
                     })?;

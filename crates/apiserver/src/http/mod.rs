@@ -5,6 +5,7 @@ pub mod error;
 pub(crate) mod handler;
 pub mod json;
 pub mod metrics;
+pub(crate) mod negotiate;
 pub mod protobuf;
 pub(crate) mod request;
 pub(crate) mod response;

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::discovery::table;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::negotiate::Shape;
 use crate::registry::keys;
 use crate::registry::object::{self};
 use crate::registry::resources::ResourceType;
@@ -25,18 +26,6 @@ use crate::http::request::{Query, parse_resource_version};
 use crate::http::response::with_warnings;
 use crate::http::route::Target;
 use crate::registry::store::{Unreadable, reads_as};
-
-/// What a watcher's events carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Shape {
-    /// The objects.
-    Object,
-    /// Table rows (`as=Table`).
-    Table,
-    /// The objects' metadata alone, as `PartialObjectMetadata` of this `meta.k8s.io`
-    /// version (`as=PartialObjectMetadata`).
-    Metadata(&'static str),
-}
 
 impl Api {
     pub(crate) async fn watch(
