@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod client;
 pub mod discovery;
 pub mod gc;
 pub mod http;

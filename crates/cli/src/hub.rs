@@ -199,7 +199,10 @@ impl HubArgs {
         // The fleet controllers use the API in-process, through the same routing,
         // admission and watch paths as any client, and count in its request metrics.
         let client = kube::Client::new(
-            flotilla_apiserver::http::server::local_service(server.api.clone(), server.metrics.clone()),
+            flotilla_apiserver::http::server::local_service(
+                server.api.clone(),
+                server.metrics.clone(),
+            ),
             "default",
         );
         tokio::spawn(flotilla_fleet::runtime::run(

@@ -267,10 +267,7 @@ impl ApiServer {
     /// minute apart); never if it is zero.
     pub fn expire_events_after(&self, ttl: Duration) {
         if !ttl.is_zero() {
-            tokio::spawn(flotilla_apiserver::gc::events::run(
-                self.store.clone(),
-                ttl,
-            ));
+            tokio::spawn(flotilla_apiserver::gc::events::run(self.store.clone(), ttl));
         }
     }
 

@@ -130,7 +130,8 @@ impl Simulator {
         info!(clusters, workloads, "following the store");
         let mut events = futures_util::stream::select_all(streams);
         loop {
-            let writes = sim.due_writes(Instant::now(), &flotilla_apiserver::registry::object::now());
+            let writes =
+                sim.due_writes(Instant::now(), &flotilla_apiserver::registry::object::now());
             if !writes.is_empty() {
                 self.write(&mut sim, writes).await;
             }
