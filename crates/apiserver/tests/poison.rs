@@ -229,7 +229,7 @@ async fn objects_nested_past_the_limit_as_stored_are_refused_on_every_write() {
     let answer = s
         .answer(
             s.client
-                .request(Method::PATCH, &format!("{WIDGETS}/applied"))
+                .request(Method::PATCH, format!("{WIDGETS}/applied"))
                 .query("fieldManager=tester")
                 .body(
                     Bytes::copy_from_slice(widget("applied", nested(95)).to_string().as_bytes()),
@@ -443,7 +443,7 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
     let answer = s
         .answer(
             s.client
-                .request(Method::PATCH, &format!("{deployments}/d-1/scale"))
+                .request(Method::PATCH, format!("{deployments}/d-1/scale"))
                 .body(scale.to_string(), "application/merge-patch+json")
                 .accept("application/json"),
         )
@@ -453,7 +453,7 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
     let answer = s
         .answer(
             s.client
-                .request(Method::PATCH, &format!("{deployments}/d-0/scale"))
+                .request(Method::PATCH, format!("{deployments}/d-0/scale"))
                 .body(scale.to_string(), "application/merge-patch+json")
                 .accept("application/json"),
         )
@@ -617,7 +617,7 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
         let answer = s
             .answer(
                 s.client
-                    .request(Method::GET, &format!("{configmaps}/{name}"))
+                    .request(Method::GET, format!("{configmaps}/{name}"))
                     .body(Bytes::new(), "")
                     .accept("application/json"),
             )
@@ -627,7 +627,7 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
         let answer = s
             .answer(
                 s.client
-                    .request(Method::PATCH, &format!("{configmaps}/{name}"))
+                    .request(Method::PATCH, format!("{configmaps}/{name}"))
                     .body(
                         Bytes::copy_from_slice(patch.as_bytes()),
                         "application/merge-patch+json",
@@ -696,7 +696,7 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
     let answer = s
         .answer(
             s.client
-                .request(Method::DELETE, &format!("{configmaps}/garbage"))
+                .request(Method::DELETE, format!("{configmaps}/garbage"))
                 .body(Bytes::new(), "")
                 .accept("application/json"),
         )
@@ -787,7 +787,7 @@ async fn a_json_patch_cannot_nest_an_object_past_the_limit_one_operation_at_a_ti
     let answer = s
         .answer(
             s.client
-                .request(Method::PATCH, &format!("{configmaps}/p"))
+                .request(Method::PATCH, format!("{configmaps}/p"))
                 .body(
                     Bytes::copy_from_slice(body.as_bytes()),
                     "application/json-patch+json",
@@ -803,7 +803,7 @@ async fn a_json_patch_cannot_nest_an_object_past_the_limit_one_operation_at_a_ti
         let answer = s
             .answer(
                 s.client
-                    .request(Method::PATCH, &format!("{configmaps}/p"))
+                    .request(Method::PATCH, format!("{configmaps}/p"))
                     .query("dryRun=All")
                     .body(ops.to_string(), "application/json-patch+json")
                     .accept("application/json"),
