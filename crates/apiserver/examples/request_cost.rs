@@ -20,8 +20,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::api::ROOT_CLUSTER;
 use flotilla_apiserver::auth::AdminToken;
 use flotilla_apiserver::http::server;
+use flotilla_apiserver::registry::keys;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 use http_body_util::{BodyExt, Full};
@@ -60,7 +62,7 @@ fn name(i: usize) -> String {
 }
 
 fn key(i: usize) -> Vec<u8> {
-    format!("/core/configmaps/root/{NAMESPACE}/{}", name(i)).into_bytes()
+    keys::key_of("", "configmaps", ROOT_CLUSTER, Some(NAMESPACE), &name(i))
 }
 
 /// One request: method, path, body, the status expected.

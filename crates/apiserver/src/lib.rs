@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod client;
 pub mod discovery;
 pub mod gc;
 pub mod http;

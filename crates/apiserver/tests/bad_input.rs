@@ -3,38 +3,11 @@
 
 mod support;
 
-use axum::http::{HeaderMap, HeaderValue, Method, header};
-use bytes::Bytes;
+use axum::http::Method;
 use serde_json::{Value, json};
 use support::Server;
 
 impl Server {
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        query: Option<&str>,
-        content_type: Option<&str>,
-        body: &[u8],
-    ) -> (u16, Value) {
-        let mut headers = HeaderMap::new();
-        if let Some(content_type) = content_type {
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_str(content_type).unwrap(),
-            );
-        }
-        let response = self
-            .api
-            .serve(method, path, query, &headers, Bytes::copy_from_slice(body))
-            .await;
-        let code = response.status().as_u16();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-    }
-
     /// Sends a bad request; checks the Status and that nothing was written.
     async fn refused(
         &self,
@@ -46,9 +19,17 @@ impl Server {
         (code, reason, names): (u16, &str, &str),
     ) -> Value {
         let before = self.store.current_revision().await.unwrap();
-        let (got, status) = self
-            .call(method.clone(), path, query, content_type, body)
-            .await;
+        let request = self
+            .client
+            .request(method.clone(), path)
+            .query(query.unwrap_or_default());
+        let reply = match content_type {
+            Some(content_type) => request.body(body.to_vec(), content_type),
+            None => request.raw_body(body.to_vec()),
+        }
+        .send()
+        .await;
+        let (got, status) = (reply.code(), reply.json());
         assert_eq!(got, code, "{method} {path}?{query:?}: {status}");
         assert_eq!(status["kind"], "Status", "{status}");
         assert_eq!(status["apiVersion"], "v1", "{status}");
@@ -126,15 +107,16 @@ async fn malformed_bodies() {
     )
     .await;
     // YAML that is well formed is accepted.
-    let (code, created) = s
-        .call(
-            Method::POST,
-            CONFIGMAPS,
-            None,
-            Some("application/yaml"),
-            b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n",
+    let reply = s
+        .client
+        .request(Method::POST, CONFIGMAPS)
+        .body(
+            &b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n"[..],
+            "application/yaml",
         )
+        .send()
         .await;
+    let (code, created) = (reply.code(), reply.json());
     assert_eq!(
         (code, created["data"]["k"].as_str()),
         (201, Some("v")),
@@ -312,10 +294,13 @@ async fn verbs_a_resource_does_not_have() {
 #[tokio::test]
 async fn bad_queries() {
     let s = Server::new().await;
-    let (code, _) = s
-        .call(Method::POST, CONFIGMAPS, None, None, &configmap("a"))
+    let reply = s
+        .client
+        .request(Method::POST, CONFIGMAPS)
+        .raw_body(configmap("a"))
+        .send()
         .await;
-    assert_eq!(code, 201);
+    assert_eq!(reply.code(), 201);
     s.refused(
         Method::GET,
         CONFIGMAPS,
@@ -402,9 +387,13 @@ async fn bad_queries() {
 #[tokio::test]
 async fn bad_updates_patches_and_deletes() {
     let s = Server::new().await;
-    let (_, created) = s
-        .call(Method::POST, CONFIGMAPS, None, None, &configmap("a"))
-        .await;
+    let created = s
+        .client
+        .request(Method::POST, CONFIGMAPS)
+        .raw_body(configmap("a"))
+        .send()
+        .await
+        .json();
     let object = format!("{CONFIGMAPS}/a");
     let mut stale = created.clone();
     stale["metadata"]["resourceVersion"] = json!("1");
@@ -628,7 +617,8 @@ async fn bad_updates_patches_and_deletes() {
         "{conflict}"
     );
     // After all that, the object is as it was created.
-    let (code, now) = s.call(Method::GET, &object, None, None, b"").await;
+    let reply = s.client.request(Method::GET, &object).send().await;
+    let (code, now) = (reply.code(), reply.json());
     assert_eq!((code, &now), (200, &created));
 }
 
@@ -649,9 +639,13 @@ fn protobuf_delete_options(uid: &str) -> Vec<u8> {
 #[tokio::test]
 async fn typed_clients_delete_with_protobuf_options() {
     let s = Server::new().await;
-    let (_, created) = s
-        .call(Method::POST, CONFIGMAPS, None, None, &configmap("a"))
-        .await;
+    let created = s
+        .client
+        .request(Method::POST, CONFIGMAPS)
+        .raw_body(configmap("a"))
+        .send()
+        .await
+        .json();
     let object = format!("{CONFIGMAPS}/a");
     // The options are read: a wrong uid precondition is a conflict.
     s.refused(
@@ -664,18 +658,18 @@ async fn typed_clients_delete_with_protobuf_options() {
     )
     .await;
     let uid = created["metadata"]["uid"].as_str().unwrap();
-    let (code, _) = s
-        .call(
-            Method::DELETE,
-            &object,
-            None,
-            Some("application/vnd.kubernetes.protobuf"),
-            &protobuf_delete_options(uid),
+    let reply = s
+        .client
+        .request(Method::DELETE, &object)
+        .body(
+            protobuf_delete_options(uid),
+            "application/vnd.kubernetes.protobuf",
         )
+        .send()
         .await;
-    assert_eq!(code, 200);
-    let (code, _) = s.call(Method::GET, &object, None, None, b"").await;
-    assert_eq!(code, 404);
+    assert_eq!(reply.code(), 200);
+    let reply = s.client.request(Method::GET, &object).send().await;
+    assert_eq!(reply.code(), 404);
 }
 
 #[tokio::test]
@@ -726,21 +720,18 @@ async fn crds_must_be_structural_and_their_rules_must_compile() {
     )
     .await;
     // Int-or-string and preserved fields need no type; a rule that compiles is accepted.
-    let (code, status) = s
-        .call(
-            Method::POST,
-            CRDS,
-            None,
-            None,
-            crd(json!({"type": "object",
-            "x-kubernetes-validations": [{"rule": "self.size > 0"}],
-            "properties": {
-                "size": {"type": "integer"},
-                "port": {"x-kubernetes-int-or-string": true},
-                "extra": {"x-kubernetes-preserve-unknown-fields": true}
-            }}))
-            .as_bytes(),
-        )
+    let reply = s
+        .client
+        .request(Method::POST, CRDS)
+        .raw_body(crd(json!({"type": "object",
+        "x-kubernetes-validations": [{"rule": "self.size > 0"}],
+        "properties": {
+            "size": {"type": "integer"},
+            "port": {"x-kubernetes-int-or-string": true},
+            "extra": {"x-kubernetes-preserve-unknown-fields": true}
+        }})))
+        .send()
         .await;
+    let (code, status) = (reply.code(), reply.json());
     assert_eq!(code, 201, "{status}");
 }

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderValue, Method, header};
-use bytes::Bytes;
+use axum::http::Method;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::client::Client;
 use flotilla_store::Store;
 use flotilla_store_memory::MemoryStore;
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ const CORE: &str = "/api/v1/namespaces/shop/events";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
 
 struct Server {
-    api: Api,
+    client: Client,
 }
 
 impl Server {
@@ -24,51 +24,29 @@ impl Server {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1:6443");
         api.bootstrap().await.unwrap();
-        let server = Server { api };
-        let (code, _) = server
-            .call(
-                Method::POST,
-                "/api/v1/namespaces",
-                None,
-                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
-                "application/json",
-            )
+        let server = Server {
+            client: Client::new(api),
+        };
+        let reply = server
+            .client
+            .request(Method::POST, "/api/v1/namespaces")
+            .json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}))
+            .send()
             .await;
-        assert_eq!(code, 201);
+        assert_eq!(reply.code(), 201);
         server
     }
 
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        query: Option<&str>,
-        body: Value,
-        content_type: &str,
-    ) -> (u16, Bytes) {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_str(content_type).unwrap(),
-        );
-        let body = if body.is_null() {
-            Bytes::new()
-        } else {
-            Bytes::from(body.to_string())
-        };
-        let response = self.api.serve(method, path, query, &headers, body).await;
-        let code = response.status().as_u16();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        (code, bytes)
-    }
-
+    /// Sends a request expected to succeed; its JSON reply.
     async fn json(&self, method: Method, path: &str, query: Option<&str>, body: Value) -> Value {
-        let (code, bytes) = self
-            .call(method.clone(), path, query, body, "application/json")
+        let reply = self
+            .client
+            .request(method.clone(), path)
+            .query(query.unwrap_or_default())
+            .json(&body)
+            .send()
             .await;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let (code, value) = (reply.code(), reply.json());
         assert!(
             (200..300).contains(&code),
             "{method} {path}: {code} {value}"
@@ -198,26 +176,17 @@ async fn an_event_written_through_either_group_is_read_through_the_other() {
 
     // A patch through one group of an Event written through the other: the fields keep
     // their meaning.
-    let (code, _) = server
-        .call(
-            Method::PATCH,
-            &format!("{EVENTS}/web.1"),
-            None,
-            json!({"deprecatedCount": 5, "note": "scheduled to 3 clusters"}),
-            "application/merge-patch+json",
-        )
-        .await;
-    assert_eq!(code, 200);
-    let (code, _) = server
-        .call(
-            Method::PATCH,
-            &format!("{EVENTS}/web.1"),
-            None,
-            json!({"deprecatedCount": 6}),
-            "application/merge-patch+json",
-        )
-        .await;
-    assert_eq!(code, 200);
+    let merge_patch = |patch: Value| {
+        server
+            .client
+            .request(Method::PATCH, format!("{EVENTS}/web.1"))
+            .body(patch.to_string(), "application/merge-patch+json")
+            .send()
+    };
+    let reply = merge_patch(json!({"deprecatedCount": 5, "note": "scheduled to 3 clusters"})).await;
+    assert_eq!(reply.code(), 200);
+    let reply = merge_patch(json!({"deprecatedCount": 6})).await;
+    assert_eq!(reply.code(), 200);
     let seen = server.get(&format!("{CORE}/web.1"), None).await;
     assert_eq!(seen["count"], 6);
     assert_eq!(seen["message"], "scheduled to 3 clusters");
@@ -225,17 +194,15 @@ async fn an_event_written_through_either_group_is_read_through_the_other() {
     assert!(seen.get("note").is_none() && seen.get("deprecatedCount").is_none());
 
     // A watch of one group with the other's selector shows the objects converted.
-    let (code, body) = server
-        .call(
-            Method::GET,
-            CORE,
-            Some("watch=true&timeoutSeconds=1&fieldSelector=involvedObject.name%3Dc1"),
-            Value::Null,
-            "application/json",
-        )
+    let reply = server
+        .client
+        .request(Method::GET, CORE)
+        .query("watch=true&timeoutSeconds=1&fieldSelector=involvedObject.name%3Dc1")
+        .send()
         .await;
-    assert_eq!(code, 200);
-    let lines: Vec<Value> = body
+    assert_eq!(reply.code(), 200);
+    let lines: Vec<Value> = reply
+        .body
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).unwrap())

@@ -4,38 +4,16 @@
 
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::Method;
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::client::Client;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
-
-async fn call(api: &Api, method: Method, query: Option<&str>, accept: &str, body: Value) -> Bytes {
-    let mut headers = HeaderMap::new();
-    headers.insert(header::ACCEPT, HeaderValue::from_str(accept).unwrap());
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    let (path, body) = match body {
-        Value::String(name) => (format!("{CONFIGMAPS}/{name}"), Bytes::new()),
-        Value::Null => (CONFIGMAPS.to_owned(), Bytes::new()),
-        object => (CONFIGMAPS.to_owned(), Bytes::from(object.to_string())),
-    };
-    let response = api.serve(method, &path, query, &headers, body).await;
-    assert!(
-        response.status().is_success(),
-        "{path}: {}",
-        response.status()
-    );
-    axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap()
-}
 
 fn configmap(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -62,18 +40,35 @@ async fn metadata_only_requests_get_the_metadata_alone() {
         Arc::new(SqliteStore::open(dir.path().join("hub.db")).await.unwrap());
     let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1:6443");
     api.bootstrap().await.unwrap();
+    let client = Client::new(api);
     let json = "application/json";
+    let create = |name: &str| {
+        client
+            .request(Method::POST, CONFIGMAPS)
+            .accept(json)
+            .json(&configmap(name))
+            .result()
+    };
+    let get = |name: &str, accept: &str| {
+        client
+            .request(Method::GET, format!("{CONFIGMAPS}/{name}"))
+            .accept(accept)
+            .result()
+    };
     for name in ["a", "b"] {
-        call(&api, Method::POST, None, json, configmap(name)).await;
+        create(name).await.unwrap();
     }
     let one = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
     let many = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
 
-    let got = call(&api, Method::GET, None, one, json!("a")).await;
-    assert_partial(&serde_json::from_slice(&got).unwrap(), "a");
+    assert_partial(&get("a", one).await.unwrap(), "a");
 
-    let list: Value =
-        serde_json::from_slice(&call(&api, Method::GET, None, many, Value::Null).await).unwrap();
+    let list = client
+        .request(Method::GET, CONFIGMAPS)
+        .accept(many)
+        .result()
+        .await
+        .unwrap();
     assert_eq!(list["kind"], "PartialObjectMetadataList", "{list}");
     assert_eq!(list["apiVersion"], "meta.k8s.io/v1", "{list}");
     let revision = list["metadata"]["resourceVersion"]
@@ -86,36 +81,27 @@ async fn metadata_only_requests_get_the_metadata_alone() {
     assert_partial(&items[1], "b");
 
     // A watch: the initial state, and a change after it, both metadata alone.
-    let mut headers = HeaderMap::new();
-    headers.insert(header::ACCEPT, HeaderValue::from_static(one));
-    let initial = api
-        .serve(
-            Method::GET,
-            CONFIGMAPS,
-            Some(
-                "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=3",
-            ),
-            &headers,
-            Bytes::new(),
-        )
+    let initial = client
+        .request(Method::GET, CONFIGMAPS)
+        .query("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=3")
+        .accept(one)
+        .response()
         .await;
-    let after = api
-        .serve(
-            Method::GET,
-            CONFIGMAPS,
-            Some(&format!(
-                "watch=1&resourceVersion={revision}&timeoutSeconds=3"
-            )),
-            &headers,
-            Bytes::new(),
-        )
+    let after = client
+        .request(Method::GET, CONFIGMAPS)
+        .query(&format!(
+            "watch=1&resourceVersion={revision}&timeoutSeconds=3"
+        ))
+        .accept(one)
+        .response()
         .await;
     // Both streams are read while the change arrives, well before their timeouts.
-    let (initial, after, _) = tokio::join!(
+    let (initial, after, created) = tokio::join!(
         axum::body::to_bytes(initial.into_body(), usize::MAX),
         axum::body::to_bytes(after.into_body(), usize::MAX),
-        call(&api, Method::POST, None, json, configmap("c")),
+        create("c"),
     );
+    created.unwrap();
     let events = |body: Bytes| -> Vec<Value> {
         body.split(|b| *b == b'\n')
             .filter(|line| !line.is_empty())
@@ -149,8 +135,7 @@ async fn metadata_only_requests_get_the_metadata_alone() {
     assert_partial(&after[0]["object"], "c");
 
     // Without the asking, whole objects, as before.
-    let whole: Value =
-        serde_json::from_slice(&call(&api, Method::GET, None, json, json!("a")).await).unwrap();
+    let whole = get("a", json).await.unwrap();
     assert_eq!(whole["kind"], "ConfigMap");
     assert_eq!(whole["data"]["secret-ish"], "x");
 }

@@ -9,10 +9,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::{Method, header};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::client::{Client, Request};
 use flotilla_apiserver::registry::object::{MAX_DEPTH, MAX_OBJECT_BYTES};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -28,51 +29,13 @@ struct Answer {
 }
 
 impl Server {
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        query: Option<&str>,
-        content_type: &str,
-        body: &[u8],
-    ) -> Answer {
-        self.call_accepting(method, path, query, content_type, "application/json", body)
-            .await
-    }
-
-    async fn call_accepting(
-        &self,
-        method: Method,
-        path: &str,
-        query: Option<&str>,
-        content_type: &str,
-        accept: &str,
-        body: &[u8],
-    ) -> Answer {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_str(content_type).unwrap(),
-        );
-        headers.insert(header::ACCEPT, HeaderValue::from_str(accept).unwrap());
-        let response = self
-            .api
-            .serve(method, path, query, &headers, Bytes::copy_from_slice(body))
-            .await;
-        let code = response.status().as_u16();
-        let warnings = response
-            .headers()
-            .get_all(header::WARNING)
-            .iter()
-            .map(|v| v.to_str().unwrap().to_owned())
-            .collect();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
+    /// Sends `request`; its code, warnings and JSON body.
+    async fn answer(&self, request: Request<'_>) -> Answer {
+        let reply = request.send().await;
         Answer {
-            code,
-            warnings,
-            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            code: reply.code(),
+            warnings: reply.warnings(),
+            body: reply.json(),
         }
     }
 
@@ -82,8 +45,14 @@ impl Server {
         } else {
             body.to_string().into_bytes()
         };
-        self.call(method, path, query, "application/json", &body)
-            .await
+        self.answer(
+            self.client
+                .request(method, path)
+                .query(query.unwrap_or_default())
+                .body(body, "application/json")
+                .accept("application/json"),
+        )
+        .await
     }
 
     async fn ok(&self, method: Method, path: &str, body: &Value) -> Value {
@@ -216,13 +185,12 @@ async fn objects_nested_past_the_limit_as_stored_are_refused_on_every_write() {
     let list = s.ok(Method::GET, WIDGETS, &Value::Null).await;
     assert_eq!(list["items"][0]["metadata"]["name"], "deepest", "{list}");
     let table = s
-        .call_accepting(
-            Method::GET,
-            WIDGETS,
-            Some("includeObject=Object"),
-            "application/json",
-            "application/json;as=Table;v=v1;g=meta.k8s.io",
-            b"",
+        .answer(
+            s.client
+                .request(Method::GET, WIDGETS)
+                .query("includeObject=Object")
+                .body(Bytes::new(), "application/json")
+                .accept("application/json;as=Table;v=v1;g=meta.k8s.io"),
         )
         .await;
     assert_eq!(table.code, 200, "{}", table.body);
@@ -240,33 +208,34 @@ async fn objects_nested_past_the_limit_as_stored_are_refused_on_every_write() {
     assert_refused(&answer, 422, "Invalid", &["100 levels"]);
     let patch = json!({"spec": {"b": nested(94)}});
     let answer = s
-        .call(
-            Method::PATCH,
-            &path,
-            None,
-            "application/merge-patch+json",
-            patch.to_string().as_bytes(),
+        .answer(
+            s.client
+                .request(Method::PATCH, &path)
+                .body(patch.to_string(), "application/merge-patch+json")
+                .accept("application/json"),
         )
         .await;
     assert_refused(&answer, 422, "Invalid", &["100 levels"]);
     let ops = json!([{"op": "add", "path": "/spec/b", "value": nested(94)}]);
     let answer = s
-        .call(
-            Method::PATCH,
-            &path,
-            None,
-            "application/json-patch+json",
-            ops.to_string().as_bytes(),
+        .answer(
+            s.client
+                .request(Method::PATCH, &path)
+                .body(ops.to_string(), "application/json-patch+json")
+                .accept("application/json"),
         )
         .await;
     assert_refused(&answer, 422, "Invalid", &["100 levels"]);
     let answer = s
-        .call(
-            Method::PATCH,
-            &format!("{WIDGETS}/applied"),
-            Some("fieldManager=tester"),
-            "application/apply-patch+yaml",
-            widget("applied", nested(95)).to_string().as_bytes(),
+        .answer(
+            s.client
+                .request(Method::PATCH, format!("{WIDGETS}/applied"))
+                .query("fieldManager=tester")
+                .body(
+                    Bytes::copy_from_slice(widget("applied", nested(95)).to_string().as_bytes()),
+                    "application/apply-patch+yaml",
+                )
+                .accept("application/json"),
         )
         .await;
     assert_refused(&answer, 422, "Invalid", &["100 levels"]);
@@ -373,24 +342,22 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
         ),
     ] {
         let answer = s
-            .call(
-                Method::PATCH,
-                &path,
-                None,
-                content_type,
-                patch.to_string().as_bytes(),
+            .answer(
+                s.client
+                    .request(Method::PATCH, &path)
+                    .body(patch.to_string(), content_type)
+                    .accept("application/json"),
             )
             .await;
         assert_refused(&answer, 413, "RequestEntityTooLarge", &[&size]);
     }
     let patch = json!({"data": {"k": "z".repeat(n)}});
     let answer = s
-        .call(
-            Method::PATCH,
-            &path,
-            None,
-            "application/merge-patch+json",
-            patch.to_string().as_bytes(),
+        .answer(
+            s.client
+                .request(Method::PATCH, &path)
+                .body(patch.to_string(), "application/merge-patch+json")
+                .accept("application/json"),
         )
         .await;
     assert_eq!(answer.code, 200, "{}", answer.body);
@@ -402,12 +369,16 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
         let body = configmap(name, n).to_string();
         async move {
             server
-                .call(
-                    Method::PATCH,
-                    &path,
-                    Some("fieldManager=tester"),
-                    "application/apply-patch+yaml",
-                    body.as_bytes(),
+                .answer(
+                    server
+                        .client
+                        .request(Method::PATCH, &path)
+                        .query("fieldManager=tester")
+                        .body(
+                            Bytes::copy_from_slice(body.as_bytes()),
+                            "application/apply-patch+yaml",
+                        )
+                        .accept("application/json"),
                 )
                 .await
         }
@@ -470,23 +441,21 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
     );
     let scale = json!({"spec": {"replicas": 10}});
     let answer = s
-        .call(
-            Method::PATCH,
-            &format!("{deployments}/d-1/scale"),
-            None,
-            "application/merge-patch+json",
-            scale.to_string().as_bytes(),
+        .answer(
+            s.client
+                .request(Method::PATCH, format!("{deployments}/d-1/scale"))
+                .body(scale.to_string(), "application/merge-patch+json")
+                .accept("application/json"),
         )
         .await;
     assert_refused(&answer, 413, "RequestEntityTooLarge", &[&size, &limit]);
     // One under the limit takes it.
     let answer = s
-        .call(
-            Method::PATCH,
-            &format!("{deployments}/d-0/scale"),
-            None,
-            "application/merge-patch+json",
-            scale.to_string().as_bytes(),
+        .answer(
+            s.client
+                .request(Method::PATCH, format!("{deployments}/d-0/scale"))
+                .body(scale.to_string(), "application/merge-patch+json")
+                .accept("application/json"),
         )
         .await;
     assert_eq!(answer.code, 200, "{}", answer.body);
@@ -500,14 +469,10 @@ async fn watch_until(
     mut done: impl FnMut(&[Value]) -> bool,
 ) -> (Vec<String>, Vec<Value>) {
     let response = s
-        .api
-        .serve(
-            Method::GET,
-            path,
-            Some(query),
-            &HeaderMap::new(),
-            Bytes::new(),
-        )
+        .client
+        .request(Method::GET, path)
+        .query(query)
+        .response()
         .await;
     assert_eq!(response.status(), 200);
     let warnings = response
@@ -612,7 +577,13 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
         assert!(answer.warnings[1].contains("cannot be decoded"));
     };
     let get = |query: Option<&'static str>, accept: &'static str| {
-        s.call_accepting(Method::GET, configmaps, query, "", accept, b"")
+        s.answer(
+            s.client
+                .request(Method::GET, configmaps)
+                .query(query.unwrap_or_default())
+                .body(Bytes::new(), "")
+                .accept(accept),
+        )
     };
     let json_accept = "application/json";
     only_good(&get(None, json_accept).await, "items");
@@ -631,7 +602,12 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
     only_good(&get(None, metadata).await, "items");
     // Across namespaces too.
     let everywhere = s
-        .call(Method::GET, "/api/v1/configmaps", None, "", b"")
+        .answer(
+            s.client
+                .request(Method::GET, "/api/v1/configmaps")
+                .body(Bytes::new(), "")
+                .accept("application/json"),
+        )
         .await;
     assert_eq!(everywhere.code, 200, "{}", everywhere.body);
     assert_eq!(everywhere.warnings.len(), 2, "{:?}", everywhere.warnings);
@@ -639,17 +615,24 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
     // A GET of one: 500, saying so; the others' writes fail the same way, not a delete.
     for name in ["garbage", "deep"] {
         let answer = s
-            .call(Method::GET, &format!("{configmaps}/{name}"), None, "", b"")
+            .answer(
+                s.client
+                    .request(Method::GET, format!("{configmaps}/{name}"))
+                    .body(Bytes::new(), "")
+                    .accept("application/json"),
+            )
             .await;
         assert_refused(&answer, 500, "InternalError", &["cannot be decoded", name]);
         let patch = json!({"data": {"k": "w"}}).to_string();
         let answer = s
-            .call(
-                Method::PATCH,
-                &format!("{configmaps}/{name}"),
-                None,
-                "application/merge-patch+json",
-                patch.as_bytes(),
+            .answer(
+                s.client
+                    .request(Method::PATCH, format!("{configmaps}/{name}"))
+                    .body(
+                        Bytes::copy_from_slice(patch.as_bytes()),
+                        "application/merge-patch+json",
+                    )
+                    .accept("application/json"),
             )
             .await;
         assert_refused(&answer, 500, "InternalError", &["cannot be decoded"]);
@@ -711,18 +694,24 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
 
     // DELETE of one works, and removes it.
     let answer = s
-        .call(
-            Method::DELETE,
-            &format!("{configmaps}/garbage"),
-            None,
-            "",
-            b"",
+        .answer(
+            s.client
+                .request(Method::DELETE, format!("{configmaps}/garbage"))
+                .body(Bytes::new(), "")
+                .accept("application/json"),
         )
         .await;
     assert_eq!(answer.code, 200, "{}", answer.body);
     assert!(s.stored(&format!("{key}garbage")).await.is_none());
     // deletecollection takes the rest, decodable or not.
-    let answer = s.call(Method::DELETE, configmaps, None, "", b"").await;
+    let answer = s
+        .answer(
+            s.client
+                .request(Method::DELETE, configmaps)
+                .body(Bytes::new(), "")
+                .accept("application/json"),
+        )
+        .await;
     assert_eq!(answer.code, 200, "{}", answer.body);
     for name in ["good", "deep", "later", "after", "later-2", "after-2"] {
         assert!(s.stored(&format!("{key}{name}")).await.is_none(), "{name}");
@@ -770,10 +759,8 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
         "127.0.0.1:6443",
     );
     again.bootstrap().await.unwrap();
-    let crds = again
-        .serve(Method::GET, CRDS, None, &HeaderMap::new(), Bytes::new())
-        .await;
-    assert_eq!(crds.status(), 200);
+    let crds = Client::new(again).request(Method::GET, CRDS).send().await;
+    assert_eq!(crds.code(), 200);
 }
 
 #[tokio::test]
@@ -798,12 +785,14 @@ async fn a_json_patch_cannot_nest_an_object_past_the_limit_one_operation_at_a_ti
     }
     let body = Value::Array(ops).to_string();
     let answer = s
-        .call(
-            Method::PATCH,
-            &format!("{configmaps}/p"),
-            None,
-            "application/json-patch+json",
-            body.as_bytes(),
+        .answer(
+            s.client
+                .request(Method::PATCH, format!("{configmaps}/p"))
+                .body(
+                    Bytes::copy_from_slice(body.as_bytes()),
+                    "application/json-patch+json",
+                )
+                .accept("application/json"),
         )
         .await;
     assert_refused(&answer, 422, "Invalid", &["operation 0", "100 levels"]);
@@ -812,12 +801,12 @@ async fn a_json_patch_cannot_nest_an_object_past_the_limit_one_operation_at_a_ti
     for (levels, code) in [(93, 200), (99, 422)] {
         let ops = json!([{"op": "add", "path": "/data/y", "value": nested(levels)}]);
         let answer = s
-            .call(
-                Method::PATCH,
-                &format!("{configmaps}/p"),
-                Some("dryRun=All"),
-                "application/json-patch+json",
-                ops.to_string().as_bytes(),
+            .answer(
+                s.client
+                    .request(Method::PATCH, format!("{configmaps}/p"))
+                    .query("dryRun=All")
+                    .body(ops.to_string(), "application/json-patch+json")
+                    .accept("application/json"),
             )
             .await;
         assert_eq!(answer.code, code, "{levels}: {}", answer.body);

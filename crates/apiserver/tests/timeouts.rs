@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use axum::http::{Method, Request, StatusCode, header};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
 use flotilla_apiserver::auth::AdminToken;
+use flotilla_apiserver::client::Client;
 use flotilla_apiserver::http::server::{self, Timeouts};
 use flotilla_store::Store;
 use flotilla_store_memory::MemoryStore;
@@ -372,16 +373,13 @@ async fn a_watch_without_timeout_seconds_ends_after_the_minimum_request_timeout_
     let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1")
         .with_min_request_timeout(Duration::from_secs(1));
     api.bootstrap().await.unwrap();
+    let client = Client::new(api);
     // No timeoutSeconds, and timeoutSeconds=0 (which kube-apiserver takes as none).
     for query in ["watch=1", "watch=1&timeoutSeconds=0"] {
-        let response = api
-            .serve(
-                Method::GET,
-                "/api/v1/namespaces/default/configmaps",
-                Some(query),
-                &HeaderMap::new(),
-                Bytes::new(),
-            )
+        let response = client
+            .request(Method::GET, "/api/v1/namespaces/default/configmaps")
+            .query(query)
+            .response()
             .await;
         assert_eq!(response.status(), StatusCode::OK);
         let body = tokio::time::timeout(

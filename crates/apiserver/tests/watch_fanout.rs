@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, Method, StatusCode};
-use bytes::Bytes;
+use axum::http::{Method, StatusCode};
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::client::Client;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 use futures_util::StreamExt;
@@ -19,38 +19,12 @@ const WRITERS: usize = 16;
 const OBJECTS_PER_WRITER: usize = 25;
 const UPDATES: usize = 3;
 
-async fn call(
-    api: &Api,
-    method: Method,
-    path: &str,
-    query: Option<&str>,
-    body: Value,
-) -> (StatusCode, Value) {
-    let body = if body.is_null() {
-        Bytes::new()
-    } else {
-        Bytes::from(body.to_string())
-    };
-    let response = api
-        .serve(method, path, query, &HeaderMap::new(), body)
-        .await;
-    let code = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
-
 /// A watch as the client sees it: every event line, until the sentinel arrives.
-async fn watch_until_sentinel(api: Api, path: String, query: String) -> Vec<Value> {
-    let response = api
-        .serve(
-            Method::GET,
-            &path,
-            Some(&query),
-            &HeaderMap::new(),
-            Bytes::new(),
-        )
+async fn watch_until_sentinel(client: Client, path: String, query: String) -> Vec<Value> {
+    let response = client
+        .request(Method::GET, path)
+        .query(&query)
+        .response()
         .await;
     assert_eq!(response.status(), StatusCode::OK);
     let mut body = response.into_body().into_data_stream();
@@ -87,18 +61,20 @@ async fn every_watcher_sees_every_change_of_its_selection_once_in_order() {
         Arc::new(SqliteStore::open(dir.path().join("hub.db")).await.unwrap());
     let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1:6443");
     api.bootstrap().await.unwrap();
+    let client = Client::new(api.clone());
     for i in 0..NAMESPACES {
-        let (code, _) = call(
-            &api,
-            Method::POST,
-            "/api/v1/namespaces",
-            None,
-            json!({"metadata": {"name": format!("ns{i}")}}),
-        )
-        .await;
-        assert_eq!(code, StatusCode::CREATED);
+        let reply = client
+            .request(Method::POST, "/api/v1/namespaces")
+            .json(&json!({"metadata": {"name": format!("ns{i}")}}))
+            .send()
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED);
     }
-    let (_, list) = call(&api, Method::GET, "/api/v1/configmaps", None, Value::Null).await;
+    let list = client
+        .request(Method::GET, "/api/v1/configmaps")
+        .send()
+        .await
+        .json();
     let start = list["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -127,7 +103,7 @@ async fn every_watcher_sees_every_change_of_its_selection_once_in_order() {
         let query =
             format!("watch=true&resourceVersion={start}&allowWatchBookmarks=true{selector}");
         watchers.push(tokio::spawn(watch_until_sentinel(
-            api.clone(),
+            client.clone(),
             path.clone(),
             query,
         )));
@@ -138,46 +114,36 @@ async fn every_watcher_sees_every_change_of_its_selection_once_in_order() {
     // objects enter and leave the label selection), delete every other object.
     let mut writers = Vec::new();
     for w in 0..WRITERS {
-        let api = api.clone();
+        let client = client.clone();
         writers.push(tokio::spawn(async move {
             let mut writes = 0;
             for o in 0..OBJECTS_PER_WRITER {
                 let namespace = format!("ns{}", (w + o) % NAMESPACES);
                 let name = format!("w{w}-o{o}");
                 let collection = format!("/api/v1/namespaces/{namespace}/configmaps");
-                let (code, _) = call(
-                    &api,
-                    Method::POST,
-                    &collection,
-                    None,
-                    configmap(&namespace, &name, "even", 0),
-                )
-                .await;
-                assert_eq!(code, StatusCode::CREATED);
+                let reply = client
+                    .request(Method::POST, &collection)
+                    .json(&configmap(&namespace, &name, "even", 0))
+                    .send()
+                    .await;
+                assert_eq!(reply.status, StatusCode::CREATED);
                 writes += 1;
                 for u in 1..=UPDATES {
                     let group = if u % 2 == 0 { "even" } else { "odd" };
-                    let (code, _) = call(
-                        &api,
-                        Method::PUT,
-                        &format!("{collection}/{name}"),
-                        None,
-                        configmap(&namespace, &name, group, u),
-                    )
-                    .await;
-                    assert_eq!(code, StatusCode::OK);
+                    let reply = client
+                        .request(Method::PUT, format!("{collection}/{name}"))
+                        .json(&configmap(&namespace, &name, group, u))
+                        .send()
+                        .await;
+                    assert_eq!(reply.status, StatusCode::OK);
                     writes += 1;
                 }
                 if o % 2 == 0 {
-                    let (code, _) = call(
-                        &api,
-                        Method::DELETE,
-                        &format!("{collection}/{name}"),
-                        None,
-                        Value::Null,
-                    )
-                    .await;
-                    assert_eq!(code, StatusCode::OK);
+                    let reply = client
+                        .request(Method::DELETE, format!("{collection}/{name}"))
+                        .send()
+                        .await;
+                    assert_eq!(reply.status, StatusCode::OK);
                     writes += 1;
                 }
             }
@@ -189,15 +155,12 @@ async fn every_watcher_sees_every_change_of_its_selection_once_in_order() {
         writes += writer.await.unwrap();
     }
     // The sentinel is seen by every selection.
-    let (code, _) = call(
-        &api,
-        Method::POST,
-        "/api/v1/namespaces/ns0/configmaps",
-        None,
-        configmap("ns0", "zz-sentinel", "even", 0),
-    )
-    .await;
-    assert_eq!(code, StatusCode::CREATED);
+    let reply = client
+        .request(Method::POST, "/api/v1/namespaces/ns0/configmaps")
+        .json(&configmap("ns0", "zz-sentinel", "even", 0))
+        .send()
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED);
     writes += 1;
     assert_eq!(
         writes,
@@ -252,7 +215,12 @@ async fn every_watcher_sees_every_change_of_its_selection_once_in_order() {
         }
         // Replaying the events gives what a LIST of the same selection returns.
         let list_query = selector.trim_start_matches('&').to_owned();
-        let (_, list) = call(&api, Method::GET, path, Some(&list_query), Value::Null).await;
+        let list = client
+            .request(Method::GET, path.as_str())
+            .query(&list_query)
+            .send()
+            .await
+            .json();
         let listed: BTreeMap<String, Value> = list["items"]
             .as_array()
             .unwrap()

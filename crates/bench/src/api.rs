@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::api::ROOT_CLUSTER;
 use flotilla_apiserver::auth::AdminToken;
 use flotilla_apiserver::http::server;
+use flotilla_apiserver::registry::keys;
 use flotilla_store::{ListOptions, Revision, Store};
 use flotilla_store_sqlite::SqliteStore;
 use futures_util::StreamExt;
@@ -316,7 +318,7 @@ fn configmap(namespace: &str, name: &str, size: usize, n: usize) -> Value {
 }
 
 fn store_key(namespace: &str, name: &str) -> Vec<u8> {
-    format!("/core/configmaps/root/{namespace}/{name}").into_bytes()
+    keys::key_of("", "configmaps", ROOT_CLUSTER, Some(namespace), name)
 }
 
 /// One API request of a phase: method, URI, body, the status expected.
@@ -695,7 +697,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         let started = Instant::now();
         let page = bare
             .list(
-                format!("/core/configmaps/root/{last}/").as_bytes(),
+                &keys::prefix_of("", "configmaps", ROOT_CLUSTER, Some(&last)),
                 ListOptions::default(),
             )
             .await?;
@@ -834,7 +836,7 @@ async fn watch_fan_out(
 
 /// The same fan-out on the bare store: `watchers` store watches, then the same writes.
 async fn store_fan_out(store: &Arc<dyn Store>, options: &Options) -> Result<Latency, Error> {
-    let prefix = b"/core/configmaps/root/watch/".to_vec();
+    let prefix = keys::prefix_of("", "configmaps", ROOT_CLUSTER, Some("watch"));
     let from: Revision = store.current_revision().await?;
     let mut tasks = Vec::new();
     for _ in 0..options.watchers {
@@ -863,10 +865,7 @@ async fn store_fan_out(store: &Arc<dyn Store>, options: &Options) -> Result<Late
         let value = Bytes::from(configmap("watch", &format!("w-{n}"), 1024, n).to_string());
         let started = Instant::now();
         store
-            .create(
-                format!("/core/configmaps/root/watch/w-{n}").as_bytes(),
-                value,
-            )
+            .create(&store_key("watch", &format!("w-{n}")), value)
             .await?;
         sent.push(started);
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::http::{HeaderMap, Method};
-use bytes::Bytes;
 use clap::Parser;
-use flotilla_apiserver::Api;
+use flotilla_apiserver::client::Client;
+use flotilla_apiserver::{Api, ApiError, Reason};
 use tracing::{debug, info};
 
 use crate::serve::{self, ApiServer, LogFormat, parse_duration};
@@ -226,6 +225,8 @@ impl HubArgs {
 /// binary), left alone otherwise. Each must come out established; any failure is one line.
 async fn install_fleet_api(api: &Api) -> anyhow::Result<()> {
     const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    // The hub's own writes are owned by field manager `flotilla`.
+    let client = Client::new(api.clone()).with_field_manager("flotilla");
     let mut changed = 0;
     for crd in flotilla_api::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
@@ -237,35 +238,30 @@ async fn install_fleet_api(api: &Api) -> anyhow::Result<()> {
             names["listKind"] = format!("{}List", names["kind"].as_str().unwrap_or("")).into();
         }
         let path = format!("{CRDS}/{name}");
-        let (code, current) = call(api, Method::GET, &path, None).await;
-        let message = |reply: &serde_json::Value| {
-            reply["message"]
-                .as_str()
-                .unwrap_or("no reason given")
-                .to_owned()
+        let message = |e: &ApiError| match e.message.as_str() {
+            "" => "no reason given".to_owned(),
+            message => message.to_owned(),
         };
-        let (code, reply, action) = match code {
-            404 => {
-                let (code, reply) = call(api, Method::POST, CRDS, Some(&desired)).await;
-                (code, reply, "installed")
-            }
-            200 if !current["metadata"]["deletionTimestamp"].is_null() => {
+        let current = match client.get(&path).await {
+            Ok(current) => Some(current),
+            Err(e) if e.reason == Reason::NotFound => None,
+            Err(e) => return Err(fail(&format!("cannot read it: {}", message(&e)))),
+        };
+        let (reply, action) = match current {
+            None => (client.create(CRDS, &desired).await, "installed"),
+            Some(current) if !current["metadata"]["deletionTimestamp"].is_null() => {
                 return Err(fail(
                     "it is being deleted; start the hub again once it is gone",
                 ));
             }
-            200 if current["spec"] == desired["spec"] => (code, current, "unchanged"),
-            200 => {
+            Some(current) if current["spec"] == desired["spec"] => (Ok(current), "unchanged"),
+            Some(current) => {
                 desired["metadata"]["resourceVersion"] =
                     current["metadata"]["resourceVersion"].clone();
-                let (code, reply) = call(api, Method::PUT, &path, Some(&desired)).await;
-                (code, reply, "updated")
+                (client.replace(&path, &desired).await, "updated")
             }
-            _ => return Err(fail(&format!("cannot read it: {}", message(&current)))),
         };
-        if !(200..300).contains(&code) {
-            return Err(fail(&format!("not {action}: {}", message(&reply))));
-        }
+        let reply = reply.map_err(|e| fail(&format!("not {action}: {}", message(&e))))?;
         let conditions = reply["status"]["conditions"].as_array();
         let established = conditions
             .into_iter()
@@ -289,26 +285,6 @@ async fn install_fleet_api(api: &Api) -> anyhow::Result<()> {
     }
     info!(changed, "fleet API ready");
     Ok(())
-}
-
-/// One request to the in-process API: the status code and the JSON reply.
-async fn call(
-    api: &Api,
-    method: Method,
-    path: &str,
-    body: Option<&serde_json::Value>,
-) -> (u16, serde_json::Value) {
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    // The hub's own writes are owned by field manager `flotilla`.
-    let query = Some("fieldManager=flotilla");
-    let response = api
-        .serve(method, path, query, &HeaderMap::new(), body)
-        .await;
-    let code = response.status().as_u16();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap_or_default();
-    (code, serde_json::from_slice(&bytes).unwrap_or_default())
 }
 
 #[cfg(test)]

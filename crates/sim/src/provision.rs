@@ -10,9 +10,8 @@
 
 use std::collections::HashMap;
 
-use axum::http::{HeaderMap, HeaderValue, Method, header};
-use bytes::Bytes;
-use flotilla_apiserver::{Api, discovery, registry::tenancy};
+use flotilla_apiserver::client::Client;
+use flotilla_apiserver::{Api, ApiError, Reason, discovery, registry::tenancy};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info_span};
@@ -39,32 +38,21 @@ pub struct NodeShape {
     pub pods: u32,
 }
 
-/// One request to the in-process API: the status code and the JSON reply.
-pub(crate) async fn call(
-    api: &Api,
-    method: Method,
-    path: &str,
-    body: Option<&Value>,
-) -> (u16, Value) {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    let query = format!("fieldManager={FIELD_MANAGER}");
-    let response = api.serve(method, path, Some(&query), &headers, body).await;
-    let code = response.status().as_u16();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap_or_default();
-    (code, serde_json::from_slice(&bytes).unwrap_or_default())
+/// What a failed request says: its `Status`'s message, else its code.
+pub(crate) fn message(e: &ApiError) -> String {
+    if e.message.is_empty() {
+        format!("HTTP {}", e.code)
+    } else {
+        e.message.clone()
+    }
 }
 
 /// Creates every member cluster, or what is missing of it.
 pub async fn provision(api: &Api, members: &[String], nodes: &NodeShape) -> Result<(), Error> {
+    let client = Client::new(api.clone()).with_field_manager(FIELD_MANAGER);
+    let client = &client;
     let mut pending = futures_util::stream::iter(members)
-        .map(|name| member(api, name, nodes).instrument(info_span!("member", cluster = %name)))
+        .map(|name| member(client, name, nodes).instrument(info_span!("member", cluster = %name)))
         .buffer_unordered(PARALLEL);
     while let Some(done) = pending.next().await {
         done?;
@@ -72,20 +60,17 @@ pub async fn provision(api: &Api, members: &[String], nodes: &NodeShape) -> Resu
     Ok(())
 }
 
-async fn member(api: &Api, name: &str, shape: &NodeShape) -> Result<(), Error> {
-    let failed = |action: &str, (code, reply): (u16, Value)| Error::Provision {
+async fn member(client: &Client, name: &str, shape: &NodeShape) -> Result<(), Error> {
+    let failed = |action: &str, e: ApiError| Error::Provision {
         cluster: name.to_owned(),
         action: action.to_owned(),
-        message: reply["message"]
-            .as_str()
-            .map_or_else(|| format!("HTTP {code}"), str::to_owned),
+        message: message(&e),
     };
     let create = |path: String, object: Value| async move {
-        let (code, reply) = call(api, Method::POST, &path, Some(&object)).await;
-        match code {
-            201 => Ok(true),
-            409 => Ok(false),
-            _ => Err((code, reply)),
+        match client.create(&path, &object).await {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.reason, Reason::AlreadyExists | Reason::Conflict) => Ok(false),
+            Err(e) => Err(e),
         }
     };
     let cluster = json!({"apiVersion": format!("{}/{}", tenancy::GROUP, tenancy::VERSION),
@@ -104,11 +89,11 @@ async fn member(api: &Api, name: &str, shape: &NodeShape) -> Result<(), Error> {
     }
     let base = format!("/clusters/{name}");
 
-    let listed = call(api, Method::GET, &format!("{base}/api/v1/nodes"), None).await;
-    if listed.0 != 200 {
-        return Err(failed("list the nodes", listed));
-    }
-    let have: HashMap<&str, bool> = listed.1["items"]
+    let listed = client
+        .get(&format!("{base}/api/v1/nodes"))
+        .await
+        .map_err(|e| failed("list the nodes", e))?;
+    let have: HashMap<&str, bool> = listed["items"]
         .as_array()
         .into_iter()
         .flatten()
@@ -133,10 +118,10 @@ async fn member(api: &Api, name: &str, shape: &NodeShape) -> Result<(), Error> {
         if !has_status {
             let path = format!("{base}/api/v1/nodes/{node}/status");
             let status = node_status(&node, index, shape);
-            let reply = call(api, Method::PUT, &path, Some(&status)).await;
-            if reply.0 != 200 {
-                return Err(failed("set a node's status", reply));
-            }
+            client
+                .replace(&path, &status)
+                .await
+                .map_err(|e| failed("set a node's status", e))?;
         }
     }
 

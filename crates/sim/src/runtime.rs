@@ -7,16 +7,17 @@
 //!     │ key /{group}/{plural}/{cluster}/[{namespace}/]{name}
 //!     ▼
 //!  Simulation (pure) ── due_writes(now) ──► PUT /clusters/<c>/apis/…/<name>/status
-//!     ▲                                     through Api::serve (resourceVersion,
+//!     ▲                                     through the in-process Client (resourceVersion,
 //!     └── next_due ─► sleep_until           managedFields, client watches as usual)
 //! ```
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::Method;
-use flotilla_apiserver::Api;
 use flotilla_apiserver::api::ROOT_CLUSTER;
+use flotilla_apiserver::client::Client;
+use flotilla_apiserver::registry::keys;
+use flotilla_apiserver::{Api, Reason};
 use flotilla_store::{EventKind, KeyValue, ListOptions, Store, WatchEvent};
 use futures_util::stream::BoxStream;
 use futures_util::{FutureExt, StreamExt};
@@ -26,7 +27,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::Error;
-use crate::provision::call;
+use crate::provision::FIELD_MANAGER;
 use crate::simulation::{Simulation, StatusWrite, WorkloadKey};
 use crate::workload::Kind;
 
@@ -60,17 +61,18 @@ impl Followed {
         std::iter::once(Followed::Nodes).chain(Kind::ALL.into_iter().map(Followed::Workloads))
     }
 
-    fn prefix(self) -> String {
+    /// The store prefix of its objects in every logical cluster.
+    fn prefix(self) -> Vec<u8> {
         match self {
-            Followed::Nodes => "/core/nodes/".to_owned(),
-            Followed::Workloads(kind) => kind.store_prefix(),
+            Followed::Nodes => keys::resource_prefix_of("", "nodes"),
+            Followed::Workloads(kind) => keys::resource_prefix_of(kind.group(), kind.plural()),
         }
     }
 }
 
 /// Brings the workloads of every logical cluster of an API to readiness.
 pub struct Simulator {
-    api: Api,
+    client: Client,
     store: Arc<dyn Store>,
     config: Config,
 }
@@ -79,7 +81,11 @@ impl Simulator {
     /// A simulator writing through `api` (the root cluster's) what it reads from `store`
     /// (the one under `api`).
     pub fn new(api: Api, store: Arc<dyn Store>, config: Config) -> Self {
-        Simulator { api, store, config }
+        Simulator {
+            client: Client::new(api).with_field_manager(FIELD_MANAGER),
+            store,
+            config,
+        }
     }
 
     /// Runs until dropped. A watch that fails (compacted away, a store error) starts over
@@ -110,7 +116,7 @@ impl Simulator {
                 ..ListOptions::default()
             };
             let revision = loop {
-                let page = self.store.list(prefix.as_bytes(), options.clone()).await?;
+                let page = self.store.list(&prefix, options.clone()).await?;
                 let now = Instant::now();
                 for kv in &page.kvs {
                     apply(&mut sim, followed, kv, true, now);
@@ -123,7 +129,7 @@ impl Simulator {
                     None => break page.revision,
                 }
             };
-            let watch = self.store.watch(prefix.as_bytes(), revision).await?;
+            let watch = self.store.watch(&prefix, revision).await?;
             streams.push(watch.map(move |event| (followed, event)).boxed());
         }
         let (clusters, workloads) = sim.size();
@@ -163,17 +169,11 @@ impl Simulator {
         let count = writes.len();
         let results: Vec<(StatusWrite, Option<String>)> = futures_util::stream::iter(writes)
             .map(|write| async move {
-                let (code, reply) =
-                    call(&self.api, Method::PUT, &write.path(), Some(&write.body())).await;
-                let failure = match code {
-                    200 | 201 => None,
+                let failure = match self.client.replace(&write.path(), &write.body()).await {
+                    Ok(_) => None,
                     // Deleted meanwhile: its delete event is on its way.
-                    404 => None,
-                    _ => Some(
-                        reply["message"]
-                            .as_str()
-                            .map_or_else(|| format!("HTTP {code}"), str::to_owned),
-                    ),
+                    Err(e) if e.reason == Reason::NotFound => None,
+                    Err(e) => Some(crate::provision::message(&e)),
                 };
                 (write, failure)
             })
@@ -202,12 +202,12 @@ async fn sleep_until(at: Option<Instant>) {
 /// root cluster are not simulated: it is the simulator's own control plane.
 fn apply(sim: &mut Simulation, followed: Followed, kv: &KeyValue, put: bool, now: Instant) {
     let key = &kv.key[..];
-    let Some(rest) = key.strip_prefix(followed.prefix().as_bytes()) else {
-        return;
-    };
-    let rest = String::from_utf8_lossy(rest);
-    let mut parts = rest.splitn(3, '/');
-    let (Some(cluster), Some(second)) = (parts.next(), parts.next()) else {
+    let Some(keys::Place {
+        cluster,
+        namespace,
+        name,
+    }) = keys::place(key, &followed.prefix())
+    else {
         return;
     };
     if cluster == ROOT_CLUSTER {
@@ -221,15 +221,15 @@ fn apply(sim: &mut Simulation, followed: Followed, kv: &KeyValue, put: bool, now
             return;
         }
     };
-    match (followed, parts.next()) {
+    match (followed, namespace) {
         (Followed::Nodes, None) => match object {
-            Some(node) => sim.node_changed(cluster, second, &node),
-            None => sim.node_removed(cluster, second),
+            Some(node) => sim.node_changed(cluster, name, &node),
+            None => sim.node_removed(cluster, name),
         },
-        (Followed::Workloads(kind), Some(name)) => {
+        (Followed::Workloads(kind), Some(namespace)) => {
             let key = WorkloadKey {
                 kind,
-                namespace: second.to_owned(),
+                namespace: namespace.to_owned(),
                 name: name.to_owned(),
             };
             match object {

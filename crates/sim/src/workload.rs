@@ -79,11 +79,6 @@ impl Kind {
         format!("{}/v1", self.group())
     }
 
-    /// The store prefix of its objects in every logical cluster (see `flotilla_apiserver::registry::keys`).
-    pub fn store_prefix(self) -> String {
-        format!("/{}/{}/", self.group(), self.plural())
-    }
-
     /// The time fields of its status conditions.
     fn condition_times(self) -> &'static [&'static str] {
         match self {

@@ -5,24 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, Method};
-use bytes::Bytes;
+use axum::http::Method;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::client::Client;
 use flotilla_sim::{Config, NodeShape, Simulator, provision};
 use flotilla_store::Store;
 use flotilla_store_memory::MemoryStore;
 use serde_json::{Value, json};
-
-async fn call(api: &Api, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-    let response = api.serve(method, path, None, &HeaderMap::new(), body).await;
-    let code = response.status().as_u16();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (code, serde_json::from_slice(&bytes).unwrap_or_default())
-}
 
 fn deployment(name: &str, replicas: u32, cpu: &str, image: &str) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
@@ -32,11 +22,12 @@ fn deployment(name: &str, replicas: u32, cpu: &str, image: &str) -> Value {
 }
 
 /// Polls `path` until `done` holds for it (or fails after a minute of paused time).
-async fn wait_for(api: &Api, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+async fn wait_for(client: &Client, path: &str, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let (code, object) = call(api, Method::GET, path, None).await;
-        if code == 200 && done(&object) {
+        let reply = client.request(Method::GET, path).send().await;
+        let object = reply.json();
+        if reply.code() == 200 && done(&object) {
             return object;
         }
         assert!(
@@ -65,9 +56,14 @@ async fn members_are_set_up_and_their_workloads_get_ready() {
     };
     provision(&api, &members, &shape).await.unwrap();
     provision(&api, &members, &shape).await.unwrap();
+    let client = Client::new(api.clone());
 
-    let (code, nodes) = call(&api, Method::GET, "/clusters/m2/api/v1/nodes", None).await;
-    assert_eq!(code, 200);
+    let reply = client
+        .request(Method::GET, "/clusters/m2/api/v1/nodes")
+        .send()
+        .await;
+    assert_eq!(reply.code(), 200);
+    let nodes = reply.json();
     let names: Vec<&str> = nodes["items"]
         .as_array()
         .unwrap()
@@ -76,14 +72,17 @@ async fn members_are_set_up_and_their_workloads_get_ready() {
         .collect();
     assert_eq!(names, ["m2-node-1", "m2-node-2"]);
     assert_eq!(nodes["items"][0]["status"]["allocatable"]["cpu"], "2");
-    let (code, property) = call(
-        &api,
-        Method::GET,
-        "/clusters/m1/apis/about.k8s.io/v1alpha1/clusterproperties/cluster.clusterset.k8s.io",
-        None,
-    )
-    .await;
-    assert_eq!((code, &property["spec"]["value"]), (200, &json!("m1")));
+    let reply = client
+        .request(
+            Method::GET,
+            "/clusters/m1/apis/about.k8s.io/v1alpha1/clusterproperties/cluster.clusterset.k8s.io",
+        )
+        .send()
+        .await;
+    assert_eq!(
+        (reply.code(), &reply.json()["spec"]["value"]),
+        (200, &json!("m1"))
+    );
 
     let config = Config {
         ready_delay: Duration::from_millis(500),
@@ -96,10 +95,11 @@ async fn members_are_set_up_and_their_workloads_get_ready() {
     for (cluster, name, replicas) in [("m1", "web", 3), ("m2", "web", 3), ("m2", "big", 5)] {
         let path = format!("/clusters/{cluster}{deployments}");
         let body = deployment(name, replicas, "1", "nginx");
-        assert_eq!(call(&api, Method::POST, &path, Some(body)).await.0, 201);
+        let reply = client.request(Method::POST, &path).json(&body).send().await;
+        assert_eq!(reply.code(), 201);
     }
     let ready = |n: u64| move |d: &Value| d["status"]["readyReplicas"] == n;
-    let web = wait_for(&api, &format!("/clusters/m1{deployments}/web"), ready(3)).await;
+    let web = wait_for(&client, &format!("/clusters/m1{deployments}/web"), ready(3)).await;
     assert_eq!(web["status"]["observedGeneration"], 1);
     let managers: Vec<(&str, &str)> = web["metadata"]["managedFields"]
         .as_array()
@@ -116,7 +116,7 @@ async fn members_are_set_up_and_their_workloads_get_ready() {
         managers.contains(&("flotilla-sim", "status")),
         "{managers:?}"
     );
-    let big = wait_for(&api, &format!("/clusters/m2{deployments}/big"), |d| {
+    let big = wait_for(&client, &format!("/clusters/m2{deployments}/big"), |d| {
         d["status"]["conditions"][0]["reason"] == "InsufficientCapacity"
     })
     .await;
@@ -124,17 +124,21 @@ async fn members_are_set_up_and_their_workloads_get_ready() {
 
     // Deleting the first frees its room for the second.
     let path = format!("/clusters/m2{deployments}/web");
-    assert_eq!(call(&api, Method::DELETE, &path, None).await.0, 200);
-    wait_for(&api, &format!("/clusters/m2{deployments}/big"), ready(4)).await;
+    let reply = client.request(Method::DELETE, &path).send().await;
+    assert_eq!(reply.code(), 200);
+    wait_for(&client, &format!("/clusters/m2{deployments}/big"), ready(4)).await;
 
     // The root cluster is the simulator's own: nothing there is simulated.
     let body = deployment("root-web", 1, "1", "nginx");
-    assert_eq!(
-        call(&api, Method::POST, deployments, Some(body)).await.0,
-        201
-    );
+    let reply = client
+        .request(Method::POST, deployments)
+        .json(&body)
+        .send()
+        .await;
+    assert_eq!(reply.code(), 201);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (_, root) = call(&api, Method::GET, &format!("{deployments}/root-web"), None).await;
+    let path = format!("{deployments}/root-web");
+    let root = client.request(Method::GET, &path).send().await.json();
     assert!(root["status"].is_null(), "{root}");
     simulator.abort();
 }

@@ -23,7 +23,9 @@ use serde::Deserialize;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 /// The store prefix of every Event, of both versions, in every logical cluster.
-pub const PREFIX: &[u8] = b"/core/events/";
+fn prefix() -> Vec<u8> {
+    crate::registry::keys::resource_prefix_of("", "events")
+}
 
 /// Keys read per page of a sweep.
 const PAGE: usize = 500;
@@ -61,13 +63,14 @@ pub async fn sweep(store: &dyn Store, ttl: Duration, now: Timestamp) -> Result<S
     let cutoff = now.checked_sub(ttl).unwrap_or(Timestamp::MIN);
     let mut done = Sweep::default();
     let mut after: Option<Bytes> = None;
+    let prefix = prefix();
     loop {
         // Each page at the latest revision: a long sweep must not fail because the store
         // was compacted past the revision of its first page, and the deletes are
         // conditioned anyway.
         let page = store
             .list(
-                PREFIX,
+                &prefix,
                 ListOptions {
                     revision: None,
                     limit: PAGE,
@@ -397,7 +400,7 @@ mod tests {
         }
         let done = sweep(&store, HOUR, now).await.unwrap();
         assert_eq!((done.deleted, done.kept), (PAGE + 4, PAGE + 3));
-        assert_eq!(store.count(PREFIX).await.unwrap(), (PAGE + 3) as u64);
+        assert_eq!(store.count(&prefix()).await.unwrap(), (PAGE + 3) as u64);
     }
 
     /// A MemoryStore where every Event is written again (fresh) just before it is
@@ -485,7 +488,7 @@ mod tests {
         let now = Timestamp::now();
         put(&store, "/core/events/root/shop/old", &core(now, 2 * HOUR)).await;
         let from = store.current_revision().await.unwrap();
-        let mut watch = store.watch(PREFIX, from).await.unwrap();
+        let mut watch = store.watch(&prefix(), from).await.unwrap();
         assert_eq!(sweep(&store, HOUR, now).await.unwrap().deleted, 1);
         let event = futures_util::StreamExt::next(&mut watch)
             .await

@@ -84,6 +84,31 @@ impl Reason {
     }
 }
 
+impl Reason {
+    /// Every reason, in the order of their codes.
+    pub const ALL: [Reason; 14] = [
+        Reason::BadRequest,
+        Reason::Unauthorized,
+        Reason::Forbidden,
+        Reason::NotFound,
+        Reason::MethodNotAllowed,
+        Reason::AlreadyExists,
+        Reason::Conflict,
+        Reason::Expired,
+        Reason::RequestEntityTooLarge,
+        Reason::UnsupportedMediaType,
+        Reason::Invalid,
+        Reason::Timeout,
+        Reason::InternalError,
+        Reason::InsufficientStorage,
+    ];
+
+    /// The reason a `Status` spells `text`, if it is one of these.
+    pub fn parse(text: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+}
+
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -363,6 +388,32 @@ mod tests {
                 .unwrap()
                 .starts_with("ConfigMap \"Bad_Name\" is invalid: metadata.name:")
         );
+    }
+
+    #[test]
+    fn every_reason_reads_back_from_its_spelling() {
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(reason));
+            // A new variant stops this from compiling: add it here and to `ALL`.
+            match reason {
+                Reason::BadRequest
+                | Reason::Unauthorized
+                | Reason::Forbidden
+                | Reason::NotFound
+                | Reason::MethodNotAllowed
+                | Reason::AlreadyExists
+                | Reason::Conflict
+                | Reason::Expired
+                | Reason::RequestEntityTooLarge
+                | Reason::UnsupportedMediaType
+                | Reason::Invalid
+                | Reason::Timeout
+                | Reason::InternalError
+                | Reason::InsufficientStorage => {}
+            }
+        }
+        assert_eq!(Reason::parse("conflict"), None);
+        assert_eq!(Reason::parse(""), None);
     }
 
     #[test]

@@ -45,6 +45,8 @@ use serde_json::Value;
 use tokio::sync::broadcast::{self, error::TryRecvError};
 use tracing::{Instrument, info_span, warn};
 
+use crate::registry::keys::{cluster_part_of, resource_of};
+
 /// Sizes of the cache.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
@@ -221,26 +223,6 @@ pub enum Next {
     Expired(String),
 }
 
-/// The resource part of a key: `/{group}/{plural}/`.
-pub fn resource_of(key: &[u8]) -> Option<&[u8]> {
-    through_slash(key, 3)
-}
-
-/// The part of a key that names its logical cluster's share of a resource:
-/// `/{group}/{plural}/{cluster}/`, the unit of the live feeds (`None` if `key` is shorter).
-fn part_of(key: &[u8]) -> Option<&[u8]> {
-    through_slash(key, 4)
-}
-
-/// `key` up to and including its `n`th slash, if it has that many.
-fn through_slash(key: &[u8], n: usize) -> Option<&[u8]> {
-    key.iter()
-        .enumerate()
-        .filter(|(_, byte)| **byte == b'/')
-        .nth(n - 1)
-        .map(|(i, _)| &key[..=i])
-}
-
 /// The live feeds of one resource, made by the first watch of each (a feed's buffer is
 /// allocated whole). A change goes to the feed of its logical cluster and to the feed of
 /// watches wider than one cluster, so that a watch is not woken by other clusters' changes.
@@ -255,7 +237,7 @@ struct Feeds {
 impl Feeds {
     /// A receiver of every change under `prefix` (and possibly more) from now on.
     fn subscribe(&mut self, prefix: &[u8], buffer: usize) -> broadcast::Receiver<Arc<Change>> {
-        let sender = match part_of(prefix) {
+        let sender = match cluster_part_of(prefix) {
             Some(part) => self
                 .parts
                 .entry(part.into())
@@ -272,7 +254,7 @@ impl Feeds {
             // No receivers is fine: nobody is watching right now.
             let _ = all.send(change.clone());
         }
-        if let Some(part) = part_of(&change.key)
+        if let Some(part) = cluster_part_of(&change.key)
             && let Some(sender) = self.parts.get(part)
             && sender.send(change.clone()).is_err()
         {
@@ -1209,19 +1191,6 @@ mod tests {
                 "/core/configmaps/root/a/z"
             ]
         );
-    }
-
-    #[test]
-    fn resources_are_the_first_two_segments() {
-        assert_eq!(
-            resource_of(b"/apps/deployments/root/ns/web"),
-            Some(&b"/apps/deployments/"[..])
-        );
-        assert_eq!(
-            resource_of(b"/core/configmaps/"),
-            Some(&b"/core/configmaps/"[..])
-        );
-        assert_eq!(resource_of(b"/core/configmaps"), None);
     }
 
     #[tokio::test]

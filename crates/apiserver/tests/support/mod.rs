@@ -6,13 +6,15 @@ use std::sync::Arc;
 
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::client::Client;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
 
 /// An [`Api`] with the built-in resources, bootstrapped, over a SQLite store in a
-/// temporary directory (removed on drop). Each test file adds its own ways to call it.
+/// temporary directory (removed on drop), and a client of it.
 pub struct Server {
     pub api: Api,
+    pub client: Client,
     pub store: Arc<dyn Store>,
     _dir: tempfile::TempDir,
 }
@@ -29,6 +31,7 @@ impl Server {
         );
         api.bootstrap().await.unwrap();
         Server {
+            client: Client::new(api.clone()),
             api,
             store,
             _dir: dir,
