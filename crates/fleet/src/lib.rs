@@ -31,9 +31,14 @@ pub mod scheduler;
 mod selector;
 pub mod status;
 
-pub use cluster::{ClusterTerm, ClusterView, Taint, TaintEffect, Toleration, TolerationOperator};
+pub use cluster::{ClusterTerm, ClusterView};
+/// The API's leaf types the scheduler reads as they are (one definition each).
+pub use flotilla_api::{
+    Dynamic, PropertyOperator, PropertyRequirement, ReplicaMode, Taint, TaintEffect, Toleration,
+    TolerationOperator,
+};
 pub use scheduler::{
-    Bounds, ClusterAffinity, DivisionError, Dynamic, PropertyOperator, PropertyRequirement, Reason,
-    ReplicaMode, ReplicaPolicy, Selection, SpreadConstraint, WeightTerm, divide, select,
+    Bounds, ClusterAffinity, DivisionError, Reason, ReplicaPolicy, Selection, SpreadConstraint,
+    WeightTerm, divide, select,
 };
 pub use selector::{LabelSelector, LabelSelectorOperator, LabelSelectorRequirement};
