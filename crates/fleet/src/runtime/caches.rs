@@ -1,0 +1,169 @@
+//! What the controllers share: the fleet's objects as their watches last saw them. Each
+//! cache has one writer, the reflector [`run`](super::run) starts for its kind; every
+//! controller reads them. The Works also have an index (by placement, by cluster
+//! namespace), kept by the same watch, in [`Works`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use flotilla_api::{Cluster, ClusterOverride, ClusterPlacement, Override, Placement, Work};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+
+use crate::plan::PlacementKey;
+
+/// Every object of the kinds the controllers read, from one watch each.
+pub(super) struct Caches {
+    pub clusters: Store<Cluster>,
+    pub overrides: Store<Override>,
+    pub cluster_overrides: Store<ClusterOverride>,
+    pub works: Works,
+    pub placements: Store<Placement>,
+    pub cluster_placements: Store<ClusterPlacement>,
+}
+
+/// Every Work, and which are whose: by placement and by cluster namespace, so that a
+/// placement or a cluster finds its Works without going through all of them. Written by
+/// the Works' watch alone ([`Works::apply`]).
+pub(super) struct Works {
+    store: Store<Work>,
+    index: Mutex<WorkIndex>,
+}
+
+impl Works {
+    pub fn new(store: Store<Work>) -> Self {
+        Works {
+            store,
+            index: Mutex::default(),
+        }
+    }
+
+    /// The cache itself.
+    pub fn store(&self) -> &Store<Work> {
+        &self.store
+    }
+
+    /// The Work `name` in `namespace`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Work>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Brings the index up to an event of the Works' watch (the cache has it already).
+    pub fn apply(&self, event: &watcher::Event<Work>) {
+        self.index
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply(event);
+    }
+
+    /// The Works of placement `key`.
+    pub fn of(&self, key: &PlacementKey) -> Vec<Arc<Work>> {
+        let ids: Vec<(String, String)> = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            index
+                .by_placement
+                .get(key)
+                .map(|ids| ids.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        ids.iter()
+            .filter_map(|(ns, name)| self.get(ns, name))
+            .filter(|w| {
+                w.spec.placement.namespace == key.namespace && w.spec.placement.name == key.name
+            })
+            .collect()
+    }
+
+    /// The Works in `namespace` (a cluster's).
+    pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<Work>> {
+        let names: Vec<String> = {
+            let index = self.index.lock().unwrap_or_else(PoisonError::into_inner);
+            index
+                .by_namespace
+                .get(namespace)
+                .map(|names| names.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        names
+            .iter()
+            .filter_map(|name| self.get(namespace, name))
+            .collect()
+    }
+}
+
+/// Works by placement and by cluster namespace, kept by the Works' watch, so that a
+/// placement or a cluster finds its Works without going through all of them.
+#[derive(Default)]
+struct WorkIndex {
+    by_placement: HashMap<PlacementKey, BTreeSet<(String, String)>>,
+    by_namespace: HashMap<String, BTreeSet<String>>,
+    placement_of: HashMap<(String, String), PlacementKey>,
+    /// The index being rebuilt from a (re)list, replacing this one when it is done.
+    building: Option<Box<WorkIndex>>,
+}
+
+impl WorkIndex {
+    fn apply(&mut self, event: &watcher::Event<Work>) {
+        match event {
+            watcher::Event::Init => self.building = Some(Box::default()),
+            watcher::Event::InitApply(w) => {
+                if let Some(building) = &mut self.building {
+                    building.insert(w);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(built) = self.building.take() {
+                    *self = *built;
+                }
+            }
+            watcher::Event::Apply(w) => self.insert(w),
+            watcher::Event::Delete(w) => self.remove(&Self::id(w)),
+        }
+    }
+
+    fn id(w: &Work) -> (String, String) {
+        (
+            w.metadata.namespace.clone().unwrap_or_default(),
+            w.metadata.name.clone().unwrap_or_default(),
+        )
+    }
+
+    fn insert(&mut self, w: &Work) {
+        let id = Self::id(w);
+        let key = PlacementKey {
+            namespace: w.spec.placement.namespace.clone(),
+            name: w.spec.placement.name.clone(),
+        };
+        if self.placement_of.get(&id) == Some(&key) {
+            return;
+        }
+        self.remove(&id);
+        self.by_placement
+            .entry(key.clone())
+            .or_default()
+            .insert(id.clone());
+        self.by_namespace
+            .entry(id.0.clone())
+            .or_default()
+            .insert(id.1.clone());
+        self.placement_of.insert(id, key);
+    }
+
+    fn remove(&mut self, id: &(String, String)) {
+        let Some(key) = self.placement_of.remove(id) else {
+            return;
+        };
+        if let Some(ids) = self.by_placement.get_mut(&key) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_placement.remove(&key);
+            }
+        }
+        if let Some(names) = self.by_namespace.get_mut(&id.0) {
+            names.remove(&id.1);
+            if names.is_empty() {
+                self.by_namespace.remove(&id.0);
+            }
+        }
+    }
+}
