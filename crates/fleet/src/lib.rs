@@ -1,6 +1,7 @@
 //! Flotilla's fleet controllers. Everything but [`runtime`] is pure (no I/O, no client,
 //! no async) and tested without a server: the scheduler ([`select`], [`divide`]) over a
-//! domain model with no Kubernetes types, [`model`] mapping the API objects onto it,
+//! domain model with no Kubernetes types (the API's leaf types, such as taints and
+//! tolerations, used as they are), [`model`] converting the API objects onto it,
 //! [`render`] (overrides), [`plan`] (one placement's Works) and [`status`] (status back).
 //! [`runtime`] runs them as controllers against the hub's API.
 //!
