@@ -167,3 +167,113 @@ impl WorkIndex {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use flotilla_api::{PlacementReference, WorkSpec};
+    use kube::runtime::reflector;
+
+    use super::*;
+
+    fn work(namespace: &str, name: &str, placement: &str) -> Work {
+        let mut work = Work::new(
+            name,
+            WorkSpec {
+                placement: PlacementReference {
+                    namespace: Some("shop".into()),
+                    name: placement.into(),
+                },
+                ..WorkSpec::default()
+            },
+        );
+        work.metadata.namespace = Some(namespace.into());
+        work
+    }
+
+    fn names(works: &[Arc<Work>]) -> Vec<String> {
+        let mut names: Vec<String> = works
+            .iter()
+            .map(|w| {
+                format!(
+                    "{}/{}",
+                    w.metadata.namespace.as_deref().unwrap_or_default(),
+                    w.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn works_are_found_by_placement_and_namespace_and_a_relist_replaces_the_index() {
+        let (store, mut writer) = reflector::store::<Work>();
+        let works = Works::new(store);
+        // As the Works' reflector does: the cache first, then the index.
+        let mut feed = |event: watcher::Event<Work>| {
+            writer.apply_watcher_event(&event);
+            works.apply(&event);
+        };
+        let web = PlacementKey {
+            namespace: Some("shop".into()),
+            name: "web".into(),
+        };
+        let db = PlacementKey {
+            namespace: Some("shop".into()),
+            name: "db".into(),
+        };
+        feed(watcher::Event::Apply(work(
+            "flotilla-cluster-a",
+            "shop.web",
+            "web",
+        )));
+        feed(watcher::Event::Apply(work(
+            "flotilla-cluster-b",
+            "shop.web",
+            "web",
+        )));
+        feed(watcher::Event::Apply(work(
+            "flotilla-cluster-a",
+            "shop.db",
+            "db",
+        )));
+        assert_eq!(
+            names(&works.of(&web)),
+            ["flotilla-cluster-a/shop.web", "flotilla-cluster-b/shop.web"]
+        );
+        assert_eq!(
+            names(&works.in_namespace("flotilla-cluster-a")),
+            ["flotilla-cluster-a/shop.db", "flotilla-cluster-a/shop.web"]
+        );
+        assert!(works.get("flotilla-cluster-b", "shop.web").is_some());
+        // A Work moved to another placement is that one's.
+        feed(watcher::Event::Apply(work(
+            "flotilla-cluster-b",
+            "shop.web",
+            "db",
+        )));
+        assert_eq!(names(&works.of(&web)), ["flotilla-cluster-a/shop.web"]);
+        assert_eq!(names(&works.of(&db)).len(), 2);
+        feed(watcher::Event::Delete(work(
+            "flotilla-cluster-a",
+            "shop.db",
+            "db",
+        )));
+        assert_eq!(
+            names(&works.in_namespace("flotilla-cluster-a")),
+            ["flotilla-cluster-a/shop.web"]
+        );
+        // A relist: what it lists replaces the index once it is done, not before.
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply(work(
+            "flotilla-cluster-c",
+            "shop.web",
+            "web",
+        )));
+        assert_eq!(names(&works.of(&web)), ["flotilla-cluster-a/shop.web"]);
+        feed(watcher::Event::InitDone);
+        assert_eq!(names(&works.of(&web)), ["flotilla-cluster-c/shop.web"]);
+        assert!(works.in_namespace("flotilla-cluster-a").is_empty());
+        assert!(works.of(&db).is_empty());
+    }
+}

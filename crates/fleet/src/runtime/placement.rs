@@ -888,6 +888,74 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_placement_controllers_state_is_kept_per_placement_and_forgotten_with_it() {
+        let state = PlacementState::default();
+        let key = |name: &str| PlacementKey {
+            namespace: Some("shop".into()),
+            name: name.into(),
+        };
+        let (web, db) = (key("web"), key("db"));
+        // The epoch moves with every change of the inputs.
+        let epoch = state.epoch();
+        state.inputs_changed();
+        assert_eq!(state.epoch(), epoch + 1);
+        // A plan is kept for the fingerprint it was made from, and for its placement.
+        let kept = KeptPlan {
+            fingerprint: 7,
+            plan: Arc::new(plan::Plan::default()),
+            clusters: Arc::new(BTreeSet::from(["a".to_owned()])),
+        };
+        state.keep_plan(&web, Some(kept));
+        assert!(
+            state
+                .kept_plan(&web, 7)
+                .is_some_and(|k| k.clusters.contains("a"))
+        );
+        assert!(state.kept_plan(&web, 8).is_none());
+        assert!(state.kept_plan(&db, 7).is_none());
+        state.keep_plan(&web, None);
+        assert!(state.kept_plan(&web, 7).is_none());
+        // A decision published lately is not published again.
+        let decided = vec![("a".to_owned(), "flotilla-system".to_owned())];
+        assert_eq!(state.decided(&web), None);
+        state.published(&web, decided.clone());
+        assert_eq!(state.decided(&web), Some(vec!["a".to_owned()]));
+        assert!(state.published_lately(&web, &decided, Duration::from_secs(60)));
+        assert!(!state.published_lately(&web, &decided, Duration::ZERO));
+        assert!(!state.published_lately(&web, &[], Duration::from_secs(60)));
+        assert!(!state.published_lately(&db, &decided, Duration::from_secs(60)));
+        // The templates given a status: those no longer delivered are told.
+        let id = |name: &str| {
+            (
+                "apps/v1".to_owned(),
+                "Deployment".to_owned(),
+                "shop".to_owned(),
+                name.to_owned(),
+            )
+        };
+        state.delivers(&web, BTreeSet::from([id("web"), id("api")]));
+        assert_eq!(
+            state.no_longer_delivered(&web, &BTreeSet::from([id("web")])),
+            [id("api")]
+        );
+        assert!(state.no_longer_delivered(&db, &BTreeSet::new()).is_empty());
+        // A placement going forgets its plan and decision; its templates are taken once.
+        state.keep_plan(
+            &web,
+            Some(KeptPlan {
+                fingerprint: 1,
+                plan: Arc::new(plan::Plan::default()),
+                clusters: Arc::default(),
+            }),
+        );
+        state.forget(&web);
+        assert!(state.kept_plan(&web, 1).is_none());
+        assert_eq!(state.decided(&web), None);
+        assert_eq!(state.take_delivered(&web).len(), 2);
+        assert!(state.take_delivered(&web).is_empty());
+    }
+
+    #[test]
     fn a_plan_is_made_again_when_its_inputs_change_and_not_for_status() {
         let mut placement = Placement::new("web", PlacementSpec::default());
         placement.metadata.generation = Some(1);

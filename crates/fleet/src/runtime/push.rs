@@ -676,6 +676,61 @@ mod tests {
     }
 
     #[test]
+    fn the_push_controllers_state_is_kept_per_work_and_cluster() {
+        let state = PushState::default();
+        let condition = |type_: &str, status: &str| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: String::new(),
+            last_transition_time: Time(Default::default()),
+            observed_generation: None,
+        };
+        let rolling_out = WorkStatus {
+            observed_generation: Some(2),
+            conditions: vec![
+                condition(flotilla_api::condition::APPLIED, "True"),
+                condition(flotilla_api::condition::AVAILABLE, "False"),
+            ],
+            ..WorkStatus::default()
+        };
+        let mut work = Work::new("shop.web", WorkSpec::default());
+        work.status = Some(WorkStatus {
+            observed_generation: Some(1),
+            ..WorkStatus::default()
+        });
+        let key = "flotilla-cluster-a/shop.web";
+        let now = Instant::now();
+        // The first sync of the rollout starts the wait; later ones keep its end.
+        let until = state.settling(key, &work, &rolling_out, true, now);
+        assert_eq!(until, Some(now + SETTLING));
+        let later = now + SETTLING / 2;
+        assert_eq!(state.settling(key, &work, &rolling_out, true, later), until);
+        // Another Work waits on its own.
+        let other = "flotilla-cluster-b/shop.web";
+        assert_eq!(
+            state.settling(other, &work, &rolling_out, true, later),
+            Some(later + SETTLING)
+        );
+        // A Work going forgets its wait and its failures.
+        state.retries().failed(key);
+        state.retries().failed(key);
+        state.forget_work(key);
+        assert_eq!(
+            state.settling(key, &work, &rolling_out, true, later),
+            Some(later + SETTLING)
+        );
+        assert!(state.retries().failed(key) < Duration::from_secs(2));
+        // Its cluster coming back tries its Works at once, not the other cluster's.
+        state.retries().failed(other);
+        state.retries().failed(key);
+        state.retry_now("flotilla-cluster-a");
+        assert!(state.retries().failed(key) < Duration::from_secs(2));
+        // (its second failure in a row)
+        assert!(state.retries().failed(other) >= Duration::from_secs(2));
+    }
+
+    #[test]
     fn a_new_generation_rolling_out_waits_for_its_availability_a_while() {
         let condition = |type_: &str, status: &str| Condition {
             type_: type_.into(),
