@@ -62,8 +62,7 @@ pub struct ClusterSpec {
     pub access: Option<ClusterAccess>,
 }
 
-/// A taint on a cluster: placements that do not tolerate it are kept off. The fleet's
-/// scheduler reads it as it is (one definition for the API and the scheduler).
+/// A taint on a cluster: placements that do not tolerate it are kept off.
 #[derive(
     Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
 )]
