@@ -349,3 +349,24 @@ fn check_expected(
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_under_the_lock_leaves_the_store_usable() {
+        let store = MemoryStore::new();
+        let inner = store.inner.clone();
+        let panicked = std::thread::spawn(move || {
+            let _held = inner.state.lock();
+            panic!("a bug while holding the lock");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(store.inner.state.is_poisoned());
+        // Recovered (ARCHITECTURE.md, "Poisoned locks"): read as it was left.
+        assert_eq!(store.inner.lock().current, Revision::default());
+        assert!(format!("{store:?}").contains("keys: 0"));
+    }
+}

@@ -276,4 +276,33 @@ mod tests {
         assert!(works.in_namespace("flotilla-cluster-a").is_empty());
         assert!(works.of(&db).is_empty());
     }
+
+    #[test]
+    fn a_panic_under_the_index_lock_leaves_the_index_usable() {
+        let (store, mut writer) = reflector::store::<Work>();
+        let works = Arc::new(Works::new(store));
+        let event = watcher::Event::Apply(work("flotilla-cluster-a", "shop.web", "web"));
+        writer.apply_watcher_event(&event);
+        works.apply(&event);
+        let held = works.clone();
+        let panicked = std::thread::spawn(move || {
+            let _held = held.index.lock();
+            panic!("a bug while holding the lock");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(works.index.is_poisoned());
+        // Recovered (ARCHITECTURE.md, "Poisoned locks"), not a panic of every later user.
+        assert_eq!(works.in_namespace("flotilla-cluster-a").len(), 1);
+        works.apply(&watcher::Event::Delete(work(
+            "flotilla-cluster-a",
+            "shop.web",
+            "web",
+        )));
+        let web = PlacementKey {
+            namespace: Some("shop".into()),
+            name: "web".into(),
+        };
+        assert!(works.of(&web).is_empty());
+    }
 }
