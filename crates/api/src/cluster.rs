@@ -63,7 +63,9 @@ pub struct ClusterSpec {
 }
 
 /// A taint on a cluster: placements that do not tolerate it are kept off.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct Taint {
     /// The taint's key.
@@ -76,12 +78,25 @@ pub struct Taint {
 }
 
 /// What a [`Taint`] does to a placement that does not tolerate it.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 pub enum TaintEffect {
     /// The cluster is not newly selected; a placement already on it stays.
     NoSchedule,
     /// The cluster is not selected, and a placement already on it leaves.
     NoExecute,
+}
+
+impl std::fmt::Display for Taint {
+    /// `key=value:Effect`, or `key:Effect` when the value is empty (as kubectl writes it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}:{:?}", self.key, self.effect)
+        } else {
+            write!(f, "{}={}:{:?}", self.key, self.value, self.effect)
+        }
+    }
 }
 
 /// How the hub reaches a cluster: it pushes with stored credentials, or the cluster's

@@ -16,8 +16,9 @@
 //!   ClusterProfile (KEP-4322)   PlacementDecision (KEP-5313)   published for consumers
 //! ```
 //!
-//! Field names follow `flotilla-fleet`'s domain model where they overlap (`clusters`,
-//! `replicas`), so the controllers map one onto the other field by field. Invariants
+//! The scheduler of `flotilla-fleet` uses the leaf types of `clusters` and `replicas`
+//! (taints, tolerations, property requirements, replica modes) as they are, and converts
+//! the rest explicitly (`flotilla_fleet::model`). Invariants
 //! that a schema alone cannot state are CEL rules (`x-kubernetes-validations`), checked
 //! by the API server on every write.
 

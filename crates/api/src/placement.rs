@@ -2,8 +2,12 @@
 //! namespace) and [`ClusterPlacement`] (cluster-scoped, for resources anywhere), both
 //! with a [`PlacementSpec`].
 //!
-//! `spec.clusters` is `flotilla-fleet`'s `ClusterAffinity` and `spec.replicas` its
-//! `ReplicaPolicy`, field for field.
+//! The fleet's scheduler reads the leaves of `spec.clusters` and `spec.replicas` as they
+//! are ([`PropertyRequirement`], [`PropertyOperator`], [`Toleration`],
+//! [`TolerationOperator`], [`ReplicaMode`], [`Dynamic`]: one definition each); the terms
+//! holding a Kubernetes label selector or a count (`ClusterAffinity`, `ClusterTerm`,
+//! `SpreadConstraint`, `ReplicaPolicy`, `WeightTerm`, `Bounds`) are converted into its
+//! domain model by `flotilla_fleet::model` (selectors parsed, counts unsigned).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
@@ -202,6 +206,20 @@ pub enum PropertyOperator {
     Le,
 }
 
+impl std::fmt::Display for PropertyOperator {
+    /// The operator as a symbol (`=`, `!=`, `>`, `>=`, `<`, `<=`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PropertyOperator::Eq => "=",
+            PropertyOperator::Ne => "!=",
+            PropertyOperator::Gt => ">",
+            PropertyOperator::Ge => ">=",
+            PropertyOperator::Lt => "<",
+            PropertyOperator::Le => "<=",
+        })
+    }
+}
+
 /// A toleration of cluster taints, with Kubernetes' matching rules: an empty key with
 /// `Exists` tolerates every taint, and no effect tolerates every effect.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
@@ -221,6 +239,18 @@ pub struct Toleration {
     /// The effect tolerated; not set means every effect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<crate::TaintEffect>,
+}
+
+impl Toleration {
+    /// Whether this toleration tolerates `taint` (Kubernetes' `ToleratesTaint`).
+    pub fn tolerates(&self, taint: &crate::Taint) -> bool {
+        self.effect.is_none_or(|effect| effect == taint.effect)
+            && (self.key.is_empty() || self.key == taint.key)
+            && match self.operator {
+                TolerationOperator::Equal => self.value == taint.value,
+                TolerationOperator::Exists => true,
+            }
+    }
 }
 
 /// How a [`Toleration`] compares a taint's value.

@@ -765,3 +765,64 @@ fn drift_is_listed_within_its_bound_values_cut_at_a_character() {
     let most = DriftBound::PLACED_CLUSTER.fields * 2 * DriftBound::PLACED_CLUSTER.value_bytes;
     assert!(MAX_LISTED_CLUSTERS * most < 1 << 20);
 }
+
+fn taint(key: &str, value: &str, effect: TaintEffect) -> Taint {
+    Taint {
+        key: key.into(),
+        value: value.into(),
+        effect,
+    }
+}
+
+#[test]
+fn equal_needs_key_and_value() {
+    let toleration = Toleration {
+        key: "dedicated".into(),
+        value: "gpu".into(),
+        ..Toleration::default()
+    };
+    assert!(toleration.tolerates(&taint("dedicated", "gpu", TaintEffect::NoSchedule)));
+    assert!(toleration.tolerates(&taint("dedicated", "gpu", TaintEffect::NoExecute)));
+    assert!(!toleration.tolerates(&taint("dedicated", "db", TaintEffect::NoSchedule)));
+    assert!(!toleration.tolerates(&taint("other", "gpu", TaintEffect::NoSchedule)));
+}
+
+#[test]
+fn exists_ignores_the_value_and_an_empty_key_matches_all() {
+    let by_key = Toleration {
+        key: "maintenance".into(),
+        operator: TolerationOperator::Exists,
+        ..Toleration::default()
+    };
+    assert!(by_key.tolerates(&taint("maintenance", "x", TaintEffect::NoExecute)));
+    assert!(!by_key.tolerates(&taint("other", "", TaintEffect::NoExecute)));
+    let everything = Toleration {
+        operator: TolerationOperator::Exists,
+        ..Toleration::default()
+    };
+    assert!(everything.tolerates(&taint("anything", "v", TaintEffect::NoExecute)));
+}
+
+#[test]
+fn an_effect_limits_what_is_tolerated() {
+    let toleration = Toleration {
+        key: "maintenance".into(),
+        operator: TolerationOperator::Exists,
+        effect: Some(TaintEffect::NoSchedule),
+        ..Toleration::default()
+    };
+    assert!(toleration.tolerates(&taint("maintenance", "", TaintEffect::NoSchedule)));
+    assert!(!toleration.tolerates(&taint("maintenance", "", TaintEffect::NoExecute)));
+}
+
+#[test]
+fn taints_display_as_kubectl_writes_them() {
+    assert_eq!(
+        taint("maintenance", "", TaintEffect::NoSchedule).to_string(),
+        "maintenance:NoSchedule"
+    );
+    assert_eq!(
+        taint("dedicated", "gpu", TaintEffect::NoExecute).to_string(),
+        "dedicated=gpu:NoExecute"
+    );
+}

@@ -113,7 +113,9 @@ mod tests {
 
     #[test]
     fn a_low_soft_limit_rises_to_what_is_wanted_within_the_hard_limit() {
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (_, hard) = soft_and_hard();
         assert!(hard > 300, "this machine's hard limit is {hard}");
         set_soft(100);
@@ -131,7 +133,9 @@ mod tests {
 
     #[test]
     fn past_the_hard_limit_it_gets_the_hard_limit_at_least() {
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (_, hard) = soft_and_hard();
         set_soft(100);
         let wanted = hard.saturating_add(1000);
@@ -169,7 +173,9 @@ mod tests {
 
     #[test]
     fn a_limit_that_is_high_enough_is_left_alone() {
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         set_soft(500);
         assert_eq!(
             raise_open_files(200),

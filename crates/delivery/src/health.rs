@@ -2,7 +2,7 @@
 //! its `about.k8s.io` ClusterProperties.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_api::quantity::Amount;
@@ -46,12 +46,16 @@ struct Listed {
 
 impl Facts {
     fn fresh(&self, max_age: Duration) -> Option<Listed> {
-        let listed = self.0.lock().expect("lock").clone()?;
+        let listed = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
         (listed.at.elapsed() < max_age).then_some(listed)
     }
 
     fn keep(&self, listed: Listed) {
-        *self.0.lock().expect("lock") = Some(listed);
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(listed);
     }
 }
 

@@ -3,7 +3,7 @@
 //! (a CRD applied since, or removed).
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersion;
@@ -59,14 +59,14 @@ impl Kinds {
     }
 
     fn cached(&self, api_version: &str, kind: &str) -> Option<Kind> {
-        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
         known
             .get(&(api_version.to_owned(), kind.to_owned()))
             .cloned()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<(String, String), Kind>> {
-        self.known.write().unwrap_or_else(|e| e.into_inner())
+        self.known.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Replaces what is known of one group version with what the member serves now.

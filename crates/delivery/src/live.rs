@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
@@ -89,7 +89,7 @@ impl Objects {
 pub(crate) type Shared = Arc<Mutex<Objects>>;
 
 pub(crate) fn lock(objects: &Shared) -> MutexGuard<'_, Objects> {
-    objects.lock().unwrap_or_else(|e| e.into_inner())
+    objects.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 struct Entry {
@@ -124,7 +124,7 @@ impl Drop for Registration {
 
 impl Live {
     fn lock(&self) -> MutexGuard<'_, HashMap<KindKey, Entry>> {
-        self.stores.lock().unwrap_or_else(|e| e.into_inner())
+        self.stores.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Uses `objects` for `api_version`/`kind` until the registration is dropped.

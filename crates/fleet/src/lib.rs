@@ -1,6 +1,7 @@
 //! Flotilla's fleet controllers. Everything but [`runtime`] is pure (no I/O, no client,
 //! no async) and tested without a server: the scheduler ([`select`], [`divide`]) over a
-//! domain model with no Kubernetes types, [`model`] mapping the API objects onto it,
+//! domain model with no Kubernetes types (the API's leaf types, such as taints and
+//! tolerations, used as they are), [`model`] converting the API objects onto it,
 //! [`render`] (overrides), [`plan`] (one placement's Works) and [`status`] (status back).
 //! [`runtime`] runs them as controllers against the hub's API.
 //!
@@ -31,9 +32,14 @@ pub mod scheduler;
 mod selector;
 pub mod status;
 
-pub use cluster::{ClusterTerm, ClusterView, Taint, TaintEffect, Toleration, TolerationOperator};
+pub use cluster::{ClusterTerm, ClusterView};
+/// The API's leaf types the scheduler reads as they are (one definition each).
+pub use flotilla_api::{
+    Dynamic, PropertyOperator, PropertyRequirement, ReplicaMode, Taint, TaintEffect, Toleration,
+    TolerationOperator,
+};
 pub use scheduler::{
-    Bounds, ClusterAffinity, DivisionError, Dynamic, PropertyOperator, PropertyRequirement, Reason,
-    ReplicaMode, ReplicaPolicy, Selection, SpreadConstraint, WeightTerm, divide, select,
+    Bounds, ClusterAffinity, DivisionError, Reason, ReplicaPolicy, Selection, SpreadConstraint,
+    WeightTerm, divide, select,
 };
 pub use selector::{LabelSelector, LabelSelectorOperator, LabelSelectorRequirement};

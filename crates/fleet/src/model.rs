@@ -5,65 +5,181 @@
 //! ```text
 //!  flotilla_api::Cluster ──── view() ────► ClusterView (labels, properties incl.
 //!                                           allocatable-<resource>, taints, set, ready)
-//!  PlacementSpec.clusters ─── affinity() ─► ClusterAffinity   (field for field, by serde)
-//!  PlacementSpec.replicas ─── policy() ───► ReplicaPolicy
-//!  k8s LabelSelector ──────── selector() ─► LabelSelector
+//!  PlacementSpec.clusters ─── TryFrom ───► ClusterAffinity   (selector parsed, count u32)
+//!  PlacementSpec.replicas ─── TryFrom ───► ReplicaPolicy     (weights u32, bounds i64)
+//!  Override's spec.clusters ─ TryFrom ───► ClusterTerm
+//!  k8s LabelSelector ──────── TryFrom ───► LabelSelector     (operators parsed)
 //! ```
 //!
-//! The API types and the model share their JSON form field for field, so the mapping goes
-//! through `serde_json`; admission (schema and CEL) has already refused what the model
-//! cannot hold (negative counts or weights).
+//! Taints, tolerations, property requirements, replica modes and dynamic weights are the
+//! API's types, read as they are. The conversions here are the only place the two models
+//! meet: field for field, the label selectors' operators parsed and the counts made
+//! unsigned. Admission (schema and CEL) has already refused what the model cannot hold
+//! (negative counts or weights); an operator no selector knows is refused here, in the
+//! words serde would use.
 
 use std::collections::BTreeMap;
 
 use flotilla_api::{Cluster, condition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use crate::{ClusterAffinity, ClusterTerm, ClusterView, LabelSelector, ReplicaPolicy};
+use crate::{
+    Bounds, ClusterAffinity, ClusterTerm, ClusterView, LabelSelector, LabelSelectorOperator,
+    LabelSelectorRequirement, ReplicaPolicy, SpreadConstraint, WeightTerm,
+};
 
 /// Why an API object does not map onto the model.
-#[derive(Debug, thiserror::Error)]
-#[error("{what} cannot be used: {source}")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} cannot be used: {why}")]
 pub struct ModelError {
     /// The field that does not map.
     pub what: &'static str,
-    /// What serde said.
-    #[source]
-    pub source: serde_json::Error,
+    /// Why not.
+    pub why: String,
 }
 
-fn convert<A: Serialize, M: DeserializeOwned>(
-    what: &'static str,
-    api: &A,
-) -> Result<M, ModelError> {
-    serde_json::to_value(api)
-        .and_then(serde_json::from_value)
-        .map_err(|source| ModelError { what, source })
+/// A count the model holds unsigned (admission refuses negative ones).
+fn unsigned(value: i32) -> Result<u32, String> {
+    u32::try_from(value).map_err(|_| format!("invalid value: integer `{value}`, expected u32"))
 }
 
-/// `spec.clusters` of a placement.
-pub fn affinity(api: &flotilla_api::ClusterAffinity) -> Result<ClusterAffinity, ModelError> {
-    convert("spec.clusters", api)
+fn operator(name: &str) -> Result<LabelSelectorOperator, String> {
+    Ok(match name {
+        "In" => LabelSelectorOperator::In,
+        "NotIn" => LabelSelectorOperator::NotIn,
+        "Exists" => LabelSelectorOperator::Exists,
+        "DoesNotExist" => LabelSelectorOperator::DoesNotExist,
+        other => {
+            return Err(format!(
+                "unknown variant `{other}`, expected one of `In`, `NotIn`, `Exists`, `DoesNotExist`"
+            ));
+        }
+    })
 }
 
-/// `spec.replicas` of a placement (not set: `Duplicated`).
-pub fn policy(api: Option<&flotilla_api::ReplicaPolicy>) -> Result<ReplicaPolicy, ModelError> {
-    api.map_or_else(
-        || Ok(ReplicaPolicy::default()),
-        |p| convert("spec.replicas", p),
-    )
+fn selector(api: &meta::LabelSelector) -> Result<LabelSelector, String> {
+    Ok(LabelSelector {
+        match_labels: api.match_labels.clone().unwrap_or_default(),
+        match_expressions: api
+            .match_expressions
+            .iter()
+            .flatten()
+            .map(|r| {
+                Ok(LabelSelectorRequirement {
+                    key: r.key.clone(),
+                    operator: operator(&r.operator)?,
+                    values: r.values.clone().unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, String>>()?,
+    })
 }
 
-/// An override's `spec.clusters`.
-pub fn term(api: &flotilla_api::ClusterTerm) -> Result<ClusterTerm, ModelError> {
-    convert("spec.clusters", api)
+fn optional_selector(api: Option<&meta::LabelSelector>) -> Result<Option<LabelSelector>, String> {
+    api.map(selector).transpose()
 }
 
-/// A Kubernetes label selector.
-pub fn selector(api: &meta::LabelSelector) -> Result<LabelSelector, ModelError> {
-    convert("labelSelector", api)
+fn term(api: &flotilla_api::ClusterTerm) -> Result<ClusterTerm, String> {
+    Ok(ClusterTerm {
+        names: api.names.clone(),
+        label_selector: optional_selector(api.label_selector.as_ref())?,
+    })
+}
+
+fn affinity(api: &flotilla_api::ClusterAffinity) -> Result<ClusterAffinity, String> {
+    Ok(ClusterAffinity {
+        names: api.names.clone(),
+        cluster_sets: api.cluster_sets.clone(),
+        label_selector: optional_selector(api.label_selector.as_ref())?,
+        property_selector: api.property_selector.clone(),
+        tolerations: api.tolerations.clone(),
+        count: api.count.map(unsigned).transpose()?,
+        spread: api
+            .spread
+            .iter()
+            .map(|s| {
+                Ok(SpreadConstraint {
+                    topology_key: s.topology_key.clone(),
+                    max_skew: unsigned(s.max_skew)?,
+                })
+            })
+            .collect::<Result<_, String>>()?,
+    })
+}
+
+fn policy(api: &flotilla_api::ReplicaPolicy) -> Result<ReplicaPolicy, String> {
+    Ok(ReplicaPolicy {
+        mode: api.mode,
+        weights: api
+            .weights
+            .iter()
+            .map(|w| {
+                Ok(WeightTerm {
+                    clusters: term(&w.clusters)?,
+                    weight: unsigned(w.weight)?,
+                })
+            })
+            .collect::<Result<_, String>>()?,
+        dynamic: api.dynamic,
+        per_cluster: api.per_cluster.as_ref().map(Bounds::from),
+    })
+}
+
+impl TryFrom<&flotilla_api::ClusterAffinity> for ClusterAffinity {
+    type Error = ModelError;
+
+    /// A placement's `spec.clusters`.
+    fn try_from(api: &flotilla_api::ClusterAffinity) -> Result<Self, ModelError> {
+        affinity(api).map_err(|why| ModelError {
+            what: "spec.clusters",
+            why,
+        })
+    }
+}
+
+impl TryFrom<&flotilla_api::ReplicaPolicy> for ReplicaPolicy {
+    type Error = ModelError;
+
+    /// A placement's `spec.replicas` (not set: [`ReplicaPolicy::default`], `Duplicated`).
+    fn try_from(api: &flotilla_api::ReplicaPolicy) -> Result<Self, ModelError> {
+        policy(api).map_err(|why| ModelError {
+            what: "spec.replicas",
+            why,
+        })
+    }
+}
+
+impl TryFrom<&flotilla_api::ClusterTerm> for ClusterTerm {
+    type Error = ModelError;
+
+    /// An override's `spec.clusters`.
+    fn try_from(api: &flotilla_api::ClusterTerm) -> Result<Self, ModelError> {
+        term(api).map_err(|why| ModelError {
+            what: "spec.clusters",
+            why,
+        })
+    }
+}
+
+impl TryFrom<&meta::LabelSelector> for LabelSelector {
+    type Error = ModelError;
+
+    /// A Kubernetes label selector.
+    fn try_from(api: &meta::LabelSelector) -> Result<Self, ModelError> {
+        selector(api).map_err(|why| ModelError {
+            what: "labelSelector",
+            why,
+        })
+    }
+}
+
+impl From<&flotilla_api::Bounds> for Bounds {
+    fn from(api: &flotilla_api::Bounds) -> Self {
+        Bounds {
+            min: api.min.map(i64::from),
+            max: api.max.map(i64::from),
+        }
+    }
 }
 
 /// The prefix under which a cluster's allocatable resources are properties
@@ -86,12 +202,7 @@ pub fn view(cluster: &Cluster) -> ClusterView {
         name: cluster.metadata.name.clone().unwrap_or_default(),
         labels: cluster.metadata.labels.clone().unwrap_or_default(),
         properties,
-        taints: cluster
-            .spec
-            .taints
-            .iter()
-            .filter_map(|t| convert("spec.taints", t).ok())
-            .collect(),
+        taints: cluster.spec.taints.clone(),
         cluster_set: cluster.spec.cluster_set.clone(),
         ready: is_true(&status.conditions, condition::READY),
         available_replicas: None,
@@ -179,7 +290,7 @@ mod tests {
             "spread": [{"topologyKey": "zone", "maxSkew": 1}]
         }))
         .unwrap();
-        let model = affinity(&api).unwrap();
+        let model = ClusterAffinity::try_from(&api).unwrap();
         assert_eq!(model.count, Some(2));
         assert_eq!(model.property_selector.len(), 1);
         let selector = model.label_selector.unwrap();
@@ -198,10 +309,162 @@ mod tests {
             "perCluster": {"min": 1, "max": 5}
         }))
         .unwrap();
-        let model = policy(Some(&api)).unwrap();
+        let model = ReplicaPolicy::try_from(&api).unwrap();
         assert_eq!(model.mode, crate::ReplicaMode::Divided);
         assert_eq!(model.weights[0].weight, 2);
         assert_eq!(model.per_cluster.unwrap().max, Some(5));
-        assert_eq!(policy(None).unwrap(), ReplicaPolicy::default());
+        // A placement without spec.replicas: Duplicated.
+        assert_eq!(
+            ReplicaPolicy::default().mode,
+            crate::ReplicaMode::Duplicated
+        );
+    }
+
+    #[test]
+    fn every_field_converts_and_the_leaves_are_the_apis_own() {
+        let api: flotilla_api::ClusterAffinity = serde_json::from_value(serde_json::json!({
+            "names": ["a", "b"],
+            "clusterSets": ["prod"],
+            "labelSelector": {"matchLabels": {"tier": "web"},
+                "matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]},
+            "propertySelector": [{"name": "zone", "operator": "Ne", "value": "x"}],
+            "tolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}],
+            "count": 3,
+            "spread": [{"topologyKey": "zone", "maxSkew": 2}]
+        }))
+        .unwrap();
+        let model = ClusterAffinity::try_from(&api).unwrap();
+        assert_eq!(model.names, ["a", "b"]);
+        assert_eq!(model.cluster_sets, ["prod"]);
+        assert_eq!(
+            model.label_selector,
+            Some(LabelSelector {
+                match_labels: BTreeMap::from([("tier".into(), "web".into())]),
+                match_expressions: vec![LabelSelectorRequirement {
+                    key: "gpu".into(),
+                    operator: LabelSelectorOperator::DoesNotExist,
+                    values: vec![],
+                }],
+            })
+        );
+        assert_eq!(model.property_selector, api.property_selector);
+        assert_eq!(model.tolerations, api.tolerations);
+        assert_eq!(model.count, Some(3));
+        assert_eq!(
+            model.spread,
+            [SpreadConstraint {
+                topology_key: "zone".into(),
+                max_skew: 2
+            }]
+        );
+        assert_eq!(
+            ClusterAffinity::try_from(&flotilla_api::ClusterAffinity::default()).unwrap(),
+            ClusterAffinity::default()
+        );
+
+        let api: flotilla_api::ReplicaPolicy = serde_json::from_value(serde_json::json!({
+            "mode": "Divided",
+            "weights": [{"clusters": {"names": ["a"],
+                "labelSelector": {"matchExpressions":
+                    [{"key": "region", "operator": "In", "values": ["eu"]}]}}, "weight": 0}],
+            "dynamic": "AvailableCapacity",
+            "perCluster": {"min": 1}
+        }))
+        .unwrap();
+        let model = ReplicaPolicy::try_from(&api).unwrap();
+        assert_eq!(
+            model,
+            ReplicaPolicy {
+                mode: crate::ReplicaMode::Divided,
+                weights: vec![WeightTerm {
+                    clusters: ClusterTerm {
+                        names: vec!["a".into()],
+                        label_selector: Some(LabelSelector {
+                            match_labels: BTreeMap::new(),
+                            match_expressions: vec![LabelSelectorRequirement {
+                                key: "region".into(),
+                                operator: LabelSelectorOperator::In,
+                                values: vec!["eu".into()],
+                            }],
+                        }),
+                    },
+                    weight: 0,
+                }],
+                dynamic: Some(crate::Dynamic::AvailableCapacity),
+                per_cluster: Some(Bounds {
+                    min: Some(1),
+                    max: None
+                }),
+            }
+        );
+        let api = flotilla_api::ClusterTerm {
+            names: vec!["x".into()],
+            label_selector: None,
+        };
+        assert_eq!(
+            ClusterTerm::try_from(&api).unwrap(),
+            ClusterTerm {
+                names: vec!["x".into()],
+                label_selector: None
+            }
+        );
+    }
+
+    #[test]
+    fn what_the_model_cannot_hold_is_refused_in_serdes_words() {
+        // The words the JSON round trip this replaced gave, kept for the placement's status.
+        let unknown = meta::LabelSelector {
+            match_expressions: Some(vec![meta::LabelSelectorRequirement {
+                key: "region".into(),
+                operator: "Near".into(),
+                values: None,
+            }]),
+            match_labels: None,
+        };
+        let error = LabelSelector::try_from(&unknown).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "labelSelector cannot be used: unknown variant `Near`, expected one of `In`, \
+             `NotIn`, `Exists`, `DoesNotExist`"
+        );
+        let affinity = flotilla_api::ClusterAffinity {
+            label_selector: Some(unknown.clone()),
+            ..Default::default()
+        };
+        assert_eq!(
+            ClusterAffinity::try_from(&affinity).unwrap_err().what,
+            "spec.clusters"
+        );
+        let term = flotilla_api::ClusterTerm {
+            names: vec![],
+            label_selector: Some(unknown),
+        };
+        assert!(ClusterTerm::try_from(&term).is_err());
+
+        let negative = flotilla_api::ClusterAffinity {
+            count: Some(-1),
+            ..Default::default()
+        };
+        let serde_said = serde_json::from_value::<u32>(serde_json::json!(-1))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            ClusterAffinity::try_from(&negative).unwrap_err(),
+            ModelError {
+                what: "spec.clusters",
+                why: serde_said
+            }
+        );
+        let negative = flotilla_api::ReplicaPolicy {
+            weights: vec![flotilla_api::WeightTerm {
+                clusters: Default::default(),
+                weight: -2,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            ReplicaPolicy::try_from(&negative).unwrap_err().to_string(),
+            "spec.replicas cannot be used: invalid value: integer `-2`, expected u32"
+        );
     }
 }

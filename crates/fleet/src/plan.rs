@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use crate::model::{self, ModelError};
 use crate::render::{self, ClusterFacts, OverrideRules};
-use crate::{ClusterView, Selection};
+use crate::{ClusterAffinity, ClusterTerm, ClusterView, LabelSelector, ReplicaPolicy, Selection};
 
 /// A Placement (namespace and name) or a ClusterPlacement (name only).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -108,10 +108,9 @@ pub fn selector_matches(
             .name
             .as_deref()
             .is_none_or(|name| metadata["name"] == name)
-        && selector
-            .label_selector
-            .as_ref()
-            .is_none_or(|s| model::selector(s).is_ok_and(|s| s.matches(&model::labels_of(object))))
+        && selector.label_selector.as_ref().is_none_or(|s| {
+            LabelSelector::try_from(s).is_ok_and(|s| s.matches(&model::labels_of(object)))
+        })
 }
 
 /// An Override (namespace set) or ClusterOverride, as the planner needs it.
@@ -210,8 +209,15 @@ pub fn plan(inputs: Inputs<'_>) -> Plan {
 fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
     let model_error = |e: ModelError| e.to_string();
     let views: Vec<ClusterView> = inputs.clusters.iter().map(|c| model::view(c)).collect();
-    let affinity = model::affinity(&inputs.spec.clusters).map_err(model_error)?;
-    let policy = model::policy(inputs.spec.replicas.as_ref()).map_err(model_error)?;
+    let affinity = ClusterAffinity::try_from(&inputs.spec.clusters).map_err(model_error)?;
+    let policy = inputs
+        .spec
+        .replicas
+        .as_ref()
+        .map(ReplicaPolicy::try_from)
+        .transpose()
+        .map_err(model_error)?
+        .unwrap_or_default();
     let previous: Vec<String> = inputs.current.keys().cloned().collect();
     let selection = crate::select(&affinity, &views, &previous);
     if selection.chosen.is_empty() {
@@ -421,10 +427,9 @@ fn overrides_for<'a>(
                 .any(|s| selector_matches(s, o.namespace, template))
         })
         .filter(|o| {
-            o.spec
-                .clusters
-                .as_ref()
-                .is_none_or(|term| model::term(term).is_ok_and(|term| term.matches(cluster)))
+            o.spec.clusters.as_ref().is_none_or(|term| {
+                ClusterTerm::try_from(term).is_ok_and(|term| term.matches(cluster))
+            })
         })
         .map(|o| {
             let name = match o.namespace {

@@ -16,6 +16,7 @@
 //!              ▲ member objects changed (drift)
 //! ```
 
+mod caches;
 mod events;
 mod health;
 mod members;
@@ -30,7 +31,7 @@ pub use metrics::Metrics;
 pub use push::{PUSH_CONCURRENCY, UNJOIN_ANNOTATION};
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_api::{Cluster, ClusterOverride, ClusterPlacement, Override, Placement, Work};
@@ -125,204 +126,80 @@ impl Error {
     }
 }
 
-/// Works by placement and by cluster namespace, kept by the Works' watch, so that a
-/// placement or a cluster finds its Works without going through all of them.
-#[derive(Default)]
-pub(crate) struct WorkIndex {
-    by_placement: HashMap<PlacementKey, BTreeSet<(String, String)>>,
-    by_namespace: HashMap<String, BTreeSet<String>>,
-    placement_of: HashMap<(String, String), PlacementKey>,
-    /// The index being rebuilt from a (re)list, replacing this one when it is done.
-    building: Option<Box<WorkIndex>>,
+/// The queues that make a controller look at an object again (each controller's own
+/// stream of changes aside).
+struct Pokes {
+    placement: mpsc::UnboundedSender<ObjectRef<Placement>>,
+    cluster_placement: mpsc::UnboundedSender<ObjectRef<ClusterPlacement>>,
+    work: mpsc::UnboundedSender<ObjectRef<Work>>,
 }
 
-impl WorkIndex {
-    fn apply(&mut self, event: &watcher::Event<Work>) {
-        match event {
-            watcher::Event::Init => self.building = Some(Box::default()),
-            watcher::Event::InitApply(w) => {
-                if let Some(building) = &mut self.building {
-                    building.insert(w);
-                }
+impl Pokes {
+    /// Makes the placement controller look at placement `key` again.
+    fn placement(&self, key: &PlacementKey) {
+        // A closed queue means the process is stopping.
+        match &key.namespace {
+            Some(ns) => {
+                let _ = self.placement.send(ObjectRef::new(&key.name).within(ns));
             }
-            watcher::Event::InitDone => {
-                if let Some(built) = self.building.take() {
-                    *self = *built;
-                }
+            None => {
+                let _ = self.cluster_placement.send(ObjectRef::new(&key.name));
             }
-            watcher::Event::Apply(w) => self.insert(w),
-            watcher::Event::Delete(w) => self.remove(&Self::id(w)),
         }
     }
 
-    fn id(w: &Work) -> (String, String) {
-        (
-            w.metadata.namespace.clone().unwrap_or_default(),
-            w.metadata.name.clone().unwrap_or_default(),
-        )
-    }
-
-    fn insert(&mut self, w: &Work) {
-        let id = Self::id(w);
-        let key = PlacementKey {
-            namespace: w.spec.placement.namespace.clone(),
-            name: w.spec.placement.name.clone(),
-        };
-        if self.placement_of.get(&id) == Some(&key) {
-            return;
-        }
-        self.remove(&id);
-        self.by_placement
-            .entry(key.clone())
-            .or_default()
-            .insert(id.clone());
-        self.by_namespace
-            .entry(id.0.clone())
-            .or_default()
-            .insert(id.1.clone());
-        self.placement_of.insert(id, key);
-    }
-
-    fn remove(&mut self, id: &(String, String)) {
-        let Some(key) = self.placement_of.remove(id) else {
-            return;
-        };
-        if let Some(ids) = self.by_placement.get_mut(&key) {
-            ids.remove(id);
-            if ids.is_empty() {
-                self.by_placement.remove(&key);
-            }
-        }
-        if let Some(names) = self.by_namespace.get_mut(&id.0) {
-            names.remove(&id.1);
-            if names.is_empty() {
-                self.by_namespace.remove(&id.0);
-            }
-        }
+    /// Makes the push controller sync `work` again.
+    fn work(&self, work: ObjectRef<Work>) {
+        let _ = self.work.send(work);
     }
 }
 
-/// A placement's decision as published: (cluster, its profile's namespace) for each
-/// chosen cluster, and when.
-type Published = (Vec<(String, String)>, std::time::Instant);
-
-/// What every controller shares: the client, caches of the fleet's objects, and the
-/// queues that make controllers look at an object again.
+/// The fleet's wiring: the client and settings, the shared caches, the queues between
+/// controllers, and each controller's own state (which it alone reads and writes; the
+/// few things another controller may ask of it are methods):
+///
+/// | part | owner | what it holds |
+/// |---|---|---|
+/// | `caches` | the reflectors of [`run`] | the fleet's objects, the Works' index |
+/// | `placement` | placement controller | plans kept, decisions published, templates given a status, the inputs' epoch |
+/// | `push` | push controller | drift watches per member, Works settling, backoff per Work |
+/// | `health` | cluster controller | namespaces, profiles and probes confirmed lately |
+/// | `templates` | the detector | one cache per template kind |
+/// | `members` | — (any controller) | member clients, their credentials' versions |
+/// | `events`, `metrics` | — (any controller) | Events' rate limits and queue; counters |
 pub(crate) struct Fleet {
     client: Client,
     config: Config,
-    clusters: Store<Cluster>,
-    overrides: Store<Override>,
-    cluster_overrides: Store<ClusterOverride>,
-    works: Store<Work>,
-    placements: Store<Placement>,
-    cluster_placements: Store<ClusterPlacement>,
+    caches: caches::Caches,
+    pokes: Pokes,
     templates: templates::Templates,
     members: members::Members,
-    poke_placement: mpsc::UnboundedSender<ObjectRef<Placement>>,
-    poke_cluster_placement: mpsc::UnboundedSender<ObjectRef<ClusterPlacement>>,
-    poke_work: mpsc::UnboundedSender<ObjectRef<Work>>,
-    drift_watches: Mutex<HashMap<String, push::DriftWatch>>,
-    work_index: Mutex<WorkIndex>,
-    /// What each placement last published as its decision (clusters and their profiles'
-    /// namespaces), and when.
-    decisions: Mutex<HashMap<PlacementKey, Published>>,
-    /// Works (namespace/name) whose status write waits for their member's rollout to
-    /// report back: the generation it waits for, and until when.
-    settling: Mutex<HashMap<String, (i64, std::time::Instant)>>,
-    /// Failures in a row of the Works that are failing, for their backoff.
-    retries: Mutex<push::Retries>,
-    /// Namespaces and ClusterProfiles the cluster controller confirmed lately.
-    confirmed: Mutex<health::Confirmed>,
-    /// Moved by every change of the clusters as selection sees them and of the overrides:
-    /// with the same placement, templates and Works, a plan made at one epoch holds.
-    inputs_epoch: std::sync::atomic::AtomicU64,
-    /// Each placement's last plan and the fingerprint of what it was made from: a poke for
-    /// its Works' status alone does not plan again.
-    plans: Mutex<HashMap<PlacementKey, placement::KeptPlan>>,
-    /// The templates each placement last gave a fleet-wide status (this process's).
-    delivered: Mutex<HashMap<PlacementKey, BTreeSet<crate::plan::ManifestId>>>,
+    placement: placement::PlacementState,
+    push: push::PushState,
+    health: health::HealthState,
     metrics: Metrics,
     /// The controllers' Kubernetes Events, rate-limited and aggregated.
     events: events::Recorder,
 }
 
 impl Fleet {
-    /// Makes the controllers look at placement `key` again.
-    fn poke(&self, key: &PlacementKey) {
-        // A closed queue means the process is stopping.
-        match &key.namespace {
-            Some(ns) => {
-                let _ = self
-                    .poke_placement
-                    .send(ObjectRef::new(&key.name).within(ns));
-            }
-            None => {
-                let _ = self.poke_cluster_placement.send(ObjectRef::new(&key.name));
-            }
-        }
-    }
-
-    /// The Works of placement `key`.
-    fn works_of(&self, key: &PlacementKey) -> Vec<Arc<Work>> {
-        let ids: Vec<(String, String)> = {
-            let index = self.work_index.lock().expect("lock");
-            index
-                .by_placement
-                .get(key)
-                .map(|ids| ids.iter().cloned().collect())
-                .unwrap_or_default()
-        };
-        ids.iter()
-            .filter_map(|(ns, name)| self.works.get(&ObjectRef::new(name).within(ns)))
-            .filter(|w| {
-                w.spec.placement.namespace == key.namespace && w.spec.placement.name == key.name
-            })
-            .collect()
-    }
-
-    /// The Works in `namespace` (a cluster's).
-    fn works_in(&self, namespace: &str) -> Vec<Arc<Work>> {
-        let names: Vec<String> = {
-            let index = self.work_index.lock().expect("lock");
-            index
-                .by_namespace
-                .get(namespace)
-                .map(|names| names.iter().cloned().collect())
-                .unwrap_or_default()
-        };
-        names
-            .iter()
-            .filter_map(|name| self.works.get(&ObjectRef::new(name).within(namespace)))
-            .collect()
-    }
-
-    /// Notes that what plans are made from changed (clusters or overrides).
-    fn inputs_changed(&self) {
-        self.inputs_epoch
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    }
-
     /// Makes the push controller sync every Work of `cluster` now, their backoffs over
     /// (the cluster came back).
     fn poke_works_of(&self, cluster: &str) {
         let namespace = crate::plan::work_namespace(cluster);
-        self.retries
-            .lock()
-            .expect("lock")
-            .reset_namespace(&namespace);
-        for w in self.works_in(&namespace) {
-            let _ = self.poke_work.send(ObjectRef::from_obj(&*w));
+        self.push.retry_now(&namespace);
+        for w in self.caches.works.in_namespace(&namespace) {
+            self.pokes.work(ObjectRef::from_obj(&*w));
         }
     }
 
     /// Makes the controllers look at every placement again.
     fn poke_all(&self) {
-        for p in self.placements.state() {
-            let _ = self.poke_placement.send(ObjectRef::from_obj(&*p));
+        for p in self.caches.placements.state() {
+            let _ = self.pokes.placement.send(ObjectRef::from_obj(&*p));
         }
-        for p in self.cluster_placements.state() {
-            let _ = self.poke_cluster_placement.send(ObjectRef::from_obj(&*p));
+        for p in self.caches.cluster_placements.state() {
+            let _ = self.pokes.cluster_placement.send(ObjectRef::from_obj(&*p));
         }
     }
 }
@@ -367,7 +244,7 @@ fn status_patch<S: serde::Serialize>(status: &S) -> kube::api::Patch<()> {
 /// again once the caches are filled.
 fn override_changed<K>(fleet: &std::sync::Weak<Fleet>, event: &watcher::Event<K>) {
     let Some(fleet) = fleet.upgrade() else { return };
-    fleet.inputs_changed();
+    fleet.placement.inputs_changed();
     if !matches!(event, watcher::Event::InitApply(_) | watcher::Event::Init) {
         fleet.poke_all();
     }
@@ -571,24 +448,22 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             health::reconfirm_after(&config),
         ),
         config,
-        clusters,
-        overrides,
-        cluster_overrides,
-        works,
-        placements,
-        cluster_placements,
-        poke_placement,
-        poke_cluster_placement,
-        poke_work,
-        drift_watches: Mutex::default(),
-        work_index: Mutex::default(),
-        decisions: Mutex::default(),
-        settling: Mutex::default(),
-        retries: Mutex::default(),
-        confirmed: Mutex::default(),
-        inputs_epoch: std::sync::atomic::AtomicU64::new(0),
-        plans: Mutex::default(),
-        delivered: Mutex::default(),
+        caches: caches::Caches {
+            clusters,
+            overrides,
+            cluster_overrides,
+            works: caches::Works::new(works),
+            placements,
+            cluster_placements,
+        },
+        pokes: Pokes {
+            placement: poke_placement,
+            cluster_placement: poke_cluster_placement,
+            work: poke_work,
+        },
+        placement: placement::PlacementState::default(),
+        push: push::PushState::default(),
+        health: health::HealthState::default(),
         metrics,
         events: events::Recorder::new(client.clone(), hub_name),
     });
@@ -614,7 +489,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             watcher::Event::Init => false,
         };
         if changed {
-            fleet.inputs_changed();
+            fleet.placement.inputs_changed();
         }
         if changed && !matches!(event, watcher::Event::InitApply(_)) {
             fleet.poke_all();
@@ -641,15 +516,18 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let gathered = changed.clone();
     spawn_reflector("works", works_api, works_writer, move |event| {
         let Some(fleet) = weak.upgrade() else { return };
-        fleet.work_index.lock().expect("lock").apply(event);
+        fleet.caches.works.apply(event);
         let key = |w: &Work| PlacementKey {
             namespace: w.spec.placement.namespace.clone(),
             name: w.spec.placement.name.clone(),
         };
         match event {
-            watcher::Event::Delete(w) => fleet.poke(&key(w)),
+            watcher::Event::Delete(w) => fleet.pokes.placement(&key(w)),
             watcher::Event::Apply(w) => {
-                gathered.lock().expect("lock").insert(key(w));
+                gathered
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key(w));
             }
             _ => {}
         }
@@ -661,9 +539,9 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         loop {
             every.tick().await;
             let Some(fleet) = weak.upgrade() else { return };
-            let keys = std::mem::take(&mut *changed.lock().expect("lock"));
+            let keys = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));
             for key in &keys {
-                fleet.poke(key);
+                fleet.pokes.placement(key);
             }
         }
     });
@@ -675,16 +553,27 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         |_| {},
     );
     for (name, ready) in [
-        ("clusters", fleet.clusters.wait_until_ready().await.is_ok()),
+        (
+            "clusters",
+            fleet.caches.clusters.wait_until_ready().await.is_ok(),
+        ),
         (
             "overrides",
-            fleet.overrides.wait_until_ready().await.is_ok(),
+            fleet.caches.overrides.wait_until_ready().await.is_ok(),
         ),
         (
             "clusteroverrides",
-            fleet.cluster_overrides.wait_until_ready().await.is_ok(),
+            fleet
+                .caches
+                .cluster_overrides
+                .wait_until_ready()
+                .await
+                .is_ok(),
         ),
-        ("works", fleet.works.wait_until_ready().await.is_ok()),
+        (
+            "works",
+            fleet.caches.works.store().wait_until_ready().await.is_ok(),
+        ),
     ] {
         if !ready {
             warn!(cache = name, "cache never filled");

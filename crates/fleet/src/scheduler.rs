@@ -4,10 +4,5 @@
 pub mod division;
 pub mod selection;
 
-pub use division::{
-    Bounds, DivisionError, Dynamic, ReplicaMode, ReplicaPolicy, WeightTerm, divide,
-};
-pub use selection::{
-    ClusterAffinity, PropertyOperator, PropertyRequirement, Reason, Selection, SpreadConstraint,
-    select,
-};
+pub use division::{Bounds, DivisionError, ReplicaPolicy, WeightTerm, divide};
+pub use selection::{ClusterAffinity, Reason, Selection, SpreadConstraint, select};

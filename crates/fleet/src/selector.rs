@@ -3,13 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 /// A Kubernetes label selector: every `matchLabels` pair and every `matchExpressions`
 /// requirement must hold (they are ANDed).
 ///
-/// An empty selector matches every set of labels, as in Kubernetes. The serde form is the
-/// Kubernetes JSON form (`matchLabels`, `matchExpressions`).
+/// An empty selector matches every set of labels, as in Kubernetes. The domain form of a
+/// Kubernetes `LabelSelector` (its operators parsed), made by `TryFrom` in
+/// [`model`](crate::model).
 ///
 /// ```
 /// use std::collections::BTreeMap;
@@ -26,32 +25,27 @@ use serde::{Deserialize, Serialize};
 /// let labels = BTreeMap::from([("tier".to_string(), "prod".to_string())]);
 /// assert!(selector.matches(&labels)); // no `region` label: NotIn holds
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSelector {
     /// Labels that must be present with exactly these values.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub match_labels: BTreeMap<String, String>,
     /// Requirements that must all hold.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
 
 /// One requirement of a [`LabelSelector`]: a key, an operator and (for `In`/`NotIn`) values.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelSelectorRequirement {
     /// The label key the requirement is about.
     pub key: String,
     /// How the label's value is tested.
     pub operator: LabelSelectorOperator,
     /// The values for `In` and `NotIn`; ignored by `Exists` and `DoesNotExist`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<String>,
 }
 
 /// The operator of a [`LabelSelectorRequirement`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LabelSelectorOperator {
     /// The label is present and its value is one of the values.
     In,

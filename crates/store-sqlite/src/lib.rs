@@ -35,7 +35,7 @@ mod write;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
@@ -181,10 +181,20 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         let _ = self.commands.send(Command::Shutdown);
-        if let Some(writer) = self.writer.lock().ok().and_then(|mut w| w.take()) {
+        if let Some(writer) = self
+            .writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = writer.join();
         }
-        if let Some(checkpointer) = self.checkpointer.lock().ok().and_then(|mut c| c.take()) {
+        if let Some(checkpointer) = self
+            .checkpointer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = checkpointer.join();
         }
     }

@@ -1,7 +1,7 @@
 //! Reads: a pool of read-only connections and the queries that read the log at a revision.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use flotilla_store::{
     Bytes, Error, EventKind, KeyValue, ListPage, Result, Revision, WatchEvent, prefix_end,
@@ -31,15 +31,18 @@ impl Readers {
 
     /// Runs `read` on a pooled connection in the calling thread.
     pub(crate) fn with<T>(&self, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let pooled = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let pooled = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         let conn = match pooled {
             Some(conn) => conn,
             None => schema::open_reader(&self.path)?,
         };
         let result = read(&conn);
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < self.keep
-        {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < self.keep {
             idle.push(conn);
         }
         result
@@ -131,9 +134,7 @@ pub(crate) fn list(
 /// The index for reading; a writer that panicked while holding it left it as it was
 /// before that change (changes are single pushes and removals), so it is still usable.
 pub(crate) fn read_index(index: &RwLock<KeyIndex>) -> std::sync::RwLockReadGuard<'_, KeyIndex> {
-    index
-        .read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    index.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The key range a prefix covers, as SQL text: `key >= ?1` and, when bounded, `AND key < ?2`.

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use flotilla_store::watch::EventBus;
@@ -421,9 +421,7 @@ impl Writer {
 
 /// The index for writing (see [`read_index`] on poisoning).
 fn write_index(index: &RwLock<KeyIndex>) -> std::sync::RwLockWriteGuard<'_, KeyIndex> {
-    index
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    index.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The error each write of a failed batch gets.

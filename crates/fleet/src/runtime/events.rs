@@ -22,7 +22,7 @@
 //! count grows.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -351,13 +351,17 @@ impl Recorder {
             note: note.clone(),
         };
         let now = k8s_openapi::jiff::Timestamp::now();
-        let decision = self.aggregator.lock().expect("lock").occur(
-            key,
-            &namespace,
-            &object,
-            now.as_nanosecond(),
-            Instant::now(),
-        );
+        let decision = self
+            .aggregator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .occur(
+                key,
+                &namespace,
+                &object,
+                now.as_nanosecond(),
+                Instant::now(),
+            );
         let time = Time(now);
         let event = |name: String, count: i32| Event {
             metadata: ObjectMeta {

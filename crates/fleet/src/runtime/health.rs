@@ -2,7 +2,7 @@
 //! every health period), its ClusterProfile, and its removal when it is unjoined.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_api::{
@@ -82,6 +82,21 @@ impl Confirmed {
     }
 }
 
+/// What the cluster controller keeps between probes: what it [`Confirmed`] lately. Only
+/// this controller reads and writes it.
+#[derive(Default)]
+pub(super) struct HealthState {
+    confirmed: Mutex<Confirmed>,
+}
+
+impl HealthState {
+    fn confirmed(&self) -> MutexGuard<'_, Confirmed> {
+        self.confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// How long what [`Confirmed`] holds is trusted, and a member client is used before its
 /// credentials are read again if the watch of Secrets has not reported them.
 pub(super) fn reconfirm_after(config: &super::Config) -> Duration {
@@ -118,7 +133,7 @@ pub(super) async fn run(
     fleet: Arc<Fleet>,
     changed: impl futures_util::Stream<Item = Arc<Cluster>> + Send + 'static,
 ) {
-    Controller::for_shared_stream(changed, fleet.clusters.clone())
+    Controller::for_shared_stream(changed, fleet.caches.clusters.clone())
         .run(reconcile, error_policy, fleet)
         .for_each(|_| async {})
         .await;
@@ -131,7 +146,7 @@ fn error_policy(cluster: Arc<Cluster>, error: &Error, fleet: Arc<Fleet>) -> Acti
 
 /// This fleet's probe period and confirmation age (see [`periods`]).
 fn fleet_periods(fleet: &Fleet) -> (Duration, Duration) {
-    let clusters = fleet.confirmed.lock().expect("lock").clusters();
+    let clusters = fleet.health.confirmed().clusters();
     periods(&fleet.config, clusters)
 }
 
@@ -156,16 +171,11 @@ async fn ensure_namespace(
     labels: BTreeMap<String, String>,
 ) -> Result<(), Error> {
     let (_, reconfirm) = fleet_periods(fleet);
-    if fleet
-        .confirmed
-        .lock()
-        .expect("lock")
-        .namespace_exists(name, reconfirm)
-    {
+    if fleet.health.confirmed().namespace_exists(name, reconfirm) {
         return Ok(());
     }
     let confirm = || {
-        let mut confirmed = fleet.confirmed.lock().expect("lock");
+        let mut confirmed = fleet.health.confirmed();
         confirmed.namespaces.insert(name.to_owned(), Instant::now());
     };
     let api: Api<Namespace> = Api::all(fleet.client.clone());
@@ -210,12 +220,10 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     let name = cluster.name_any();
     let (probe_period, reconfirm) = fleet_periods(fleet);
     let generation = cluster.metadata.generation;
-    let due_in =
-        fleet
-            .confirmed
-            .lock()
-            .expect("lock")
-            .probe_due_in(&name, generation, probe_period);
+    let due_in = fleet
+        .health
+        .confirmed()
+        .probe_due_in(&name, generation, probe_period);
     if let Some(due_in) = due_in {
         return Ok(Action::requeue(due_in));
     }
@@ -237,9 +245,8 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         Err(e) => Err(e.to_string()),
     };
     fleet
-        .confirmed
-        .lock()
-        .expect("lock")
+        .health
+        .confirmed()
         .probed
         .insert(name.clone(), (generation, Instant::now()));
     let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -319,13 +326,12 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     }
     let inputs = profile_inputs(cluster, &status);
     let published = fleet
-        .confirmed
-        .lock()
-        .expect("lock")
+        .health
+        .confirmed()
         .profile_published(&name, inputs, reconfirm);
     if !published {
         publish_profile(fleet, cluster, &status).await?;
-        let mut confirmed = fleet.confirmed.lock().expect("lock");
+        let mut confirmed = fleet.health.confirmed();
         confirmed.profiles.insert(name, (inputs, Instant::now()));
     }
     Ok(Action::requeue(probe_period))
@@ -561,8 +567,8 @@ async fn unjoin(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> 
             .or_else(gone)?;
     }
     fleet.members.forget(&name);
-    fleet.drift_watches.lock().expect("lock").remove(&name);
-    fleet.confirmed.lock().expect("lock").forget_cluster(&name);
+    fleet.push.forget_cluster(&name);
+    fleet.health.confirmed().forget_cluster(&name);
     fleet.events.emit(
         &cluster.object_ref(&()),
         None,

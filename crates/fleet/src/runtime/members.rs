@@ -7,7 +7,7 @@
 //! `recheck` old.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_api::Cluster;
@@ -70,7 +70,7 @@ impl Members {
         let turns = self
             .turns
             .lock()
-            .expect("lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(cluster.to_owned())
             .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(MEMBER_CONCURRENCY)))
             .clone();
@@ -101,7 +101,7 @@ impl Members {
         let building = self
             .building
             .lock()
-            .expect("lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(name.clone())
             .or_default()
             .clone();
@@ -119,7 +119,11 @@ impl Members {
                 ))
             })?;
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        if let Some(built) = self.members.lock().expect("lock").get_mut(&name)
+        if let Some(built) = self
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&name)
             && built.version == version
         {
             built.checked = Instant::now();
@@ -137,14 +141,17 @@ impl Members {
             .await
             .map_err(fail)?;
         let member = Arc::new(Member::new(client));
-        self.members.lock().expect("lock").insert(
-            name,
-            Built {
-                version,
-                checked: Instant::now(),
-                member: member.clone(),
-            },
-        );
+        self.members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                name,
+                Built {
+                    version,
+                    checked: Instant::now(),
+                    member: member.clone(),
+                },
+            );
         Ok(member)
     }
 
@@ -152,8 +159,13 @@ impl Members {
     /// the watch says is current, or (a Secret the watch has not reported) not yet
     /// `recheck` old.
     fn current(&self, cluster: &str, secret: &(String, String)) -> Option<Arc<Member>> {
-        let watched = self.watched.lock().expect("lock").get(secret).cloned();
-        let members = self.members.lock().expect("lock");
+        let watched = self
+            .watched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(secret)
+            .cloned();
+        let members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
         let built = members.get(cluster)?;
         let fresh = match watched {
             Some(version) => version == built.version,
@@ -166,13 +178,18 @@ impl Members {
     pub fn secret_seen(&self, secret: (String, String), version: Option<String>) {
         self.watched
             .lock()
-            .expect("lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(secret, version.unwrap_or_default());
     }
 
     /// The watch listed the Secrets again, these ones: any other it knew is gone.
     pub fn secrets_listed(&self, listed: &std::collections::HashSet<(String, String)>) {
-        for (secret, version) in self.watched.lock().expect("lock").iter_mut() {
+        for (secret, version) in self
+            .watched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter_mut()
+        {
             if !listed.contains(secret) {
                 version.clear();
             }
@@ -182,8 +199,14 @@ impl Members {
     /// Forgets the client of `cluster`.
     pub fn forget(&self, cluster: &str) {
         // Its turns stay: syncs in flight hold them.
-        self.members.lock().expect("lock").remove(cluster);
-        self.building.lock().expect("lock").remove(cluster);
+        self.members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(cluster);
+        self.building
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(cluster);
     }
 }
 
@@ -221,7 +244,7 @@ impl Pools {
                 .map_err(|e| format!("the kubeconfig cannot be used: {e}"))?;
         let pool = match sharing_key(&config) {
             Some(key) => {
-                let mut pools = self.pools.lock().expect("lock");
+                let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
                 match pools.get(&key) {
                     Some(pool) => pool.clone(),
                     None => {
@@ -243,7 +266,10 @@ impl Pools {
 
     /// How many distinct pools are kept.
     pub fn len(&self) -> usize {
-        self.pools.lock().expect("lock").len()
+        self.pools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Whether no pool is kept.

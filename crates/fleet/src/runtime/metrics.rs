@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -56,7 +56,10 @@ impl Metrics {
 
     /// How many Works are confirmed in sync.
     pub fn works_in_sync(&self) -> usize {
-        self.in_sync.lock().expect("lock").len()
+        self.in_sync
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Records that the Work `key` was synced: `applied` when every manifest of its
@@ -81,7 +84,7 @@ impl Metrics {
     }
 
     fn set(&self, key: &str, in_sync: bool) {
-        let mut set = self.in_sync.lock().expect("lock");
+        let mut set = self.in_sync.lock().unwrap_or_else(PoisonError::into_inner);
         let changed = if in_sync {
             set.insert(key.to_owned())
         } else {

@@ -1,10 +1,11 @@
 //! The placement controller (Placement and ClusterPlacement alike): plan, write the Works,
 //! publish the decision, and bring status back to the placement and its templates.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use flotilla_api::{
     ClusterDecision, ClusterPlacement, ClusterProfileRef, Placement, PlacementDecision,
@@ -37,6 +38,134 @@ const WRITES_AT_ONCE: usize = 64;
 /// hundreds of megabytes, and two cores gain nothing from more than a few dozen.
 const PLACEMENTS_AT_ONCE: u16 = 32;
 
+/// A placement's decision as published: (cluster, its profile's namespace) for each
+/// chosen cluster, and when.
+type Published = (Vec<(String, String)>, Instant);
+
+/// What the placement controller keeps between reconciles, for each placement: its last
+/// plan, its published decision, and the templates it gave a fleet-wide status; and the
+/// epoch of what plans are made from. Only this controller reads it; the caches' watches
+/// move the epoch ([`PlacementState::inputs_changed`]).
+#[derive(Default)]
+pub(super) struct PlacementState {
+    /// Moved by every change of the clusters as selection sees them and of the overrides:
+    /// with the same placement, templates and Works, a plan made at one epoch holds.
+    inputs_epoch: AtomicU64,
+    /// Each placement's last plan and the fingerprint of what it was made from: a poke for
+    /// its Works' status alone does not plan again.
+    plans: Mutex<HashMap<PlacementKey, KeptPlan>>,
+    /// What each placement last published as its decision (clusters and their profiles'
+    /// namespaces), and when.
+    decisions: Mutex<HashMap<PlacementKey, Published>>,
+    /// The templates each placement last gave a fleet-wide status (this process's).
+    delivered: Mutex<HashMap<PlacementKey, BTreeSet<plan::ManifestId>>>,
+}
+
+impl PlacementState {
+    /// Notes that what plans are made from changed (clusters or overrides).
+    pub(super) fn inputs_changed(&self) {
+        self.inputs_epoch.fetch_add(1, AtomicOrdering::AcqRel);
+    }
+
+    /// The epoch of what plans are made from.
+    fn epoch(&self) -> u64 {
+        self.inputs_epoch.load(AtomicOrdering::Acquire)
+    }
+
+    /// The plan kept for `key`, if it was made from inputs of this `fingerprint`.
+    fn kept_plan(&self, key: &PlacementKey, fingerprint: u64) -> Option<KeptPlan> {
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .filter(|kept| kept.fingerprint == fingerprint)
+            .cloned()
+    }
+
+    /// Keeps `plan` as `key`'s (`None`: forgets the one kept).
+    fn keep_plan(&self, key: &PlacementKey, plan: Option<KeptPlan>) {
+        let mut plans = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        match plan {
+            Some(plan) => plans.insert(key.clone(), plan),
+            None => plans.remove(key),
+        };
+    }
+
+    /// The clusters `key` last published as its decision.
+    fn decided(&self, key: &PlacementKey) -> Option<Vec<String>> {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .map(|(decided, _)| decided.iter().map(|(c, _)| c.clone()).collect())
+    }
+
+    /// Whether `key` published `decided` less than `max_age` ago.
+    fn published_lately(
+        &self,
+        key: &PlacementKey,
+        decided: &[(String, String)],
+        max_age: Duration,
+    ) -> bool {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .is_some_and(|(d, at)| *d == decided && at.elapsed() < max_age)
+    }
+
+    /// Notes that `key` published `decided` now.
+    fn published(&self, key: &PlacementKey, decided: Vec<(String, String)>) {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), (decided, Instant::now()));
+    }
+
+    /// The templates `key` gave a status last time and does not deliver `now`.
+    fn no_longer_delivered(
+        &self,
+        key: &PlacementKey,
+        now: &BTreeSet<plan::ManifestId>,
+    ) -> Vec<plan::ManifestId> {
+        self.delivered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .map(|before| before.difference(now).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Notes the templates `key` gives a status now.
+    fn delivers(&self, key: &PlacementKey, templates: BTreeSet<plan::ManifestId>) {
+        self.delivered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), templates);
+    }
+
+    /// Forgets the templates `key` gave a status, returning them.
+    fn take_delivered(&self, key: &PlacementKey) -> BTreeSet<plan::ManifestId> {
+        self.delivered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key)
+            .unwrap_or_default()
+    }
+
+    /// Forgets the plan and decision of `key` (it is going).
+    fn forget(&self, key: &PlacementKey) {
+        self.decisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
 /// What the controller needs of a Placement or a ClusterPlacement.
 pub(super) trait PlacementObject:
     Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Serialize + Send + Sync + 'static
@@ -55,7 +184,7 @@ impl PlacementObject for Placement {
         self.status.as_ref()
     }
     fn store(fleet: &Fleet) -> kube::runtime::reflector::Store<Self> {
-        fleet.placements.clone()
+        fleet.caches.placements.clone()
     }
     fn api(fleet: &Fleet, namespace: Option<&str>) -> Api<Self> {
         match namespace {
@@ -73,7 +202,7 @@ impl PlacementObject for ClusterPlacement {
         self.status.as_ref()
     }
     fn store(fleet: &Fleet) -> kube::runtime::reflector::Store<Self> {
-        fleet.cluster_placements.clone()
+        fleet.caches.cluster_placements.clone()
     }
     fn api(fleet: &Fleet, _: Option<&str>) -> Api<Self> {
         Api::all(fleet.client.clone())
@@ -181,7 +310,9 @@ fn hash_template(template: &Value, hasher: &mut impl std::hash::Hasher) {
 /// The placement's current Works, by cluster.
 fn current_works(fleet: &Fleet, key: &PlacementKey) -> BTreeMap<String, Arc<Work>> {
     fleet
-        .works_of(key)
+        .caches
+        .works
+        .of(key)
         .into_iter()
         .map(|w| (w.spec.cluster.clone(), w))
         .collect()
@@ -194,9 +325,7 @@ async fn place<P: PlacementObject>(
 ) -> Result<Action, Error> {
     let spec = p.spec();
     // Read before the inputs: a change after this makes the next reconcile plan again.
-    let epoch = fleet
-        .inputs_epoch
-        .load(std::sync::atomic::Ordering::Acquire);
+    let epoch = fleet.placement.epoch();
     // A kind the hub does not serve (or whose cache is not filled) plans nothing: the
     // current Works stay as they are.
     let templates::Selected {
@@ -211,10 +340,11 @@ async fn place<P: PlacementObject>(
     };
     // A cluster being unjoined takes no new Works.
     let clusters = fleet
+        .caches
         .clusters
         .state_filter(|c| c.metadata.deletion_timestamp.is_none());
-    let overrides = fleet.overrides.state();
-    let cluster_overrides = fleet.cluster_overrides.state();
+    let overrides = fleet.caches.overrides.state();
+    let cluster_overrides = fleet.caches.cluster_overrides.state();
     let mut refs: Vec<OverrideRef<'_>> = cluster_overrides
         .iter()
         .map(|o| OverrideRef {
@@ -234,13 +364,7 @@ async fn place<P: PlacementObject>(
         .map(|(cluster, w)| (cluster.clone(), &w.spec))
         .collect();
     let fingerprint = plan_fingerprint(p, &templates, &works, epoch);
-    let kept = fleet
-        .plans
-        .lock()
-        .expect("lock")
-        .get(key)
-        .filter(|kept| kept.fingerprint == fingerprint)
-        .cloned();
+    let kept = fleet.placement.kept_plan(key, fingerprint);
     // The plan, and the clusters whose current Work is the one it wants.
     let (plan, as_planned) = match kept {
         // Every Work it wants is written as planned, and nothing changed since.
@@ -262,29 +386,19 @@ async fn place<P: PlacementObject>(
                 && works.keys().all(|c| plan.works.contains_key(c));
             plan.works.clear();
             let plan = Arc::new(plan);
-            let mut plans = fleet.plans.lock().expect("lock");
-            if settled {
-                plans.insert(
-                    key.clone(),
-                    KeptPlan {
-                        fingerprint,
-                        plan: plan.clone(),
-                        clusters: as_planned.clone(),
-                    },
-                );
-            } else {
-                plans.remove(key);
-            }
+            fleet.placement.keep_plan(
+                key,
+                settled.then(|| KeptPlan {
+                    fingerprint,
+                    plan: plan.clone(),
+                    clusters: as_planned.clone(),
+                }),
+            );
             (plan, as_planned)
         }
     };
 
-    let before: Option<Vec<String>> = fleet
-        .decisions
-        .lock()
-        .expect("lock")
-        .get(key)
-        .map(|(decided, _)| decided.iter().map(|(c, _)| c.clone()).collect());
+    let before = fleet.placement.decided(key);
     publish_decision(fleet, key, &plan.selection.chosen).await?;
     super::events::scheduled(
         &fleet.events,
@@ -330,22 +444,12 @@ async fn place<P: PlacementObject>(
     // placement delivers them.
     let now_delivered: BTreeSet<plan::ManifestId> =
         templates.iter().map(plan::manifest_id).collect();
-    let dropped: Vec<plan::ManifestId> = fleet
-        .delivered
-        .lock()
-        .expect("lock")
-        .get(key)
-        .map(|before| before.difference(&now_delivered).cloned().collect())
-        .unwrap_or_default();
+    let dropped = fleet.placement.no_longer_delivered(key, &now_delivered);
     for id in dropped {
         forget_template(fleet, &id, key).await?;
     }
     // Noted once each dropped one is done (a failure tries them again).
-    fleet
-        .delivered
-        .lock()
-        .expect("lock")
-        .insert(key.clone(), now_delivered);
+    fleet.placement.delivers(key, now_delivered);
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -356,7 +460,7 @@ fn not_ready(fleet: &Fleet, chosen: &[String]) -> BTreeMap<String, Time> {
     chosen
         .iter()
         .filter_map(|name| {
-            let cluster = fleet.clusters.get(&ObjectRef::new(name))?;
+            let cluster = fleet.caches.clusters.get(&ObjectRef::new(name))?;
             let ready = cluster
                 .status
                 .as_ref()?
@@ -399,7 +503,7 @@ async fn write_works(
             continue;
         }
         let namespace = work_namespace(cluster);
-        let taken = fleet.works.get(&ObjectRef::new(&name).within(&namespace));
+        let taken = fleet.caches.works.get(&namespace, &name);
         if let Some(other) = taken.filter(|w| w.spec.placement != key.reference()) {
             warn!(%cluster, work = %name, other = ?other.spec.placement, "a Work of this name belongs to another placement");
             continue;
@@ -524,14 +628,7 @@ async fn forget_templates<P: PlacementObject>(
         Err(e) => return Err(e),
     };
     let mut ids: BTreeSet<plan::ManifestId> = selected.iter().map(plan::manifest_id).collect();
-    ids.extend(
-        fleet
-            .delivered
-            .lock()
-            .expect("lock")
-            .remove(key)
-            .unwrap_or_default(),
-    );
+    ids.extend(fleet.placement.take_delivered(key));
     for id in ids {
         forget_template(fleet, &id, key).await?;
     }
@@ -660,6 +757,7 @@ async fn publish_decision(
     let placement_label = key.name.clone();
     let profile_namespace = |cluster: &str| {
         fleet
+            .caches
             .clusters
             .get(&ObjectRef::new(cluster))
             .and_then(|c| c.spec.cluster_set.clone())
@@ -672,11 +770,8 @@ async fn publish_decision(
     // Published by this process within a resync period: nothing to read or write (past
     // it, the decisions are read again, and put back if someone changed them).
     if fleet
-        .decisions
-        .lock()
-        .expect("lock")
-        .get(key)
-        .is_some_and(|(d, at)| *d == decided && at.elapsed() < fleet.config.resync_period)
+        .placement
+        .published_lately(key, &decided, fleet.config.resync_period)
     {
         return Ok(());
     }
@@ -739,11 +834,7 @@ async fn publish_decision(
             Err(e) => return Err(e.into()),
         }
     }
-    fleet
-        .decisions
-        .lock()
-        .expect("lock")
-        .insert(key.clone(), (decided, std::time::Instant::now()));
+    fleet.placement.published(key, decided);
     Ok(())
 }
 
@@ -755,8 +846,7 @@ async fn unplace<P: PlacementObject>(
     p: &P,
     key: &PlacementKey,
 ) -> Result<Action, Error> {
-    fleet.decisions.lock().expect("lock").remove(key);
-    fleet.plans.lock().expect("lock").remove(key);
+    fleet.placement.forget(key);
     let name = key.work_name();
     let works = current_works(fleet, key);
     for cluster in works.keys() {
@@ -796,6 +886,74 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_placement_controllers_state_is_kept_per_placement_and_forgotten_with_it() {
+        let state = PlacementState::default();
+        let key = |name: &str| PlacementKey {
+            namespace: Some("shop".into()),
+            name: name.into(),
+        };
+        let (web, db) = (key("web"), key("db"));
+        // The epoch moves with every change of the inputs.
+        let epoch = state.epoch();
+        state.inputs_changed();
+        assert_eq!(state.epoch(), epoch + 1);
+        // A plan is kept for the fingerprint it was made from, and for its placement.
+        let kept = KeptPlan {
+            fingerprint: 7,
+            plan: Arc::new(plan::Plan::default()),
+            clusters: Arc::new(BTreeSet::from(["a".to_owned()])),
+        };
+        state.keep_plan(&web, Some(kept));
+        assert!(
+            state
+                .kept_plan(&web, 7)
+                .is_some_and(|k| k.clusters.contains("a"))
+        );
+        assert!(state.kept_plan(&web, 8).is_none());
+        assert!(state.kept_plan(&db, 7).is_none());
+        state.keep_plan(&web, None);
+        assert!(state.kept_plan(&web, 7).is_none());
+        // A decision published lately is not published again.
+        let decided = vec![("a".to_owned(), "flotilla-system".to_owned())];
+        assert_eq!(state.decided(&web), None);
+        state.published(&web, decided.clone());
+        assert_eq!(state.decided(&web), Some(vec!["a".to_owned()]));
+        assert!(state.published_lately(&web, &decided, Duration::from_secs(60)));
+        assert!(!state.published_lately(&web, &decided, Duration::ZERO));
+        assert!(!state.published_lately(&web, &[], Duration::from_secs(60)));
+        assert!(!state.published_lately(&db, &decided, Duration::from_secs(60)));
+        // The templates given a status: those no longer delivered are told.
+        let id = |name: &str| {
+            (
+                "apps/v1".to_owned(),
+                "Deployment".to_owned(),
+                "shop".to_owned(),
+                name.to_owned(),
+            )
+        };
+        state.delivers(&web, BTreeSet::from([id("web"), id("api")]));
+        assert_eq!(
+            state.no_longer_delivered(&web, &BTreeSet::from([id("web")])),
+            [id("api")]
+        );
+        assert!(state.no_longer_delivered(&db, &BTreeSet::new()).is_empty());
+        // A placement going forgets its plan and decision; its templates are taken once.
+        state.keep_plan(
+            &web,
+            Some(KeptPlan {
+                fingerprint: 1,
+                plan: Arc::new(plan::Plan::default()),
+                clusters: Arc::default(),
+            }),
+        );
+        state.forget(&web);
+        assert!(state.kept_plan(&web, 1).is_none());
+        assert_eq!(state.decided(&web), None);
+        assert_eq!(state.take_delivered(&web).len(), 2);
+        assert!(state.take_delivered(&web).is_empty());
+    }
 
     #[test]
     fn a_plan_is_made_again_when_its_inputs_change_and_not_for_status() {

@@ -2,8 +2,8 @@
 //! ([`flotilla_delivery::Member::sync`]) and its status written back; a change of a
 //! delivered object on the member makes the cluster's Works sync again (drift).
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_api::{DeletionPolicy, Work, WorkStatus};
@@ -109,14 +109,83 @@ impl Drop for DriftWatch {
     }
 }
 
+/// What the push controller keeps between syncs: the watch of each member's delivered
+/// objects, the Works whose status waits for their rollout, and the failures in a row of
+/// each failing Work. Only this controller reads it; the cluster controller may ask it to
+/// try a cluster's Works at once ([`PushState::retry_now`]) or drop a cluster's watch
+/// ([`PushState::forget_cluster`]).
+#[derive(Default)]
+pub(super) struct PushState {
+    /// The drift watch of each member, by cluster name.
+    drift_watches: Mutex<HashMap<String, DriftWatch>>,
+    /// Works (namespace/name) whose status write waits for their member's rollout to
+    /// report back: the generation it waits for, and until when.
+    settling: Mutex<HashMap<String, (i64, Instant)>>,
+    /// Failures in a row of the Works that are failing, for their backoff.
+    retries: Mutex<Retries>,
+}
+
+impl PushState {
+    /// Forgets the failures of every Work in `namespace` (a cluster's, which came back):
+    /// they are tried now and start over.
+    pub(super) fn retry_now(&self, namespace: &str) {
+        self.retries().reset_namespace(namespace);
+    }
+
+    /// Stops watching `cluster`'s delivered objects (it is unjoined).
+    pub(super) fn forget_cluster(&self, cluster: &str) {
+        self.drift_watches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(cluster);
+    }
+
+    /// Forgets what is kept of Work `key` (it is going).
+    fn forget_work(&self, key: &str) {
+        self.settling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+        self.retries().reset(key);
+    }
+
+    fn retries(&self) -> MutexGuard<'_, Retries> {
+        self.retries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Until when the status of Work `key` (whose sync gave `status`) is left unwritten,
+    /// for its rollout to report back; see [`settles_until`].
+    fn settling(
+        &self,
+        key: &str,
+        work: &Work,
+        status: &WorkStatus,
+        applied: bool,
+        now: Instant,
+    ) -> Option<Instant> {
+        let generation = status.observed_generation.unwrap_or_default();
+        let mut settling = self.settling.lock().unwrap_or_else(PoisonError::into_inner);
+        let waiting = settling
+            .remove(key)
+            .filter(|(waited_for, _)| *waited_for == generation)
+            .map(|(_, until)| until);
+        let until = settles_until(work.status.as_ref(), status, applied, waiting, now);
+        if let Some(until) = until {
+            settling.insert(key.to_owned(), (generation, until));
+        }
+        until
+    }
+}
+
 /// Runs the Work controller until the process ends; `pokes` are extra requests.
 pub(super) async fn run(
     fleet: Arc<Fleet>,
     changed: impl Stream<Item = Arc<Work>> + Send + 'static,
     pokes: impl Stream<Item = ObjectRef<Work>> + Send + 'static,
 ) {
-    let changed = needing_sync(changed, fleet.works.clone());
-    Controller::for_shared_stream(changed, fleet.works.clone())
+    let works = fleet.caches.works.store().clone();
+    let changed = needing_sync(changed, works.clone());
+    Controller::for_shared_stream(changed, works)
         .with_config(
             kube::runtime::controller::Config::default()
                 .concurrency(u16::try_from(PUSH_CONCURRENCY).unwrap_or(u16::MAX)),
@@ -176,7 +245,7 @@ fn error_policy(work: Arc<Work>, error: &Error, fleet: Arc<Fleet>) -> Action {
     if error.is_stale_finalizer() {
         return Action::requeue(Duration::from_millis(200));
     }
-    let wait = fleet.retries.lock().expect("lock").failed(&key(&work));
+    let wait = fleet.push.retries().failed(&key(&work));
     fleet.events.emit(
         &work.object_ref(&()),
         Some(&placement_ref(&work)),
@@ -230,7 +299,7 @@ async fn reconcile(work: Arc<Work>, fleet: Arc<Fleet>) -> Result<Action, Error> 
 
 fn cluster_of(fleet: &Fleet, name: &str) -> Option<Arc<flotilla_api::Cluster>> {
     // Clusters are cluster-scoped: found by name, not by a scan of them all.
-    fleet.clusters.get(&ObjectRef::new(name))
+    fleet.caches.clusters.get(&ObjectRef::new(name))
 }
 
 async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
@@ -266,21 +335,9 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     // is written once then, with its availability, not now and again then; a report of
     // the rollout still under way (its first counters) is waited past too. At the latest
     // it is written by the first sync SETTLING after the apply.
-    let generation = status.observed_generation.unwrap_or_default();
     let key = key(work);
     let now = Instant::now();
-    let waiting = {
-        let mut settling = fleet.settling.lock().expect("lock");
-        let waiting = settling
-            .remove(&key)
-            .filter(|(waited_for, _)| *waited_for == generation)
-            .map(|(_, until)| until);
-        let until = settles_until(work.status.as_ref(), &status, applied, waiting, now);
-        if let Some(until) = until {
-            settling.insert(key.clone(), (generation, until));
-        }
-        until
-    };
+    let waiting = fleet.push.settling(&key, work, &status, applied, now);
     if let Some(until) = waiting {
         watch_drift(fleet, name, &member, work);
         return Ok(Action::requeue(until - now));
@@ -299,7 +356,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     }
     watch_drift(fleet, name, &member, work);
     // A failed apply is tried again with backoff, not only at the next resync.
-    let mut retries = fleet.retries.lock().expect("lock");
+    let mut retries = fleet.push.retries();
     if applied {
         retries.reset(&key);
         Ok(Action::requeue(fleet.config.resync_period))
@@ -443,7 +500,11 @@ fn watch_drift(
             .collect()
     }
     let wanted = kinds_of(std::iter::once(work));
-    let mut watches = fleet.drift_watches.lock().expect("lock");
+    let mut watches = fleet
+        .push
+        .drift_watches
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     // Most syncs add no kind: the watch stays and the cluster's other Works are not read.
     if watches
         .get(cluster)
@@ -451,7 +512,10 @@ fn watch_drift(
     {
         return;
     }
-    let works = fleet.works_in(&format!("{WORK_NAMESPACE_PREFIX}{cluster}"));
+    let works = fleet
+        .caches
+        .works
+        .in_namespace(&format!("{WORK_NAMESPACE_PREFIX}{cluster}"));
     let mut kinds = kinds_of(works.iter().map(|w| &**w));
     kinds.extend(wanted);
     let list: Vec<(String, String)> = kinds.iter().cloned().collect();
@@ -466,15 +530,13 @@ fn watch_drift(
             match change {
                 // The Work that delivered the object syncs again (if it is still there).
                 Change::Object { work: Some(work) } => {
-                    let _ = fleet
-                        .poke_work
-                        .send(ObjectRef::new(&work).within(&namespace));
+                    fleet.pokes.work(ObjectRef::new(&work).within(&namespace));
                 }
                 // A list may hide changes: every Work of the cluster syncs again, from
                 // what the watches now hold.
                 Change::Object { work: None } | Change::Listed => {
-                    for w in fleet.works_in(&namespace) {
-                        let _ = fleet.poke_work.send(ObjectRef::from_obj(&*w));
+                    for w in fleet.caches.works.in_namespace(&namespace) {
+                        fleet.pokes.work(ObjectRef::from_obj(&*w));
                     }
                 }
             }
@@ -487,8 +549,7 @@ fn watch_drift(
 /// that is gone, or being unjoined while it does not answer, is not waited for.
 async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     fleet.metrics.forget(&key(work));
-    fleet.settling.lock().expect("lock").remove(&key(work));
-    fleet.retries.lock().expect("lock").reset(&key(work));
+    fleet.push.forget_work(&key(work));
     let name = &work.spec.cluster;
     let Some(cluster) = cluster_of(fleet, name) else {
         info!("cluster gone: nothing to remove");
@@ -612,6 +673,61 @@ mod tests {
         retries.reset_namespace("flotilla-cluster-a");
         assert!(retries.failed("flotilla-cluster-a/shop.web") < Duration::from_secs(2));
         assert!(retries.failed("flotilla-cluster-b/shop.web") >= Duration::from_secs(4));
+    }
+
+    #[test]
+    fn the_push_controllers_state_is_kept_per_work_and_cluster() {
+        let state = PushState::default();
+        let condition = |type_: &str, status: &str| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: String::new(),
+            last_transition_time: Time(Default::default()),
+            observed_generation: None,
+        };
+        let rolling_out = WorkStatus {
+            observed_generation: Some(2),
+            conditions: vec![
+                condition(flotilla_api::condition::APPLIED, "True"),
+                condition(flotilla_api::condition::AVAILABLE, "False"),
+            ],
+            ..WorkStatus::default()
+        };
+        let mut work = Work::new("shop.web", WorkSpec::default());
+        work.status = Some(WorkStatus {
+            observed_generation: Some(1),
+            ..WorkStatus::default()
+        });
+        let key = "flotilla-cluster-a/shop.web";
+        let now = Instant::now();
+        // The first sync of the rollout starts the wait; later ones keep its end.
+        let until = state.settling(key, &work, &rolling_out, true, now);
+        assert_eq!(until, Some(now + SETTLING));
+        let later = now + SETTLING / 2;
+        assert_eq!(state.settling(key, &work, &rolling_out, true, later), until);
+        // Another Work waits on its own.
+        let other = "flotilla-cluster-b/shop.web";
+        assert_eq!(
+            state.settling(other, &work, &rolling_out, true, later),
+            Some(later + SETTLING)
+        );
+        // A Work going forgets its wait and its failures.
+        state.retries().failed(key);
+        state.retries().failed(key);
+        state.forget_work(key);
+        assert_eq!(
+            state.settling(key, &work, &rolling_out, true, later),
+            Some(later + SETTLING)
+        );
+        assert!(state.retries().failed(key) < Duration::from_secs(2));
+        // Its cluster coming back tries its Works at once, not the other cluster's.
+        state.retries().failed(other);
+        state.retries().failed(key);
+        state.retry_now("flotilla-cluster-a");
+        assert!(state.retries().failed(key) < Duration::from_secs(2));
+        // (its second failure in a row)
+        assert!(state.retries().failed(other) >= Duration::from_secs(2));
     }
 
     #[test]

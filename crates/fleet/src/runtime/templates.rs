@@ -2,7 +2,7 @@
 //! first use), whose changes make the placements selecting the changed object look again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -56,7 +56,7 @@ impl Templates {
         let known = self
             .kinds
             .lock()
-            .expect("lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .get(&(api_version.to_owned(), kind.to_owned()))
             .cloned();
         let found = match known {
@@ -108,7 +108,7 @@ impl Templates {
             store,
         };
         {
-            let mut kinds = self.kinds.lock().expect("lock");
+            let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(other) = kinds.get(&key) {
                 return Ok(other.clone());
             }
@@ -141,7 +141,7 @@ impl Templates {
             }
             let object = as_value(object, &api_version, &kind);
             for key in selecting(&fleet, &object) {
-                fleet.poke(&key);
+                fleet.pokes.placement(&key);
             }
         });
         Ok(found)
@@ -186,7 +186,7 @@ pub(super) fn as_value(object: &DynamicObject, api_version: &str, kind: &str) ->
 /// The placements that select `object`.
 pub(super) fn selecting(fleet: &Fleet, object: &Value) -> Vec<PlacementKey> {
     let mut keys = Vec::new();
-    for p in fleet.placements.state() {
+    for p in fleet.caches.placements.state() {
         let namespace = p.metadata.namespace.as_deref();
         if plan::selects(&p.spec, namespace, object) {
             keys.push(PlacementKey {
@@ -195,7 +195,7 @@ pub(super) fn selecting(fleet: &Fleet, object: &Value) -> Vec<PlacementKey> {
             });
         }
     }
-    for p in fleet.cluster_placements.state() {
+    for p in fleet.caches.cluster_placements.state() {
         if plan::selects(&p.spec.placement, None, object) {
             keys.push(PlacementKey {
                 namespace: None,

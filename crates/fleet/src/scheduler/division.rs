@@ -17,67 +17,42 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
-use crate::{ClusterTerm, ClusterView};
+use crate::{ClusterTerm, ClusterView, Dynamic, ReplicaMode};
 
 /// How a template's replicas go to the chosen clusters.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// The domain form of [`flotilla_api::ReplicaPolicy`] (weights unsigned, bounds wide),
+/// made by `TryFrom` in [`model`](crate::model). With [`Dynamic::AvailableCapacity`] a
+/// cluster's weight is its `available_replicas` (none reported, or negative: 0; above
+/// `u32::MAX`: `u32::MAX`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplicaPolicy {
     /// Whether every cluster runs all replicas or a share of them.
-    #[serde(default)]
     pub mode: ReplicaMode,
     /// Static weights in `Divided` mode: a cluster's weight is that of the first term it
     /// matches, 0 if it matches none. No terms: equal weights.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weights: Vec<WeightTerm>,
     /// Weights read from the clusters instead; when set, `weights` is ignored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamic: Option<Dynamic>,
     /// Bounds on each weighted cluster's replicas in `Divided` mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_cluster: Option<Bounds>,
 }
 
-/// Whether clusters share the replicas.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ReplicaMode {
-    /// Every chosen cluster runs the template's replica count.
-    #[default]
-    Duplicated,
-    /// The replicas are divided among the chosen clusters by weight.
-    Divided,
-}
-
 /// A static weight for the clusters a [`ClusterTerm`] holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WeightTerm {
     /// The clusters this weight is for.
-    #[serde(default)]
     pub clusters: ClusterTerm,
     /// Their weight.
     pub weight: u32,
 }
 
-/// Weights read from the clusters' status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Dynamic {
-    /// A cluster's weight is its `available_replicas` (none reported, or negative: 0;
-    /// above `u32::MAX`: `u32::MAX`).
-    AvailableCapacity,
-}
-
 /// Bounds on the replicas of each weighted cluster (clusters of weight 0 always get 0).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Bounds {
     /// The fewest replicas a weighted cluster gets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<i64>,
     /// The most replicas a cluster gets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<i64>,
 }
 

@@ -15,76 +15,43 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::{
+    ClusterView, LabelSelector, PropertyOperator, PropertyRequirement, Taint, TaintEffect,
+    Toleration,
+};
 use flotilla_api::quantity::Amount;
-use serde::{Deserialize, Serialize};
-
-use crate::{ClusterView, LabelSelector, Taint, TaintEffect, Toleration};
 
 /// Which clusters a placement wants. Every term given must hold (they are ANDed); an empty
 /// affinity selects every cluster.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// The domain form of [`flotilla_api::ClusterAffinity`] (its label selector parsed, its
+/// count unsigned), made by `TryFrom` in [`model`](crate::model). A property requirement
+/// holds when both sides are numbers or Kubernetes quantities ([`Amount`], read exactly)
+/// compared by value; otherwise `Eq` and `Ne` compare the strings, and `Gt`, `Ge`, `Lt`
+/// and `Le` do not hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterAffinity {
     /// Cluster names; empty means any name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
     /// Cluster sets; empty means any set (or none).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_sets: Vec<String>,
     /// A selector on the cluster's labels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<LabelSelector>,
     /// Requirements on the cluster's properties.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub property_selector: Vec<PropertyRequirement>,
     /// The cluster taints the placement tolerates.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
     /// Pick this many of the feasible clusters; `None` picks them all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
     /// How the clusters `count` picks spread over topologies (cluster labels).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spread: Vec<SpreadConstraint>,
-}
-
-/// A requirement on one cluster property: `properties[name] <operator> value`.
-///
-/// When both sides are numbers or Kubernetes quantities ([`Amount`], read exactly)
-/// they are compared by value. Otherwise `Eq` and `Ne` compare the strings, and `Gt`,
-/// `Ge`, `Lt` and `Le` do not hold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PropertyRequirement {
-    /// The property's name (such as `allocatable-cpu`).
-    pub name: String,
-    /// The comparison.
-    pub operator: PropertyOperator,
-    /// The value the property is compared with.
-    pub value: String,
-}
-
-/// The comparison of a [`PropertyRequirement`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum PropertyOperator {
-    /// Equal.
-    Eq,
-    /// Not equal.
-    Ne,
-    /// Greater than (numbers only).
-    Gt,
-    /// Greater than or equal (numbers only).
-    Ge,
-    /// Less than (numbers only).
-    Lt,
-    /// Less than or equal (numbers only).
-    Le,
 }
 
 /// Spread the clusters `count` picks over the values of one cluster label: the most- and
 /// the least-picked values differ by at most `max_skew` clusters where that is possible.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// The domain form of [`flotilla_api::SpreadConstraint`] (`max_skew` unsigned).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpreadConstraint {
     /// The cluster label whose values are the topologies (such as
     /// `topology.kubernetes.io/region`). Clusters without it are not eligible.
@@ -235,7 +202,7 @@ fn feasibility(
         return Err(Reason::LabelSelector);
     }
     for requirement in &affinity.property_selector {
-        requirement.check(&cluster.properties)?;
+        check_property(requirement, &cluster.properties)?;
     }
     let untolerated = |effect: TaintEffect| {
         cluster.taints.iter().find(|taint| {
@@ -269,43 +236,44 @@ fn compare_numbers(left: &str, right: &str) -> Option<Ordering> {
     Some(Amount::parse_exact(left)?.cmp(&Amount::parse_exact(right)?))
 }
 
-impl PropertyRequirement {
-    /// Whether `properties` satisfy this requirement, and if not, why.
-    pub fn check(&self, properties: &BTreeMap<String, String>) -> Result<(), Reason> {
-        let Some(actual) = properties.get(&self.name) else {
-            return Err(Reason::PropertyNotSet {
-                name: self.name.clone(),
-            });
-        };
-        let ordering = compare_numbers(actual, &self.value);
-        let holds = match (self.operator, ordering) {
-            (PropertyOperator::Eq, Some(o)) => o == Ordering::Equal,
-            (PropertyOperator::Ne, Some(o)) => o != Ordering::Equal,
-            (PropertyOperator::Eq, None) => *actual == self.value,
-            (PropertyOperator::Ne, None) => *actual != self.value,
-            (PropertyOperator::Gt, Some(o)) => o == Ordering::Greater,
-            (PropertyOperator::Ge, Some(o)) => o != Ordering::Less,
-            (PropertyOperator::Lt, Some(o)) => o == Ordering::Less,
-            (PropertyOperator::Le, Some(o)) => o != Ordering::Greater,
-            (_, None) => {
-                return Err(Reason::PropertyNotComparable {
-                    name: self.name.clone(),
-                    actual: actual.clone(),
-                    operator: self.operator,
-                    value: self.value.clone(),
-                });
-            }
-        };
-        if holds {
-            Ok(())
-        } else {
-            Err(Reason::PropertyMismatch {
-                name: self.name.clone(),
+/// Whether `properties` satisfy `requirement`, and if not, why.
+fn check_property(
+    requirement: &PropertyRequirement,
+    properties: &BTreeMap<String, String>,
+) -> Result<(), Reason> {
+    let Some(actual) = properties.get(&requirement.name) else {
+        return Err(Reason::PropertyNotSet {
+            name: requirement.name.clone(),
+        });
+    };
+    let ordering = compare_numbers(actual, &requirement.value);
+    let holds = match (requirement.operator, ordering) {
+        (PropertyOperator::Eq, Some(o)) => o == Ordering::Equal,
+        (PropertyOperator::Ne, Some(o)) => o != Ordering::Equal,
+        (PropertyOperator::Eq, None) => *actual == requirement.value,
+        (PropertyOperator::Ne, None) => *actual != requirement.value,
+        (PropertyOperator::Gt, Some(o)) => o == Ordering::Greater,
+        (PropertyOperator::Ge, Some(o)) => o != Ordering::Less,
+        (PropertyOperator::Lt, Some(o)) => o == Ordering::Less,
+        (PropertyOperator::Le, Some(o)) => o != Ordering::Greater,
+        (_, None) => {
+            return Err(Reason::PropertyNotComparable {
+                name: requirement.name.clone(),
                 actual: actual.clone(),
-                operator: self.operator,
-                value: self.value.clone(),
-            })
+                operator: requirement.operator,
+                value: requirement.value.clone(),
+            });
         }
+    };
+    if holds {
+        Ok(())
+    } else {
+        Err(Reason::PropertyMismatch {
+            name: requirement.name.clone(),
+            actual: actual.clone(),
+            operator: requirement.operator,
+            value: requirement.value.clone(),
+        })
     }
 }
 
@@ -376,19 +344,6 @@ fn pick<'a>(
         picked.push(cluster);
     }
     (picked, feasible)
-}
-
-impl fmt::Display for PropertyOperator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PropertyOperator::Eq => "=",
-            PropertyOperator::Ne => "!=",
-            PropertyOperator::Gt => ">",
-            PropertyOperator::Ge => ">=",
-            PropertyOperator::Lt => "<",
-            PropertyOperator::Le => "<=",
-        })
-    }
 }
 
 impl fmt::Display for Reason {
@@ -614,7 +569,7 @@ mod tests {
             };
             let properties = BTreeMap::from([("p".to_string(), actual.to_string())]);
             assert_eq!(
-                requirement.check(&properties).is_ok(),
+                check_property(&requirement, &properties).is_ok(),
                 expected,
                 "{actual} {operator} {value}"
             );
