@@ -12,7 +12,7 @@
 //! whether a request naming one fails, warns or passes silently.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use serde_json::{Map, Value};
 
@@ -470,7 +470,7 @@ static COMPILED: LazyLock<Mutex<CompiledCache>> = LazyLock::new(Mutex::default);
 /// The compiled `x-kubernetes-validations` rules of `schema`; `None` when it has none.
 fn compiled_rules(schema: &Arc<Value>) -> Option<Arc<CompiledRules>> {
     let address = Arc::as_ptr(schema) as usize;
-    let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((weak, rules)) = compiled.get(&address)
         && weak
             .upgrade()
