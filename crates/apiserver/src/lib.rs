@@ -13,7 +13,7 @@ pub mod client;
 pub mod discovery;
 pub mod gc;
 pub mod http;
-pub mod patch;
+pub(crate) mod patch;
 pub mod registry;
 pub mod watch;
 

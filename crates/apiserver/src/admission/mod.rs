@@ -15,7 +15,9 @@
 //! implementations of the same two traits.
 
 pub mod plugins;
-pub mod schema;
+pub(crate) mod schema;
+
+pub use schema::FieldValidation;
 
 use std::sync::Arc;
 
@@ -25,7 +27,6 @@ use serde_json::Value;
 use crate::auth::UserInfo;
 use crate::http::error::ApiResult;
 use crate::registry::resources::ResourceType;
-use schema::FieldValidation;
 
 /// What a write does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

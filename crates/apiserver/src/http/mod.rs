@@ -3,10 +3,10 @@
 
 pub mod error;
 pub(crate) mod handler;
-pub mod json;
+pub(crate) mod json;
 pub mod metrics;
 pub(crate) mod negotiate;
-pub mod protobuf;
+pub(crate) mod protobuf;
 pub(crate) mod request;
 pub(crate) mod response;
 pub(crate) mod route;

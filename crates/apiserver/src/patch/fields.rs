@@ -97,6 +97,7 @@ impl<'a> Shape<'a> {
         }
     }
 
+    #[cfg(test)]
     /// Whether `key` is a declared field of this struct (not a key of a map).
     pub fn is_named(&self, key: &str, root: bool) -> bool {
         is_named_in(self.resolved(), key, root)
@@ -217,6 +218,7 @@ pub enum Filter {
     Prune,
 }
 
+#[cfg(test)]
 /// The fields of `object` (a whole object) under `shape`.
 pub fn fields<'v>(object: &'v Value, shape: Shape<'_>) -> Fields<'v> {
     fields_where(object, shape, &|_| Filter::Keep)
@@ -418,6 +420,7 @@ pub fn display(path: &[String]) -> String {
     out
 }
 
+#[cfg(test)]
 /// The value at `path` in `value`, if there is one.
 pub fn get<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
     let mut node = value;
@@ -427,6 +430,7 @@ pub fn get<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
     Some(node)
 }
 
+#[cfg(test)]
 fn child<'v>(node: &'v Value, element: &str) -> Option<&'v Value> {
     let (kind, rest) = element.split_at(2.min(element.len()));
     match (kind, node) {

@@ -32,11 +32,6 @@ pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io"
 /// The API group of CustomResourceDefinitions.
 pub const GROUP: &str = "apiextensions.k8s.io";
 
-/// Whether `rt` is the CustomResourceDefinition resource itself.
-pub fn is_crd_type(rt: &ResourceType) -> bool {
-    rt.group == GROUP && rt.plural == "customresourcedefinitions"
-}
-
 /// What a valid CRD defines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Definition {

@@ -2,16 +2,16 @@
 //! server-managed metadata of an object, and the resources with behaviour of their own.
 
 pub(crate) mod apply;
-pub mod crd;
+pub(crate) mod crd;
 pub(crate) mod delete;
-pub mod events;
+pub(crate) mod events;
 pub mod keys;
 pub(crate) mod list;
 pub mod object;
 pub mod resources;
-pub mod review;
-pub mod scale;
-pub mod selector;
+pub(crate) mod review;
+pub(crate) mod scale;
+pub(crate) mod selector;
 pub(crate) mod store;
 pub mod strategy;
 pub mod tenancy;
