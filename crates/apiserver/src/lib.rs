@@ -1,9 +1,13 @@
-//! Flotilla's Kubernetes-compatible API server: the REST API over a [`flotilla_store::Store`].
+//! Flotilla's Kubernetes-compatible API server: the REST API over a [`flotilla_store::Store`],
+//! as a pipeline of stages.
 //!
 //! ```text
-//!  HTTPS (rustls) ─► bearer token ─► Api::serve ─► route: discovery | version | objects
-//!                                                   objects: get/list/watch/create/
-//!                                                   update/patch/delete over the store
+//!  http::server (TLS, edge) ─► auth: authenticate ─► Api::handle: audit ─► impersonate
+//!     ─► http::route ─► auth: authorize ─► http::handler (the verb)
+//!     ─► registry (generic over the store; per-resource strategies) ─► admission on writes
+//!     ─► store;  beside it: patch (merge, JSON, strategic, apply), discovery (discovery,
+//!        OpenAPI, tables), watch (cache and serving), gc (collector, compaction, Events'
+//!        expiry); client: a typed in-process client
 //! ```
 
 pub mod admission;

@@ -112,7 +112,11 @@ async fn an_authorizer_that_denies_a_verb_answers_403_and_changes_nothing() {
     assert_eq!(code, StatusCode::OK, "the denied delete deleted nothing");
     let (code, _) = call(&api, &jane, Method::GET, "/version", &none, Value::Null).await;
     assert_eq!(code, StatusCode::OK);
-    let asked = authorizer.asked.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let asked = authorizer
+        .asked
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     assert_eq!(
         asked,
         [
@@ -294,7 +298,11 @@ async fn the_audit_hook_sees_each_request_received_and_answered_with_whom_and_it
         Value::Null,
     )
     .await;
-    let records = recorder.0.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let records = recorder
+        .0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     assert_eq!(
         records,
         [

@@ -15,8 +15,8 @@
 //! ```
 //!
 //! The behaviour is chosen where a type is defined (the built-in table, a CRD's
-//! registration); the generic code in [`store`](super::store), [`delete`](super::delete)
-//! and [`list`](super::list) only calls the hooks.
+//! registration); the generic code in `registry::store`, `registry::delete`
+//! and `registry::list` only calls the hooks.
 
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
