@@ -132,7 +132,10 @@ impl Api {
                 .scale(&target, name, method, query, headers, &body)
                 .await;
         }
-        let shape = negotiate::shape(accept);
+        let shape = match method {
+            Method::GET => negotiate::shape(accept),
+            _ => Shape::Object,
+        };
         match (method, target.name.clone()) {
             (Method::GET, None) if query.flag("watch") => self.watch(&target, query, shape).await,
             (Method::GET, None) if shape == Shape::Table => {

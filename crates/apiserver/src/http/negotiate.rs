@@ -101,7 +101,8 @@ pub(crate) enum Shape {
 /// metadata alone if a range asks for that (`v1beta1` if it names it, else `v1`), else the
 /// objects.
 pub(crate) fn shape(accept: Option<&str>) -> Shape {
-    let Some(accept) = accept else {
+    // Both other shapes need `g=meta.k8s.io`: most requests are answered without parsing.
+    let Some(accept) = accept.filter(|a| a.contains("meta.k8s.io")) else {
         return Shape::Object;
     };
     let mut metadata = None;
