@@ -8,6 +8,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::future::{IntoFuture, Ready};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use flotilla_store::{ListOptions, Store};
+use futures_util::future::{BoxFuture, Either};
 use serde_json::{Value, json};
 
 use crate::admission::Admission;
@@ -33,6 +35,27 @@ use crate::http::request::Query;
 use crate::http::route::Target;
 use crate::registry::store::Unreadable;
 use crate::watch::serve;
+
+/// What a stage of the pipeline answers: at once (an in-process decision, no allocation),
+/// or later (a webhook, a remote key set). Awaited like a future either way.
+pub enum Verdict<'a, T> {
+    /// The answer, known now.
+    Now(T),
+    /// The answer, once this future completes.
+    Later(BoxFuture<'a, T>),
+}
+
+impl<'a, T: 'a> IntoFuture for Verdict<'a, T> {
+    type Output = T;
+    type IntoFuture = Either<Ready<T>, BoxFuture<'a, T>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        match self {
+            Verdict::Now(value) => Either::Left(std::future::ready(value)),
+            Verdict::Later(future) => Either::Right(future),
+        }
+    }
+}
 
 /// The logical cluster the root API serves.
 pub const ROOT_CLUSTER: &str = "root";

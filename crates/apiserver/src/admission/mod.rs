@@ -21,7 +21,7 @@ pub use schema::FieldValidation;
 
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
+use crate::api::Verdict;
 use serde_json::Value;
 
 use crate::auth::UserInfo;
@@ -67,7 +67,7 @@ pub trait Mutating: Send + Sync {
         attributes: &'a Attributes<'a>,
         object: &'a mut Value,
         old: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>>;
+    ) -> Verdict<'a, ApiResult<Vec<String>>>;
 }
 
 /// A plugin that may refuse the object but not change it.
@@ -78,7 +78,7 @@ pub trait Validating: Send + Sync {
         attributes: &'a Attributes<'a>,
         object: &'a Value,
         old: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>>;
+    ) -> Verdict<'a, ApiResult<Vec<String>>>;
 }
 
 /// The admission chain a server runs.

@@ -1,6 +1,6 @@
 //! The built-in admission plugins: a kind's schema, applied to what is written.
 
-use futures_util::future::BoxFuture;
+use crate::api::Verdict;
 use serde_json::Value;
 
 use super::schema::{self, Schema, Structural};
@@ -9,8 +9,8 @@ use crate::http::error::Cause;
 use crate::http::error::{ApiError, ApiResult};
 use crate::registry::object::meta_str;
 
-fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
-    Box::pin(std::future::ready(value))
+fn ready<'a, T>(value: T) -> Verdict<'a, T> {
+    Verdict::Now(value)
 }
 
 fn writes(attributes: &Attributes<'_>) -> bool {
@@ -27,7 +27,7 @@ impl Mutating for Prune {
         attributes: &'a Attributes<'a>,
         object: &'a mut Value,
         _: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>> {
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
         if !writes(attributes) {
             return ready(Ok(Vec::new()));
         }
@@ -48,7 +48,7 @@ impl Mutating for Defaults {
         attributes: &'a Attributes<'a>,
         object: &'a mut Value,
         _: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>> {
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
         if writes(attributes)
             && let Some(structural) = Structural::for_type(attributes.rt)
         {
@@ -92,7 +92,7 @@ impl Validating for StructuralSchema {
         attributes: &'a Attributes<'a>,
         object: &'a Value,
         _: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>> {
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
         let causes = match Structural::for_type(attributes.rt) {
             Some(structural) if writes(attributes) => structural.validate(object),
             _ => Vec::new(),
@@ -111,7 +111,7 @@ impl Validating for Rules {
         attributes: &'a Attributes<'a>,
         object: &'a Value,
         old: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>> {
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
         let causes = match Structural::for_type(attributes.rt) {
             Some(structural) if writes(attributes) => structural.rules(object, old),
             _ => Vec::new(),

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::api::Verdict;
 use axum::http::{HeaderMap, Method, StatusCode};
 use bytes::Bytes;
 use flotilla_store::Store;
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::*;
@@ -55,7 +55,7 @@ impl Validating for NoRed {
         attributes: &'a Attributes<'a>,
         object: &'a Value,
         old: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>> {
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
         let refused = match attributes.operation {
             Operation::Delete => {
                 attributes.name == "keep" && old.is_some_and(|o| o["metadata"]["name"] == "keep")
@@ -75,7 +75,7 @@ impl Validating for NoRed {
             )),
             false => Ok(vec![format!("{} checked", attributes.name)]),
         };
-        Box::pin(std::future::ready(outcome))
+        Verdict::Now(outcome)
     }
 }
 
@@ -135,16 +135,16 @@ impl Mutating for Stamp {
         attributes: &'a Attributes<'a>,
         object: &'a mut Value,
         _: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<Vec<String>>> {
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
         if attributes.operation == Operation::Delete {
-            return Box::pin(std::future::ready(Ok(Vec::new())));
+            return Verdict::Now(Ok(Vec::new()));
         }
         if !object["metadata"]["labels"]["frozen"].is_null() {
             let refused = ApiError::invalid("", &attributes.rt.kind, attributes.name, vec![]);
-            return Box::pin(std::future::ready(Err(refused)));
+            return Verdict::Now(Err(refused));
         }
         object["metadata"]["labels"]["written-by"] = json!(attributes.user.name.replace(':', "."));
-        Box::pin(std::future::ready(Ok(vec!["stamped".to_owned()])))
+        Verdict::Now(Ok(vec!["stamped".to_owned()]))
     }
 }
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::api::Verdict;
 use axum::http::{HeaderMap, header};
-use futures_util::future::BoxFuture;
 
 use super::UserInfo;
 
@@ -19,11 +19,11 @@ pub enum Credentials {
     Invalid,
 }
 
-/// Reads who a request is from. Later implementations (client certificates, service
-/// account tokens, OIDC, webhooks) may need to wait, hence the future.
+/// Reads who a request is from. An implementation that must wait (a webhook, an OIDC
+/// issuer's keys) answers [`Verdict::Later`]; one that knows at once costs nothing more.
 pub trait Authenticator: Send + Sync {
     /// The user of a request with these headers.
-    fn authenticate<'a>(&'a self, headers: &'a HeaderMap) -> BoxFuture<'a, Credentials>;
+    fn authenticate<'a>(&'a self, headers: &'a HeaderMap) -> Verdict<'a, Credentials>;
 }
 
 /// The token of an `Authorization` header's value, if it is a bearer token: the scheme
@@ -68,8 +68,8 @@ impl AdminToken {
 }
 
 impl Authenticator for AdminToken {
-    fn authenticate<'a>(&'a self, headers: &'a HeaderMap) -> BoxFuture<'a, Credentials> {
-        Box::pin(std::future::ready(self.read(headers)))
+    fn authenticate<'a>(&'a self, headers: &'a HeaderMap) -> Verdict<'a, Credentials> {
+        Verdict::Now(self.read(headers))
     }
 }
 

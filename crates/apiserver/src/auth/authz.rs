@@ -1,6 +1,6 @@
 //! Authorization: whether a user may do what a request asks.
 
-use futures_util::future::BoxFuture;
+use crate::api::Verdict;
 
 use super::UserInfo;
 use crate::http::error::{ApiError, Reason};
@@ -43,19 +43,19 @@ pub enum Decision {
     NoOpinion,
 }
 
-/// Decides whether a user may do what a request asks. Later implementations (RBAC, a
-/// webhook) may need to wait, hence the future.
+/// Decides whether a user may do what a request asks. An implementation that must wait
+/// (a webhook) answers [`Verdict::Later`]; RBAC from a cache answers [`Verdict::Now`].
 pub trait Authorizer: Send + Sync {
     /// The decision on `attributes`.
-    fn authorize<'a>(&'a self, attributes: &'a Attributes<'a>) -> BoxFuture<'a, Decision>;
+    fn authorize<'a>(&'a self, attributes: &'a Attributes<'a>) -> Verdict<'a, Decision>;
 }
 
 /// Every request is allowed (today's server: whoever authenticates is the admin).
 pub struct AllowAll;
 
 impl Authorizer for AllowAll {
-    fn authorize<'a>(&'a self, _: &'a Attributes<'a>) -> BoxFuture<'a, Decision> {
-        Box::pin(std::future::ready(Decision::Allow))
+    fn authorize<'a>(&'a self, _: &'a Attributes<'a>) -> Verdict<'a, Decision> {
+        Verdict::Now(Decision::Allow)
     }
 }
 

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::api::Verdict;
 use axum::http::HeaderMap;
-use futures_util::future::BoxFuture;
 
 use super::{Authorizer, UserInfo};
 use crate::http::error::ApiResult;
@@ -18,7 +18,7 @@ pub trait Impersonation: Send + Sync {
         user: Arc<UserInfo>,
         headers: &'a HeaderMap,
         authorizer: &'a dyn Authorizer,
-    ) -> BoxFuture<'a, ApiResult<Arc<UserInfo>>>;
+    ) -> Verdict<'a, ApiResult<Arc<UserInfo>>>;
 }
 
 /// Impersonation headers are not read: every request acts as its authenticated user
@@ -31,7 +31,7 @@ impl Impersonation for IgnoreHeaders {
         user: Arc<UserInfo>,
         _: &'a HeaderMap,
         _: &'a dyn Authorizer,
-    ) -> BoxFuture<'a, ApiResult<Arc<UserInfo>>> {
-        Box::pin(std::future::ready(Ok(user)))
+    ) -> Verdict<'a, ApiResult<Arc<UserInfo>>> {
+        Verdict::Now(Ok(user))
     }
 }

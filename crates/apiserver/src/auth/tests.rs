@@ -3,12 +3,12 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::api::Verdict;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use flotilla_store::Store;
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -64,7 +64,7 @@ struct DenyVerb {
 }
 
 impl Authorizer for DenyVerb {
-    fn authorize<'a>(&'a self, a: &'a Attributes<'a>) -> BoxFuture<'a, Decision> {
+    fn authorize<'a>(&'a self, a: &'a Attributes<'a>) -> Verdict<'a, Decision> {
         let asked = format!(
             "{} {} {}/{} ns={} name={} sub={}",
             a.user.name, a.verb, a.group, a.resource, a.namespace, a.name, a.subresource
@@ -79,7 +79,7 @@ impl Authorizer for DenyVerb {
             true => Decision::Deny("not today".into()),
             false => Decision::Allow,
         };
-        Box::pin(std::future::ready(decision))
+        Verdict::Now(decision)
     }
 }
 
@@ -138,8 +138,8 @@ impl Impersonation for AsHeader {
         user: Arc<UserInfo>,
         headers: &'a HeaderMap,
         authorizer: &'a dyn Authorizer,
-    ) -> BoxFuture<'a, ApiResult<Arc<UserInfo>>> {
-        Box::pin(async move {
+    ) -> Verdict<'a, ApiResult<Arc<UserInfo>>> {
+        Verdict::Later(Box::pin(async move {
             let Some(name) = headers
                 .get("impersonate-user")
                 .and_then(|v| v.to_str().ok())
@@ -162,7 +162,7 @@ impl Impersonation for AsHeader {
                 Decision::Allow => Ok(Arc::new(UserInfo::new(name, &[AUTHENTICATED]))),
                 _ => Err(attributes.forbidden("")),
             }
-        })
+        }))
     }
 }
 

@@ -18,7 +18,7 @@
 //! registration); the generic code in `registry::store`, `registry::delete`
 //! and `registry::list` only calls the hooks.
 
-use futures_util::future::BoxFuture;
+use crate::api::Verdict;
 use serde_json::{Value, json};
 
 use crate::api::Api;
@@ -116,8 +116,8 @@ pub(crate) trait Strategy: Send + Sync {
         &'a self,
         _api: &'a Api,
         _rt: &'a ResourceType,
-    ) -> BoxFuture<'a, ApiResult<()>> {
-        Box::pin(std::future::ready(Ok(())))
+    ) -> Verdict<'a, ApiResult<()>> {
+        Verdict::Now(Ok(()))
     }
 
     /// Checks and completes an object about to be written; `previous_status` is the
@@ -269,8 +269,8 @@ impl Strategy for CustomResources {
         &'a self,
         api: &'a Api,
         rt: &'a ResourceType,
-    ) -> BoxFuture<'a, ApiResult<()>> {
-        Box::pin(async move {
+    ) -> Verdict<'a, ApiResult<()>> {
+        Verdict::Later(Box::pin(async move {
             let crd_type = api.resource(crd::GROUP, "v1", "customresourcedefinitions")?;
             let name = format!("{}.{}", rt.plural, rt.group);
             match api.get(&crd_type, "", &name).await {
@@ -282,7 +282,7 @@ impl Strategy for CustomResources {
                 Err(e) if e.reason == Reason::NotFound => Err(ApiError::no_route(&rt.plural)),
                 Err(e) => Err(e),
             }
-        })
+        }))
     }
 
     fn reads_as(&self, rt: &ResourceType) -> Option<String> {
