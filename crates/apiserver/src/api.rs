@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::{IntoFuture, Ready};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use futures_util::future::{BoxFuture, Either};
 use serde_json::{Value, json};
 
 use crate::admission::Admission;
-use crate::auth::{Attributes, AuditEvent, Decision, Stage, Stages, UserInfo};
+use crate::auth::{Attributes, Decision, Stages, UserInfo, audit};
 use crate::discovery::openapi;
 use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::registry::crd;
@@ -310,19 +311,34 @@ impl Api {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Response {
+        self.handle_from(None, user, method, path, query, headers, body)
+            .await
+    }
+
+    /// [`Api::handle`] of a request from `peer` (the client's address, for the audit
+    /// log's `sourceIPs`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn handle_from(
+        &self,
+        peer: Option<IpAddr>,
+        user: Arc<UserInfo>,
+        method: Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Response {
         let stages = &*self.stages;
-        let record = |stage, impersonated: Option<&Arc<UserInfo>>, code| {
-            stages.audit.record(&AuditEvent {
-                stage,
-                user: &user,
-                impersonated,
-                method: method.as_str(),
-                path,
-                query,
-                code,
-            })
-        };
-        record(Stage::RequestReceived, None, None);
+        let audited = audit::begin(
+            &*stages.audit,
+            peer,
+            &user,
+            &method,
+            path,
+            query,
+            headers,
+            &body,
+        );
         let acting = stages
             .impersonation
             .impersonate(user.clone(), headers, &*stages.authorizer)
@@ -330,19 +346,17 @@ impl Api {
         let (response, acting) = match acting {
             Ok(acting) => {
                 let response = self
-                    .serve_as(&acting, method.clone(), path, query, headers, body)
+                    .serve_as(&acting, method, path, query, headers, body)
                     .await;
                 (response, Some(acting))
             }
             Err(e) => (e.into_response(), None),
         };
-        let impersonated = acting.as_ref().filter(|a| !Arc::ptr_eq(a, &user));
-        record(
-            Stage::ResponseComplete,
-            impersonated,
-            Some(response.status().as_u16()),
-        );
-        response
+        let Some(audited) = audited else {
+            return response;
+        };
+        let impersonated = acting.filter(|a| !Arc::ptr_eq(a, &user));
+        audit::answered(&stages.audit, audited, impersonated, response).await
     }
 
     /// Whether `attributes` are allowed: `Ok`, or the 403 to answer.

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use flotilla_apiserver::auth::audit::log::{AuditLog, LogConfig};
+use flotilla_apiserver::auth::audit::policy::Policy;
 use flotilla_apiserver::client::Client;
 use flotilla_apiserver::{Api, ApiError, Reason};
 use tracing::{debug, info};
@@ -97,6 +99,21 @@ pub struct HubArgs {
     /// issued certificate's names.
     #[arg(long, value_name = "URL", value_parser = advertise_address)]
     pub advertise_address: Option<String>,
+    /// Write an audit log to this file (`-`: standard output), as kube-apiserver's: one
+    /// audit.k8s.io/v1 Event per request and stage, as JSON lines. No log without it.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log_path: Option<PathBuf>,
+    /// Which requests the audit log records, and how much of each: an audit.k8s.io/v1
+    /// Policy (YAML or JSON). Without it every request is recorded at Metadata.
+    #[arg(long, value_name = "FILE")]
+    pub audit_policy_file: Option<PathBuf>,
+    /// The size in megabytes past which the audit log is rotated (FILE → FILE.1; 0:
+    /// never).
+    #[arg(long, value_name = "MB", default_value_t = 100)]
+    pub audit_log_maxsize: u64,
+    /// How many rotated audit logs are kept, FILE.1 the newest (0: all of them).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub audit_log_maxbackups: usize,
 }
 
 /// A `--tls-san`: a DNS name or an IP address.
@@ -152,7 +169,39 @@ impl HubArgs {
                 "--tls-san names go into the certificate the hub issues; with --tls-cert-file \
                  the certificate is yours: put the names in it"
             ),
-            _ => Ok(()),
+            _ => {}
+        }
+        if self.audit_policy_file.is_some() && self.audit_log_path.is_none() {
+            anyhow::bail!("--audit-policy-file needs --audit-log-path");
+        }
+        if self.audit_log_maxsize.checked_mul(1 << 20).is_none() {
+            anyhow::bail!(
+                "--audit-log-maxsize {} is too large: it is in megabytes",
+                self.audit_log_maxsize
+            );
+        }
+        Ok(())
+    }
+
+    /// The audit policy: `--audit-policy-file`'s, or every request at Metadata; `None`
+    /// without `--audit-log-path`. A policy that cannot be read is one line.
+    fn audit_policy(&self) -> anyhow::Result<Option<Policy>> {
+        if self.audit_log_path.is_none() {
+            return Ok(None);
+        }
+        let policy = match &self.audit_policy_file {
+            Some(file) => Policy::load(file)?,
+            None => Policy::metadata(),
+        };
+        Ok(Some(policy))
+    }
+
+    /// The audit log's file and rotation.
+    fn audit_log_config(&self, path: &std::path::Path) -> LogConfig {
+        LogConfig {
+            max_size: self.audit_log_maxsize << 20,
+            max_backups: self.audit_log_maxbackups,
+            ..LogConfig::new(path)
         }
     }
 
@@ -173,14 +222,16 @@ impl HubArgs {
     /// Serves until SIGTERM or SIGINT.
     pub fn run(self) -> anyhow::Result<()> {
         self.validate()?;
+        // Read before anything is opened: a bad policy changes nothing.
+        let policy = self.audit_policy()?;
         serve::init_logging(self.log_format);
         // A connection per member cluster (its drift watch) besides the clients' own.
         let files = crate::limits::raise_open_files(crate::limits::SERVING);
         info!(before = files.before, now = files.now, "open-file limit");
-        serve::block_on(self.serve())
+        serve::block_on(self.serve(policy))
     }
 
-    async fn serve(self) -> anyhow::Result<()> {
+    async fn serve(self, policy: Option<Policy>) -> anyhow::Result<()> {
         let StoreUrl::Sqlite(path) = self
             .store
             .clone()
@@ -188,6 +239,12 @@ impl HubArgs {
         let options = self.open_options();
         let mut server =
             ApiServer::open("hub", &self.data_dir, self.listen, &path, &options).await?;
+        // Before the hub's own first requests, which are recorded as any other.
+        if let (Some(policy), Some(log)) = (policy, &self.audit_log_path) {
+            let audit = AuditLog::open(policy, self.audit_log_config(log))?;
+            info!(path = %log.display(), "audit log");
+            server.audit_with(Arc::new(audit));
+        }
         install_fleet_api(&server.api).await?;
         let metrics = flotilla_fleet::runtime::Metrics::default();
         metrics.register(
@@ -433,6 +490,97 @@ mod tests {
                 .to_string();
             assert!(e.contains(why), "{url}: {e}");
         }
+    }
+
+    #[test]
+    fn audit_flags() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.audit_log_path, None);
+        assert_eq!(args.audit_policy_file, None);
+        assert_eq!(
+            args.audit_policy().unwrap(),
+            None,
+            "no log without the flag"
+        );
+        let args = parse(&[
+            "--audit-log-path",
+            "/var/log/hub/audit.log",
+            "--audit-log-maxsize=5",
+            "--audit-log-maxbackups",
+            "3",
+        ])
+        .unwrap();
+        args.validate().unwrap();
+        assert_eq!(args.audit_policy().unwrap(), Some(Policy::metadata()));
+        let config = args.audit_log_config(args.audit_log_path.as_deref().unwrap());
+        assert_eq!(config.path, PathBuf::from("/var/log/hub/audit.log"));
+        assert_eq!((config.max_size, config.max_backups), (5 << 20, 3));
+        let defaults = parse(&["--audit-log-path=-"]).unwrap();
+        let config = defaults.audit_log_config(std::path::Path::new("-"));
+        assert_eq!((config.max_size, config.max_backups), (100 << 20, 10));
+        for bad in [
+            &["--audit-log-maxsize=-1"][..],
+            &["--audit-log-maxbackups=x"][..],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bad_audit_flags_and_policies_are_refused_in_one_line() {
+        let e = parse(&["--audit-policy-file", "p.yaml"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "--audit-policy-file needs --audit-log-path");
+        let e = parse(&["--audit-log-path=a", "--audit-log-maxsize=99999999999999"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too large"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy.yaml");
+        let policy_flag = policy.to_str().unwrap();
+        let refused = |text: Option<&str>| {
+            match text {
+                Some(text) => std::fs::write(&policy, text).unwrap(),
+                None => {
+                    let _ = std::fs::remove_file(&policy);
+                }
+            }
+            let args = parse(&["--audit-log-path=a", "--audit-policy-file", policy_flag]).unwrap();
+            args.validate().unwrap();
+            let e = format!("{:#}", args.audit_policy().unwrap_err());
+            assert!(!e.contains('\n'), "{e}");
+            e
+        };
+        let e = refused(Some(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Most\n",
+        ));
+        assert_eq!(
+            e,
+            format!(
+                "invalid audit policy {}: rules[0]: unknown level \"Most\": expected None, \
+                 Metadata, Request or RequestResponse",
+                policy.display()
+            )
+        );
+        let e = refused(Some(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  userz: [a]\n",
+        ));
+        assert!(e.contains("unknown field"), "{e}");
+        let e = refused(None);
+        assert!(e.starts_with("cannot read the audit policy"), "{e}");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: [{level: Request}]\n",
+        )
+        .unwrap();
+        let args = parse(&["--audit-log-path=a", "--audit-policy-file", policy_flag]).unwrap();
+        let read = args.audit_policy().unwrap().unwrap();
+        assert_ne!(read, Policy::metadata());
     }
 
     #[test]

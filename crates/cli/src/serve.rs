@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
-use flotilla_apiserver::auth::AdminToken;
+use flotilla_apiserver::auth::{AdminToken, Audit, Stages};
 use flotilla_apiserver::http::server;
 use flotilla_pki::HubIdentity;
 use flotilla_store::Store;
@@ -251,6 +251,14 @@ impl ApiServer {
         }
         kubeconfig.write(path)?;
         Ok(())
+    }
+
+    /// Records every request through `audit` (an audit log), the server's own included.
+    pub fn audit_with(&mut self, audit: Arc<dyn Audit>) {
+        self.api = self.api.clone().with_stages(Stages {
+            audit,
+            ..Stages::default()
+        });
     }
 
     /// Compacts the store every `interval` to the revision of one interval earlier

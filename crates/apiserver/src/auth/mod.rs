@@ -3,12 +3,14 @@
 //! ```text
 //!  HTTP edge ─► authenticate (authn) ─► audit: RequestReceived ─► impersonate
 //!     ─► authorize (authz: user, verb, group, resource, subresource, namespace, name, path)
-//!     ─► admission ─► registry ─► store ─► audit: ResponseComplete
+//!     ─► admission ─► registry ─► store ─► audit: ResponseComplete (a watch:
+//!        ResponseStarted, then ResponseComplete when its stream ends)
 //! ```
 //!
-//! Each stage is a trait with today's behaviour as its one implementation: a bearer token
-//! that authenticates the hub's admin, no audit log, impersonation headers ignored, and
-//! every authenticated request allowed. The user a request runs as travels with it to the
+//! Each stage is a trait: a bearer token that authenticates the hub's admin; no audit log
+//! by default, or `audit::log::AuditLog` (`audit.k8s.io/v1` Events as JSON lines under an
+//! `audit::policy::Policy`); impersonation headers ignored; and every authenticated
+//! request allowed. The user a request runs as travels with it to the
 //! registry (self-reviews answer with it).
 
 pub mod audit;
@@ -19,7 +21,9 @@ pub mod impersonation;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use audit::{Audit, AuditEvent, NoAudit, Stage};
+pub use audit::{
+    Audit, AuditEvent, AuditRequest, Level, NoAudit, Recording, RequestInfo, Stage, StageSet,
+};
 pub use authn::{AdminToken, Authenticator, Credentials};
 pub use authz::{AllowAll, Attributes, Authorizer, Decision};
 pub use impersonation::{IgnoreHeaders, Impersonation};

@@ -247,14 +247,14 @@ async fn impersonation_can_refuse_and_the_user_it_gives_reaches_the_registry() {
 struct Recorder(Mutex<Vec<String>>);
 
 impl Audit for Recorder {
-    fn record(&self, e: &AuditEvent<'_>) {
+    fn record(&self, e: AuditEvent) {
         let line = format!(
             "{:?} {} as {} {} {} {:?}",
             e.stage,
-            e.user.name,
-            e.impersonated.map_or("-", |u| u.name.as_str()),
-            e.method,
-            e.path,
+            e.request.user.name,
+            e.impersonated.as_ref().map_or("-", |u| u.name.as_str()),
+            e.request.method,
+            e.request.uri,
             e.code
         );
         self.0

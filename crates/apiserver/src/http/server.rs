@@ -57,6 +57,10 @@ impl Default for Timeouts {
     }
 }
 
+/// The address a request came from (the audit log's `sourceIPs`).
+#[derive(Clone, Copy, Debug)]
+struct Peer(std::net::IpAddr);
+
 /// Shared state of the HTTP layer.
 #[derive(Clone)]
 struct Shared {
@@ -163,9 +167,11 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
                 return error.into_response();
             }
         };
+        let peer = parts.extensions.get::<Peer>().map(|peer| peer.0);
         let response = shared
             .api
-            .handle(
+            .handle_from(
+                peer,
                 user,
                 parts.method.clone(),
                 path,
@@ -286,7 +292,9 @@ pub async fn serve_tls_with(
             let service = hyper::service::service_fn(
                 move |request: hyper::Request<hyper::body::Incoming>| {
                     let answering = requests.answering();
-                    let request = request.map(|body| Body::new(Deadline::new(body, timeouts.body)));
+                    let mut request =
+                        request.map(|body| Body::new(Deadline::new(body, timeouts.body)));
+                    request.extensions_mut().insert(Peer(peer.ip()));
                     let response = app.clone().oneshot(request);
                     async move {
                         let response = response.await?;
