@@ -115,17 +115,24 @@ impl Target {
     /// The verb a request with `method` is on these objects, as authorization and
     /// discovery name verbs (`""` for a method no verb stands for).
     pub(crate) fn verb(&self, method: &Method, query: &Query) -> &'static str {
-        match (method, self.name.is_some()) {
-            (&Method::GET, true) => "get",
-            (&Method::GET, false) if query.flag("watch") => "watch",
-            (&Method::GET, false) => "list",
-            (&Method::POST, _) => "create",
-            (&Method::PUT, _) => "update",
-            (&Method::PATCH, _) => "patch",
-            (&Method::DELETE, true) => "delete",
-            (&Method::DELETE, false) => "deletecollection",
-            _ => "",
-        }
+        resource_verb(method, self.name.is_some(), query.flag("watch"))
+    }
+}
+
+/// The Kubernetes verb of a request with `method` for one object (`named`) or a
+/// collection, `watch` when its query asks for a watch; `""` for a method no verb stands
+/// for. Authorization and the audit log name requests by it.
+pub(crate) fn resource_verb(method: &Method, named: bool, watch: bool) -> &'static str {
+    match (method, named) {
+        (&Method::GET | &Method::HEAD, true) => "get",
+        (&Method::GET | &Method::HEAD, false) if watch => "watch",
+        (&Method::GET | &Method::HEAD, false) => "list",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => "",
     }
 }
 

@@ -28,7 +28,7 @@ use bytes::Bytes;
 
 use super::UserInfo;
 use crate::http::request::Query;
-use crate::http::route::non_resource_verb;
+use crate::http::route::{non_resource_verb, resource_verb};
 
 /// How much of a request is recorded (Kubernetes' audit levels), in increasing order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -190,17 +190,9 @@ impl RequestInfo {
             _ => return non_resource(),
         };
         let (version, mut rest) = (rest[0], &rest[1..]);
-        let mut verb = match *method {
-            Method::POST => "create",
-            Method::GET | Method::HEAD => "get",
-            Method::PUT => "update",
-            Method::PATCH => "patch",
-            Method::DELETE => "delete",
-            _ => "",
-        };
         // The legacy `/watch/` prefix.
-        if rest[0] == "watch" && rest.len() > 1 {
-            verb = "watch";
+        let legacy_watch = rest[0] == "watch" && rest.len() > 1;
+        if legacy_watch {
             rest = &rest[1..];
         }
         let mut namespace = "";
@@ -213,17 +205,15 @@ impl RequestInfo {
         let part = |i: usize| rest.get(i).copied().unwrap_or("");
         let (resource, mut name, subresource) = (part(0), part(1), part(2));
         let query = Query::parse(query);
-        if name.is_empty() && verb == "get" {
-            verb = if query.flag("watch") { "watch" } else { "list" };
-        }
+        let verb = match legacy_watch {
+            true => "watch",
+            false => resource_verb(method, !name.is_empty(), query.flag("watch")),
+        };
         if name.is_empty() && matches!(verb, "list" | "watch") {
             name = query
                 .get("fieldSelector")
                 .and_then(exact_name)
                 .unwrap_or("");
-        }
-        if name.is_empty() && verb == "delete" {
-            verb = "deletecollection";
         }
         RequestInfo {
             verb,
