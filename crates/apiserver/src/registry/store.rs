@@ -181,16 +181,21 @@ impl Api {
         old: Option<&Value>,
     ) -> ApiResult<Vec<String>> {
         let field_validation = FieldValidation::parse(query.get("fieldValidation"))?;
+        // A create names its object in the body (read before admission may change it).
+        let from_body;
         let name = match target.name.as_deref() {
-            Some(name) => name.to_owned(),
-            None => meta_str(object, "name").to_owned(),
+            Some(name) => name,
+            None => {
+                from_body = meta_str(object, "name").to_owned();
+                &from_body
+            }
         };
         let attributes = admission::Attributes {
             user: &target.user,
             operation,
             rt: &target.rt,
             namespace: target.namespace.as_deref().unwrap_or(""),
-            name: &name,
+            name,
             subresource: target.sub.as_deref().unwrap_or(""),
             field_validation,
         };
