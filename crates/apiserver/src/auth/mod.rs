@@ -24,7 +24,7 @@ use std::sync::Arc;
 pub use audit::{
     Audit, AuditEvent, AuditRequest, Level, NoAudit, Recording, RequestInfo, Stage, StageSet,
 };
-pub use authn::{AdminToken, Authenticator, Credentials};
+pub use authn::{AdminToken, Authenticator, Chain, Credentials, Presented};
 pub use authz::{AllowAll, Attributes, Authorizer, Decision};
 pub use impersonation::{IgnoreHeaders, Impersonation};
 

@@ -13,6 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -21,7 +22,7 @@ use tower::ServiceExt;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::Api;
-use crate::auth::{Attributes, Authenticator, Credentials, UserInfo};
+use crate::auth::{Attributes, Authenticator, Credentials, Presented, UserInfo};
 use crate::http::error::ApiError;
 use crate::http::metrics::Metrics;
 use crate::registry::object::MAX_REQUEST_BYTES;
@@ -60,6 +61,10 @@ impl Default for Timeouts {
 /// The address a request came from (the audit log's `sourceIPs`).
 #[derive(Clone, Copy, Debug)]
 struct Peer(std::net::IpAddr);
+
+/// The client certificate chain the connection's TLS handshake verified, leaf first.
+#[derive(Clone, Debug)]
+struct ClientCertificates(Arc<[CertificateDer<'static>]>);
 
 /// Shared state of the HTTP layer.
 #[derive(Clone)]
@@ -122,7 +127,14 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         // before they authenticate. As there, a token that is presented must be valid:
         // a wrong one is refused on every path (`flotilla join` checks credentials so).
         let public = matches!(path, "/version" | "/version/");
-        let user = match shared.authenticator.authenticate(&parts.headers).await {
+        let presented = Presented {
+            headers: &parts.headers,
+            certificates: parts
+                .extensions
+                .get::<ClientCertificates>()
+                .map(|chain| &*chain.0),
+        };
+        let user = match shared.authenticator.authenticate(&presented).await {
             Credentials::User(user) => user,
             Credentials::Missing if public => Arc::new(UserInfo::anonymous()),
             Credentials::Missing | Credentials::Invalid => {
@@ -283,6 +295,9 @@ pub async fn serve_tls_with(
                     return;
                 }
             };
+            let certificates = tls.get_ref().1.peer_certificates().map(|chain| {
+                ClientCertificates(chain.iter().map(|c| c.clone().into_owned()).collect())
+            });
             let activity = Arc::new(Activity::new());
             let io = TokioIo::new(Watched {
                 io: tls,
@@ -295,6 +310,9 @@ pub async fn serve_tls_with(
                     let mut request =
                         request.map(|body| Body::new(Deadline::new(body, timeouts.body)));
                     request.extensions_mut().insert(Peer(peer.ip()));
+                    if let Some(certificates) = &certificates {
+                        request.extensions_mut().insert(certificates.clone());
+                    }
                     let response = app.clone().oneshot(request);
                     async move {
                         let response = response.await?;
