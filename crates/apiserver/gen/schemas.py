@@ -58,6 +58,8 @@ KINDS = [
     ("authentication.k8s.io", "v1", "SelfSubjectReview"),
     ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"),
     ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"),
+    ("authorization.k8s.io", "v1", "SubjectAccessReview"),
+    ("authorization.k8s.io", "v1", "LocalSubjectAccessReview"),
 ]
 
 # Definitions every group-version document needs besides the kinds.

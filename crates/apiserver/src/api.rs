@@ -21,6 +21,7 @@ use futures_util::future::{BoxFuture, Either};
 use serde_json::{Value, json};
 
 use crate::admission::Admission;
+use crate::auth::rbac::Rbac;
 use crate::auth::{Attributes, Decision, Stages, UserInfo, audit};
 use crate::discovery::openapi;
 use crate::http::error::{ApiError, ApiResult, Reason};
@@ -89,6 +90,9 @@ pub struct Api {
     pub(crate) stages: Arc<Stages>,
     /// What every write passes before it is stored.
     pub(crate) admission: Arc<Admission>,
+    /// The RBAC authorizer, when requests are authorized by it: its default roles are
+    /// created in each logical cluster, and writes of roles and bindings wait for it.
+    pub(crate) rbac: Option<Arc<Rbac>>,
 }
 
 impl Api {
@@ -107,6 +111,7 @@ impl Api {
             logical: Arc::default(),
             stages: Arc::default(),
             admission: Arc::default(),
+            rbac: None,
         }
     }
 
@@ -115,6 +120,49 @@ impl Api {
     pub fn with_stages(mut self, stages: Stages) -> Self {
         self.stages = Arc::new(stages);
         self
+    }
+
+    /// The stages requests run through.
+    pub fn stages(&self) -> &Stages {
+        &self.stages
+    }
+
+    /// Authorizes requests as kube-apiserver with `--authorization-mode=RBAC` does:
+    /// `system:masters` may do everything, anyone else what `rbac`'s roles and bindings
+    /// allow; impersonation headers are honoured ([`crate::auth::impersonation::Headers`]).
+    /// The audit stage is kept. Run [`Api::bootstrap_rbac`] next.
+    pub fn authorize_with_rbac(mut self, rbac: Arc<Rbac>) -> Self {
+        use crate::auth::{MASTERS, PrivilegedGroup, Union, impersonation::Headers};
+        self.stages = Arc::new(Stages {
+            audit: self.stages.audit.clone(),
+            impersonation: Arc::new(Headers),
+            authorizer: Arc::new(Union::new(vec![
+                Arc::new(PrivilegedGroup(MASTERS.to_owned())),
+                rbac.clone(),
+            ])),
+        });
+        self.rbac = Some(rbac);
+        self
+    }
+
+    /// Creates or reconciles the default roles and bindings in this logical cluster (a
+    /// logical cluster's view does so when it starts); in the root cluster, also starts
+    /// the controller that fills aggregated ClusterRoles. Nothing without RBAC.
+    pub async fn bootstrap_rbac(&self) -> ApiResult<()> {
+        let Some(rbac) = &self.rbac else {
+            return Ok(());
+        };
+        let client = crate::client::Client::new(self.clone());
+        // Boxed: its requests may start a logical cluster's view, whose bootstrap is this.
+        Box::pin(crate::auth::rbac::bootstrap::reconcile(
+            &client,
+            rbac.bootstrap(),
+        ))
+        .await?;
+        if &*self.cluster == ROOT_CLUSTER {
+            rbac.aggregate_through(self);
+        }
+        Ok(())
     }
 
     /// Admits writes through this chain (by default [`Admission::builtin`]).
@@ -270,7 +318,7 @@ impl Api {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        self.bootstrap_rbac().await
     }
 
     pub(crate) fn resource(
@@ -339,9 +387,14 @@ impl Api {
             headers,
             &body,
         );
+        // Impersonation is allowed by the roles of the logical cluster the path names.
+        let cluster = match path.strip_prefix("/clusters/") {
+            Some(rest) if &*self.cluster == ROOT_CLUSTER => rest.split('/').next().unwrap_or(""),
+            _ => &self.cluster,
+        };
         let acting = stages
             .impersonation
-            .impersonate(user.clone(), headers, &*stages.authorizer)
+            .impersonate(user.clone(), cluster, headers, &*stages.authorizer)
             .await;
         let (response, acting) = match acting {
             Ok(acting) => {
@@ -394,7 +447,7 @@ impl Api {
         let query = Query::parse(query);
         let served = async {
             let route = self.route(path, user)?;
-            self.authorize(&route.attributes(user, &method, path, &query))
+            self.authorize(&route.attributes(&self.cluster, user, &method, path, &query))
                 .await?;
             self.dispatch(method, route, &query, headers, body).await
         };

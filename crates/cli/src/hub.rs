@@ -245,6 +245,7 @@ impl HubArgs {
             info!(path = %log.display(), "audit log");
             server.audit_with(Arc::new(audit));
         }
+        server.authorize_with_rbac(Vec::new()).await?;
         install_fleet_api(&server.api).await?;
         let metrics = flotilla_fleet::runtime::Metrics::default();
         metrics.register(

@@ -21,6 +21,7 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::auth::rbac::Rbac;
 use flotilla_apiserver::auth::{AdminToken, Audit, Stages};
 use flotilla_apiserver::http::server;
 use flotilla_pki::HubIdentity;
@@ -253,12 +254,34 @@ impl ApiServer {
         Ok(())
     }
 
-    /// Records every request through `audit` (an audit log), the server's own included.
+    /// Records every request through `audit` (an audit log), the server's own included;
+    /// the other stages are kept.
     pub fn audit_with(&mut self, audit: Arc<dyn Audit>) {
-        self.api = self.api.clone().with_stages(Stages {
+        let stages = Stages {
             audit,
-            ..Stages::default()
-        });
+            ..(*self.api.stages()).clone()
+        };
+        self.api = self.api.clone().with_stages(stages);
+    }
+
+    /// Authorizes requests by RBAC, as kube-apiserver with `--authorization-mode=RBAC`:
+    /// `system:masters` (the admin token, the server's own requests) may do everything,
+    /// anyone else what the roles and bindings of the logical cluster allow; impersonation
+    /// headers are honoured. Returns once every role and binding is read and the default
+    /// roles (Kubernetes' and `extra`, the hub's own) are created or reconciled: the
+    /// server serves no request before.
+    pub async fn authorize_with_rbac(
+        &mut self,
+        extra: Vec<serde_json::Value>,
+    ) -> anyhow::Result<()> {
+        let rbac = Rbac::start(self.store.clone(), extra).await?;
+        self.api = self.api.clone().authorize_with_rbac(rbac);
+        self.api
+            .bootstrap_rbac()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot set up the default RBAC roles: {e}"))?;
+        info!("authorization: system:masters, then RBAC");
+        Ok(())
     }
 
     /// Compacts the store every `interval` to the revision of one interval earlier

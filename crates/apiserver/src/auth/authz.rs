@@ -1,13 +1,27 @@
 //! Authorization: whether a user may do what a request asks.
+//!
+//! ```text
+//!  Attributes (cluster, user, verb, group, resource, subresource, namespace, name, path)
+//!     ─► Union: PrivilegedGroup (system:masters: Allow) ─► Rbac (Allow or NoOpinion)
+//!        the first Allow or Deny wins; NoOpinion asks the next; none at all = 403
+//!  rules(user, cluster, namespace) ─► what the user may do there, as rules (self-subject
+//!     rules reviews, and the escalation check on roles and bindings)
+//! ```
+
+use std::sync::Arc;
 
 use crate::api::Verdict;
 
 use super::UserInfo;
+use super::rbac::Rule;
 use crate::http::error::{ApiError, Reason};
 
 /// What a request asks, as an authorizer sees it (Kubernetes' `authorizer.Attributes`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributes<'a> {
+    /// The logical cluster asked ([`crate::api::ROOT_CLUSTER`] for the root API): its own
+    /// roles and bindings decide.
+    pub cluster: &'a str,
     /// Who asks.
     pub user: &'a UserInfo,
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`
@@ -43,26 +57,143 @@ pub enum Decision {
     NoOpinion,
 }
 
+/// What a user may do in a namespace, as rules (Kubernetes' `RulesFor` of a rule
+/// resolver): resource rules and path rules alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// The rules that apply.
+    pub rules: Vec<Rule>,
+    /// Whether the authorizer may allow more than these rules say (it cannot list what it
+    /// allows, or some roles could not be read).
+    pub incomplete: bool,
+    /// What could not be resolved (a binding to a role that does not exist), for the
+    /// review's `evaluationError`.
+    pub errors: Vec<String>,
+}
+
 /// Decides whether a user may do what a request asks. An implementation that must wait
 /// (a webhook) answers [`Verdict::Later`]; RBAC from a cache answers [`Verdict::Now`].
 pub trait Authorizer: Send + Sync {
     /// The decision on `attributes`.
     fn authorize<'a>(&'a self, attributes: &'a Attributes<'a>) -> Verdict<'a, Decision>;
+
+    /// What `user` may do in `namespace` (`""`: cluster-wide) of logical cluster
+    /// `cluster`, as rules. An authorizer that cannot list what it allows answers none,
+    /// incomplete (the default).
+    fn rules<'a>(
+        &'a self,
+        _user: &'a UserInfo,
+        _cluster: &'a str,
+        _namespace: &'a str,
+    ) -> Verdict<'a, Rules> {
+        Verdict::Now(Rules {
+            incomplete: true,
+            ..Rules::default()
+        })
+    }
 }
 
-/// Every request is allowed (today's server: whoever authenticates is the admin).
+/// Every request is allowed (the simulator's server, where whoever authenticates is the
+/// admin).
 pub struct AllowAll;
 
 impl Authorizer for AllowAll {
     fn authorize<'a>(&'a self, _: &'a Attributes<'a>) -> Verdict<'a, Decision> {
         Verdict::Now(Decision::Allow)
     }
+
+    fn rules<'a>(&'a self, _: &'a UserInfo, _: &'a str, _: &'a str) -> Verdict<'a, Rules> {
+        Verdict::Now(Rules {
+            rules: Rule::everything(),
+            ..Rules::default()
+        })
+    }
+}
+
+/// Allows everything to the members of one group, before any other authorizer is asked
+/// (kube-apiserver's privileged-group authorizer for `system:masters`: the admin token and
+/// the server's own loopback requests). No opinion on anyone else. It lists no rules: the
+/// group's rules are those its bindings give (`cluster-admin`).
+pub struct PrivilegedGroup(pub String);
+
+impl Authorizer for PrivilegedGroup {
+    fn authorize<'a>(&'a self, attributes: &'a Attributes<'a>) -> Verdict<'a, Decision> {
+        let privileged = attributes.user.groups.contains(&self.0);
+        Verdict::Now(match privileged {
+            true => Decision::Allow,
+            false => Decision::NoOpinion,
+        })
+    }
+
+    fn rules<'a>(&'a self, _: &'a UserInfo, _: &'a str, _: &'a str) -> Verdict<'a, Rules> {
+        Verdict::Now(Rules::default())
+    }
+}
+
+/// Several authorizers asked in order (kube-apiserver's union): the first that allows or
+/// denies decides; when all have no opinion, so has the union. Their rules are the rules
+/// of all.
+pub struct Union(Vec<Arc<dyn Authorizer>>);
+
+impl Union {
+    /// Asks `authorizers` in this order.
+    pub fn new(authorizers: Vec<Arc<dyn Authorizer>>) -> Self {
+        Union(authorizers)
+    }
+}
+
+impl Authorizer for Union {
+    fn authorize<'a>(&'a self, attributes: &'a Attributes<'a>) -> Verdict<'a, Decision> {
+        for (i, authorizer) in self.0.iter().enumerate() {
+            match authorizer.authorize(attributes) {
+                Verdict::Now(Decision::NoOpinion) => {}
+                Verdict::Now(decision) => return Verdict::Now(decision),
+                Verdict::Later(first) => {
+                    // The rest are asked once this one has answered.
+                    return Verdict::Later(Box::pin(async move {
+                        match first.await {
+                            Decision::NoOpinion => {}
+                            decision => return decision,
+                        }
+                        for authorizer in &self.0[i + 1..] {
+                            match authorizer.authorize(attributes).await {
+                                Decision::NoOpinion => {}
+                                decision => return decision,
+                            }
+                        }
+                        Decision::NoOpinion
+                    }));
+                }
+            }
+        }
+        Verdict::Now(Decision::NoOpinion)
+    }
+
+    fn rules<'a>(
+        &'a self,
+        user: &'a UserInfo,
+        cluster: &'a str,
+        namespace: &'a str,
+    ) -> Verdict<'a, Rules> {
+        Verdict::Later(Box::pin(async move {
+            let mut all = Rules::default();
+            for authorizer in &self.0 {
+                let rules = authorizer.rules(user, cluster, namespace).await;
+                all.rules.extend(rules.rules);
+                all.incomplete |= rules.incomplete;
+                all.errors.extend(rules.errors);
+            }
+            all
+        }))
+    }
 }
 
 impl<'a> Attributes<'a> {
-    /// A request of `user` for a path that names no objects (/metrics, /version, …).
-    pub fn path(user: &'a UserInfo, verb: &'a str, path: &'a str) -> Self {
+    /// A request of `user` in logical cluster `cluster` for a path that names no objects
+    /// (/metrics, /version, …).
+    pub fn path(cluster: &'a str, user: &'a UserInfo, verb: &'a str, path: &'a str) -> Self {
         Attributes {
+            cluster,
             user,
             verb,
             resource_request: false,
@@ -130,6 +261,7 @@ mod tests {
     fn a_refusal_reads_as_kubernetes_words_it() {
         let jane = UserInfo::new("jane", &[]);
         let attributes = Attributes {
+            cluster: "root",
             user: &jane,
             verb: "delete",
             resource_request: true,

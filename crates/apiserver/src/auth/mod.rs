@@ -9,14 +9,18 @@
 //!
 //! Each stage is a trait: a bearer token that authenticates the hub's admin; no audit log
 //! by default, or `audit::log::AuditLog` (`audit.k8s.io/v1` Events as JSON lines under an
-//! `audit::policy::Policy`); impersonation headers ignored; and every authenticated
-//! request allowed. The user a request runs as travels with it to the
-//! registry (self-reviews answer with it).
+//! `audit::policy::Policy`); impersonation headers ignored, or honoured as Kubernetes
+//! honours them (`impersonation::Headers`); every authenticated request allowed
+//! (`AllowAll`), or `system:masters` then RBAC (`rbac::Rbac`, `Api::authorize_with_rbac`).
+//! The user a request runs as travels with it to the registry (reviews answer with it,
+//! the escalation check of roles and bindings asks what it holds).
 
 pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod impersonation;
+pub mod rbac;
+pub mod serviceaccount;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,8 +29,8 @@ pub use audit::{
     Audit, AuditEvent, AuditRequest, Level, NoAudit, Recording, RequestInfo, Stage, StageSet,
 };
 pub use authn::{AdminToken, Authenticator, Chain, Credentials, Presented};
-pub use authz::{AllowAll, Attributes, Authorizer, Decision};
-pub use impersonation::{IgnoreHeaders, Impersonation};
+pub use authz::{AllowAll, Attributes, Authorizer, Decision, PrivilegedGroup, Rules, Union};
+pub use impersonation::{Headers, IgnoreHeaders, Impersonation};
 
 /// The group every authenticated user is in.
 pub const AUTHENTICATED: &str = "system:authenticated";
@@ -114,7 +118,7 @@ pub struct Stages {
 }
 
 impl Default for Stages {
-    /// Today's server: no audit log, impersonation headers ignored, every
+    /// The simulator's server: no audit log, impersonation headers ignored, every
     /// authenticated request allowed.
     fn default() -> Self {
         Stages {

@@ -136,6 +136,7 @@ impl Impersonation for AsHeader {
     fn impersonate<'a>(
         &'a self,
         user: Arc<UserInfo>,
+        cluster: &'a str,
         headers: &'a HeaderMap,
         authorizer: &'a dyn Authorizer,
     ) -> Verdict<'a, ApiResult<Arc<UserInfo>>> {
@@ -147,6 +148,7 @@ impl Impersonation for AsHeader {
                 return Ok(user);
             };
             let attributes = Attributes {
+                cluster,
                 user: &user,
                 verb: "impersonate",
                 resource_request: true,

@@ -137,30 +137,68 @@ pub(crate) fn resource_verb(method: &Method, named: bool, watch: bool) -> &'stat
 }
 
 impl Route {
-    /// What a request of `user` for this route asks, for authorization.
+    /// What a request of `user` in logical cluster `cluster` for this route asks, for
+    /// authorization. A list or watch whose field selector requires one `metadata.name`
+    /// names that object, as kube-apiserver's `RequestInfo` reads it (so a rule limited to
+    /// `resourceNames` allows watching the object it names).
     pub(crate) fn attributes<'a>(
         &'a self,
+        cluster: &'a str,
         user: &'a UserInfo,
         method: &'a Method,
         path: &'a str,
-        query: &Query,
+        query: &'a Query,
     ) -> Attributes<'a> {
         match self {
-            Route::Objects(target) => Attributes {
-                user,
-                verb: target.verb(method, query),
-                resource_request: true,
-                group: &target.rt.group,
-                version: &target.rt.version,
-                resource: &target.rt.plural,
-                subresource: target.sub.as_deref().unwrap_or(""),
-                namespace: target.namespace.as_deref().unwrap_or(""),
-                name: target.name.as_deref().unwrap_or(""),
-                path,
-            },
-            _ => Attributes::path(user, non_resource_verb(method), path),
+            Route::Objects(target) => {
+                let verb = target.verb(method, query);
+                let name = match target.name.as_deref() {
+                    Some(name) => name,
+                    None if matches!(verb, "list" | "watch") => query
+                        .get("fieldSelector")
+                        .and_then(exact_name)
+                        .unwrap_or(""),
+                    None => "",
+                };
+                Attributes {
+                    cluster,
+                    user,
+                    verb,
+                    resource_request: true,
+                    group: &target.rt.group,
+                    version: &target.rt.version,
+                    resource: &target.rt.plural,
+                    subresource: target.sub.as_deref().unwrap_or(""),
+                    namespace: target.namespace.as_deref().unwrap_or(""),
+                    name,
+                    path,
+                }
+            }
+            _ => Attributes::path(cluster, user, non_resource_verb(method), path),
         }
     }
+}
+
+/// The name a field selector requires exactly (`metadata.name=web`, or `==`), if it has
+/// one such term and no other term on the name; a name that cannot be a path segment is
+/// none.
+fn exact_name(selector: &str) -> Option<&str> {
+    let mut found = None;
+    for term in selector.split(',') {
+        let Some((field, value)) = term.split_once("==").or_else(|| term.split_once('=')) else {
+            continue;
+        };
+        if field.trim() != "metadata.name" {
+            continue;
+        }
+        if found.is_some() {
+            return None;
+        }
+        found = Some(value.trim());
+    }
+    found.filter(|name| {
+        !name.is_empty() && !matches!(*name, "." | "..") && !name.contains(['/', '%'])
+    })
 }
 
 /// The verb of a request for a path that names no objects: the lowercase method.

@@ -143,7 +143,7 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             }
         };
         if path == "/metrics" {
-            let attributes = Attributes::path(&user, "get", path);
+            let attributes = Attributes::path(crate::api::ROOT_CLUSTER, &user, "get", path);
             if let Err(refused) = shared.api.authorize(&attributes).await {
                 observe(refused.code);
                 return refused.into_response();

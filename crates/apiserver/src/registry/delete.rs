@@ -120,6 +120,7 @@ impl Api {
                 .update(&key, Bytes::from(current.to_string()), revision)
                 .await
                 .map_err(|e| self.write_error(e, rt, name))?;
+            strategy.settle(self, new).await;
             if let Some(cleanup) = strategy.cleanup(name) {
                 self.spawn_cleanup(cleanup);
             }
@@ -149,6 +150,7 @@ impl Api {
             .delete(&key, Some(revision))
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
+        strategy.settle(self, deleted_at).await;
         if collect {
             self.collect_dependents(&uid, rt.namespaced.then_some(namespace.as_str()));
         }

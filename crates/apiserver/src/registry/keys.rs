@@ -42,6 +42,17 @@ pub fn resource_prefix_of(group: &str, plural: &str) -> Vec<u8> {
     resource_in(key_group(group, plural), plural)
 }
 
+/// The store prefix of every object of every resource of API group `group` (empty for
+/// the core group), in every logical cluster: `/{group}/`. One watch of it follows a whole
+/// group (the RBAC authorizer's index of roles and bindings).
+pub fn group_prefix(group: &str) -> Vec<u8> {
+    let group = match group {
+        "" => "core",
+        group => group,
+    };
+    format!("/{group}/").into_bytes()
+}
+
 /// `/{group}/{plural}/`, `group` as keys spell it.
 fn resource_in(group: &str, plural: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(group.len() + plural.len() + 3);
@@ -227,6 +238,15 @@ mod tests {
             );
         }
         assert_eq!(text(resource_prefix_of("", "nodes")), "/core/nodes/");
+        assert_eq!(text(group_prefix("")), "/core/");
+        assert_eq!(
+            text(group_prefix("rbac.authorization.k8s.io")),
+            "/rbac.authorization.k8s.io/"
+        );
+        assert!(
+            resource_prefix_of("rbac.authorization.k8s.io", "roles")
+                .starts_with(&group_prefix("rbac.authorization.k8s.io"))
+        );
         assert_eq!(
             text(resource_prefix_of("apps", "deployments")),
             "/apps/deployments/"

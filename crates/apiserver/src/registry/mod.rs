@@ -8,6 +8,7 @@ pub(crate) mod events;
 pub mod keys;
 pub(crate) mod list;
 pub mod object;
+pub(crate) mod rbac;
 pub mod resources;
 pub(crate) mod review;
 pub(crate) mod scale;

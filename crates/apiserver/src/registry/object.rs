@@ -150,6 +150,9 @@ pub enum NameRule {
     Subdomain,
     /// RFC 1123 label: lowercase alphanumerics and `-`, at most 63 characters (namespaces).
     Label,
+    /// Any path segment: not `.` or `..`, without `/` or `%` (roles and bindings:
+    /// `system:basic-user`).
+    PathSegment,
 }
 
 /// The rule names of `rt` follow.
@@ -175,6 +178,16 @@ pub fn check_name(name: &str, rule: NameRule) -> Option<String> {
                 return Some(
                     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".into(),
                 );
+            }
+        }
+        NameRule::PathSegment => {
+            if name == "." || name == ".." {
+                return Some(format!("may not be '{name}'"));
+            }
+            for bad in ["/", "%"] {
+                if name.contains(bad) {
+                    return Some(format!("may not contain '{bad}'"));
+                }
             }
         }
         NameRule::Label => {
@@ -729,6 +742,10 @@ mod tests {
             assert!(check_name(bad, NameRule::Subdomain).is_some(), "{bad}");
         }
         assert!(check_name("a.b", NameRule::Label).is_some());
+        assert_eq!(check_name("system:basic-user", NameRule::PathSegment), None);
+        for bad in [".", "..", "a/b", "a%2f"] {
+            assert!(check_name(bad, NameRule::PathSegment).is_some(), "{bad}");
+        }
         assert!(check_name(&"a".repeat(64), NameRule::Label).is_some());
         assert_eq!(check_name(&"a".repeat(63), NameRule::Label), None);
     }

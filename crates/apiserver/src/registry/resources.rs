@@ -544,10 +544,13 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "autoscaling", version: "v2", kind: "HorizontalPodAutoscaler", plural: "horizontalpodautoscalers", short_names: &["hpa"], categories: ALL, namespaced: NS, subresources: STATUS, verbs: VERBS },
     // discovery.k8s.io/v1
     Builtin { group: "discovery.k8s.io", version: "v1", kind: "EndpointSlice", plural: "endpointslices", short_names: NONE, categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: VERBS },
-    // authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews, answered, never stored
+    // authentication.k8s.io/v1 and authorization.k8s.io/v1: reviews, answered by the
+    // authorizer, never stored
     Builtin { group: "authentication.k8s.io", version: "v1", kind: "SelfSubjectReview", plural: "selfsubjectreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectAccessReview", plural: "selfsubjectaccessreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
+    Builtin { group: "authorization.k8s.io", version: "v1", kind: "LocalSubjectAccessReview", plural: "localsubjectaccessreviews", short_names: NONE, categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: CREATE_ONLY },
     // apiextensions.k8s.io/v1
     Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short_names: &["crd", "crds"], categories: &["api-extensions"], namespaced: CLUSTER, subresources: STATUS, verbs: VERBS },
 ];
@@ -597,6 +600,13 @@ mod tests {
         (
             "authorization.k8s.io",
             "v1",
+            "localsubjectaccessreviews",
+            "LocalSubjectAccessReview",
+            true,
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
             "selfsubjectaccessreviews",
             "SelfSubjectAccessReview",
             false,
@@ -606,6 +616,13 @@ mod tests {
             "v1",
             "selfsubjectrulesreviews",
             "SelfSubjectRulesReview",
+            false,
+        ),
+        (
+            "authorization.k8s.io",
+            "v1",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
             false,
         ),
         (
@@ -899,8 +916,10 @@ mod tests {
                 "v1/secrets",
                 "v1/serviceaccounts",
                 "authentication.k8s.io/v1/selfsubjectreviews",
+                "authorization.k8s.io/v1/localsubjectaccessreviews",
                 "authorization.k8s.io/v1/selfsubjectaccessreviews",
                 "authorization.k8s.io/v1/selfsubjectrulesreviews",
+                "authorization.k8s.io/v1/subjectaccessreviews",
                 "coordination.k8s.io/v1/leases",
                 "discovery.k8s.io/v1/endpointslices",
                 "events.k8s.io/v1/events",

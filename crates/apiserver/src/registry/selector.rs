@@ -40,10 +40,69 @@ impl LabelSelector {
         Ok(LabelSelector(requirements))
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions` with `In`,
+    /// `NotIn`, `Exists`, `DoesNotExist`), as aggregation rules and workloads hold it; an
+    /// empty one selects everything. Why it is not one, if it is not.
+    pub fn from_object(selector: &Value) -> Result<Self, String> {
+        let mut requirements = Vec::new();
+        if !selector.is_object() && !selector.is_null() {
+            return Err("a label selector must be an object".into());
+        }
+        for (key, value) in selector["matchLabels"].as_object().into_iter().flatten() {
+            let value = value.as_str().unwrap_or("");
+            if !valid_key(key) || !valid_value(value) {
+                return Err(format!("invalid label {key}={value}"));
+            }
+            requirements.push(Requirement::Equals(key.clone(), value.to_owned()));
+        }
+        for expression in selector["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let key = expression["key"].as_str().unwrap_or("");
+            if !valid_key(key) {
+                return Err(format!("invalid label key {key:?}"));
+            }
+            let values: BTreeSet<String> = expression["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
+            let key = key.to_owned();
+            let operator = expression["operator"].as_str().unwrap_or("");
+            requirements.push(match operator {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(format!(
+                        "values: Required value: must be specified when `operator` is '{operator}'"
+                    ));
+                }
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(format!(
+                        "values: Forbidden: may not be specified when `operator` is '{operator}'"
+                    ));
+                }
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::NotExists(key),
+                other => return Err(format!("{other:?} is not a valid label selector operator")),
+            });
+        }
+        Ok(LabelSelector(requirements))
+    }
+
     /// Whether the object's labels satisfy the selector.
     pub fn matches(&self, object: &Value) -> bool {
         let labels = &object["metadata"]["labels"];
-        let label = |k: &str| labels.get(k).and_then(Value::as_str);
+        self.matches_with(|k| labels.get(k).and_then(Value::as_str))
+    }
+
+    /// Whether labels read by `label` (a key's value, if the key is there) satisfy the
+    /// selector.
+    pub fn matches_with<'l>(&self, label: impl Fn(&str) -> Option<&'l str>) -> bool {
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
             Requirement::NotEquals(k, v) => label(k) != Some(v.as_str()),
@@ -296,6 +355,30 @@ mod tests {
         no("missing in (x)");
         yes("missing notin (x)");
         yes("missing!=x");
+    }
+
+    #[test]
+    fn selector_objects_select_as_their_strings_do() {
+        let object = LabelSelector::from_object(&json!({
+            "matchLabels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"},
+            "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]},
+                {"key": "gone", "operator": "DoesNotExist"}]}))
+        .unwrap();
+        let text = LabelSelector::parse(
+            "rbac.authorization.k8s.io/aggregate-to-view=true,tier notin (db),!gone",
+        )
+        .unwrap();
+        assert_eq!(object, text);
+        assert!(LabelSelector::from_object(&json!({})).unwrap().is_empty());
+        for bad in [
+            json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["b"]}]}),
+            json!({"matchExpressions": [{"key": "a", "operator": "Near", "values": ["b"]}]}),
+            json!({"matchLabels": {"a b": "c"}}),
+            json!("a=b"),
+        ] {
+            assert!(LabelSelector::from_object(&bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

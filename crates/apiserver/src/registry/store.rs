@@ -295,8 +295,8 @@ impl Api {
             )));
         }
         let object = parse_body(body, headers)?;
-        if let Some(answer) = rt.strategy().answer(rt, &target.user, &object) {
-            return Ok((Answer::Object(answer), Vec::new()));
+        if let Some(answer) = rt.strategy().answer(self, target, &object) {
+            return Ok((Answer::Object(answer.await?), Vec::new()));
         }
         let manager = field_manager(query, headers)?;
         self.insert(target, query, object, FieldOwner::Update(&manager))
@@ -322,6 +322,9 @@ impl Api {
         }
         let strategy = rt.strategy();
         strategy.prepare_create(rt, &mut object);
+        strategy
+            .check_write(self, target, &mut object, None)
+            .await?;
         let effect = strategy.admit(self, &mut object, &Value::Null)?;
         strategy.before_create(self, rt).await?;
         if let FieldOwner::Update(manager) = owner {
@@ -348,6 +351,7 @@ impl Api {
             })?;
         debug!(resource = %rt.plural, %namespace, %name, %revision, "created");
         strategy.written(self, &effect);
+        strategy.settle(self, revision).await;
         Ok((
             Answer::Stored {
                 object,
@@ -435,6 +439,9 @@ impl Api {
             managed::record_update(Some(&current), &mut object, rt, writer)?;
         }
         let strategy = rt.strategy();
+        strategy
+            .check_write(self, target, &mut object, Some(&current))
+            .await?;
         let effect = strategy.admit(self, &mut object, &current["status"])?;
         if query.dry_run()? {
             // Refused as the write would be.
@@ -457,6 +464,7 @@ impl Api {
                 .await
                 .map_err(|e| self.write_error(e, rt, name))?;
             strategy.removed(self, &effect);
+            strategy.settle(self, deleted_at).await;
             self.collect_dependents(
                 meta_str(&current, "uid"),
                 rt.namespaced.then_some(namespace.as_str()),
@@ -478,6 +486,7 @@ impl Api {
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
         strategy.written(self, &effect);
+        strategy.settle(self, new).await;
         Ok((
             Answer::Stored {
                 object,

@@ -11,7 +11,10 @@
 //!                              unserved when it goes; deletion empties its resources
 //!    CustomResource            refused while its definition is being deleted; read with
 //!                              the version asked
-//!    SelfReview                answered at once, never stored
+//!    Review                    answered at once by the authorizer, never stored
+//!    Rbac(kind)                path-segment names; defaulted, validated (roleRef fixed);
+//!                              refused when it grants more than its writer holds;
+//!                              answered once the RBAC authorizer applies it
 //! ```
 //!
 //! The behaviour is chosen where a type is defined (the built-in table, a CRD's
@@ -19,15 +22,17 @@
 //! and `registry::list` only calls the hooks.
 
 use crate::api::Verdict;
+use flotilla_store::Revision;
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::auth::UserInfo;
+use crate::auth::rbac::Kind;
 use crate::gc::collector::Cleanup;
 use crate::http::error::{ApiError, ApiResult, Reason};
+use crate::http::route::Target;
 use crate::registry::object::{self, NameRule};
 use crate::registry::resources::ResourceType;
-use crate::registry::{crd, events, review};
+use crate::registry::{crd, events, rbac, review};
 
 /// Which strategy a resource type follows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,8 +50,11 @@ pub enum Behaviour {
     CustomResourceDefinition,
     /// A resource a CustomResourceDefinition serves.
     CustomResource,
-    /// Self-reviews (`kubectl auth can-i`, `kubectl auth whoami`).
-    SelfReview,
+    /// Reviews: self-reviews (`kubectl auth can-i`, `kubectl auth whoami`) and access
+    /// reviews of another subject.
+    Review,
+    /// Roles and bindings (`rbac.authorization.k8s.io`).
+    Rbac(Kind),
 }
 
 impl Behaviour {
@@ -58,9 +66,17 @@ impl Behaviour {
             ("" | events::GROUP, "events") => Behaviour::Event,
             (crd::GROUP, "customresourcedefinitions") => Behaviour::CustomResourceDefinition,
             ("authentication.k8s.io", "selfsubjectreviews")
-            | ("authorization.k8s.io", "selfsubjectaccessreviews" | "selfsubjectrulesreviews") => {
-                Behaviour::SelfReview
-            }
+            | (
+                "authorization.k8s.io",
+                "selfsubjectaccessreviews"
+                | "selfsubjectrulesreviews"
+                | "subjectaccessreviews"
+                | "localsubjectaccessreviews",
+            ) => Behaviour::Review,
+            (crate::auth::rbac::GROUP, plural) => match Kind::of_plural(plural) {
+                Some(kind) => Behaviour::Rbac(kind),
+                None => Behaviour::Plain,
+            },
             _ => Behaviour::Plain,
         }
     }
@@ -74,7 +90,11 @@ impl Behaviour {
             Behaviour::Event => &Events,
             Behaviour::CustomResourceDefinition => &Definitions,
             Behaviour::CustomResource => &CustomResources,
-            Behaviour::SelfReview => &SelfReviews,
+            Behaviour::Review => &Reviews,
+            Behaviour::Rbac(Kind::Role) => &RbacObjects(Kind::Role),
+            Behaviour::Rbac(Kind::ClusterRole) => &RbacObjects(Kind::ClusterRole),
+            Behaviour::Rbac(Kind::RoleBinding) => &RbacObjects(Kind::RoleBinding),
+            Behaviour::Rbac(Kind::ClusterRoleBinding) => &RbacObjects(Kind::ClusterRoleBinding),
         }
     }
 }
@@ -96,8 +116,14 @@ pub(crate) trait Strategy: Send + Sync {
         NameRule::Subdomain
     }
 
-    /// The answer to a create that is not stored (a self-review), or `None` to store it.
-    fn answer(&self, _rt: &ResourceType, _user: &UserInfo, _request: &Value) -> Option<Value> {
+    /// The answer to a create of `request` to `target` that is not stored (a review), or
+    /// `None` to store it.
+    fn answer<'a>(
+        &'a self,
+        _api: &'a Api,
+        _target: &'a Target,
+        _request: &'a Value,
+    ) -> Option<Verdict<'a, ApiResult<Value>>> {
         None
     }
 
@@ -131,8 +157,28 @@ pub(crate) trait Strategy: Send + Sync {
         Ok(Effect::None)
     }
 
+    /// Checks a write of `object` to `target` (`old`: the stored object, on an update)
+    /// against what its writer holds and the API's state, and fills its defaults: a role
+    /// or binding must not grant more than its writer holds. Runs before anything is
+    /// written, dry runs included.
+    fn check_write<'a>(
+        &'a self,
+        _api: &'a Api,
+        _target: &'a Target,
+        _object: &'a mut Value,
+        _old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<()>> {
+        Verdict::Now(Ok(()))
+    }
+
     /// The object was stored.
     fn written(&self, _api: &Api, _effect: &Effect) {}
+
+    /// A write (or deletion) of the object stored at `revision` is answered once this
+    /// completes: a role or binding once the authorizer decides with it.
+    fn settle<'a>(&'a self, _api: &'a Api, _revision: Revision) -> Verdict<'a, ()> {
+        Verdict::Now(())
+    }
 
     /// The object is gone (its last finalizer removed).
     fn removed(&self, _api: &Api, _effect: &Effect) {}
@@ -290,10 +336,54 @@ impl Strategy for CustomResources {
     }
 }
 
-struct SelfReviews;
+struct Reviews;
 
-impl Strategy for SelfReviews {
-    fn answer(&self, rt: &ResourceType, user: &UserInfo, request: &Value) -> Option<Value> {
-        review::answer(rt, user, request)
+impl Strategy for Reviews {
+    fn answer<'a>(
+        &'a self,
+        api: &'a Api,
+        target: &'a Target,
+        request: &'a Value,
+    ) -> Option<Verdict<'a, ApiResult<Value>>> {
+        Some(Verdict::Later(Box::pin(review::answer(
+            api, target, request,
+        ))))
+    }
+}
+
+/// Roles and bindings, of one kind.
+struct RbacObjects(Kind);
+
+impl Strategy for RbacObjects {
+    fn name_rule(&self) -> NameRule {
+        NameRule::PathSegment
+    }
+
+    fn check_write<'a>(
+        &'a self,
+        api: &'a Api,
+        target: &'a Target,
+        object: &'a mut Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<()>> {
+        let kind = self.0;
+        rbac::default(kind, object);
+        let causes = rbac::validate(kind, object, old);
+        if !causes.is_empty() {
+            let name = object::meta_str(object, "name");
+            let rt = &target.rt;
+            return Verdict::Now(Err(ApiError::invalid(&rt.group, &rt.kind, name, causes)));
+        }
+        let object = &*object;
+        Verdict::Later(Box::pin(rbac::check_escalation(
+            api, target, kind, object, old,
+        )))
+    }
+
+    fn settle<'a>(&'a self, api: &'a Api, revision: Revision) -> Verdict<'a, ()> {
+        match &api.rbac {
+            Some(rbac) => Verdict::Later(Box::pin(rbac.settled(revision))),
+            None => Verdict::Now(()),
+        }
     }
 }
