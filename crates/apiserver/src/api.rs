@@ -146,8 +146,9 @@ impl Api {
     }
 
     /// Creates or reconciles the default roles and bindings in this logical cluster (a
-    /// logical cluster's view does so when it starts); in the root cluster, also starts
-    /// the controller that fills aggregated ClusterRoles. Nothing without RBAC.
+    /// logical cluster's view does so when it starts) and fills its aggregated
+    /// ClusterRoles; in the root cluster, also starts the controller that keeps them
+    /// filled. Nothing without RBAC.
     pub async fn bootstrap_rbac(&self) -> ApiResult<()> {
         let Some(rbac) = &self.rbac else {
             return Ok(());
@@ -157,6 +158,12 @@ impl Api {
         Box::pin(crate::auth::rbac::bootstrap::reconcile(
             &client,
             rbac.bootstrap(),
+        ))
+        .await?;
+        Box::pin(crate::auth::rbac::aggregation::fill(
+            rbac,
+            &client,
+            &self.cluster,
         ))
         .await?;
         if &*self.cluster == ROOT_CLUSTER {
@@ -387,15 +394,7 @@ impl Api {
             headers,
             &body,
         );
-        // Impersonation is allowed by the roles of the logical cluster the path names.
-        let cluster = match path.strip_prefix("/clusters/") {
-            Some(rest) if &*self.cluster == ROOT_CLUSTER => rest.split('/').next().unwrap_or(""),
-            _ => &self.cluster,
-        };
-        let acting = stages
-            .impersonation
-            .impersonate(user.clone(), cluster, headers, &*stages.authorizer)
-            .await;
+        let acting = self.acting_as(user.clone(), path, headers).await;
         let (response, acting) = match acting {
             Ok(acting) => {
                 let response = self
@@ -410,6 +409,26 @@ impl Api {
         };
         let impersonated = acting.filter(|a| !Arc::ptr_eq(a, &user));
         audit::answered(&stages.audit, audited, impersonated, response).await
+    }
+
+    /// The user a request of `user` for `path` with `headers` acts as: itself, or whom
+    /// its impersonation headers name if it may impersonate them (in the logical cluster
+    /// the path names); 403 if it may not.
+    pub async fn acting_as(
+        &self,
+        user: Arc<UserInfo>,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> ApiResult<Arc<UserInfo>> {
+        let cluster = match path.strip_prefix("/clusters/") {
+            Some(rest) if &*self.cluster == ROOT_CLUSTER => rest.split('/').next().unwrap_or(""),
+            _ => &self.cluster,
+        };
+        let stages = &*self.stages;
+        stages
+            .impersonation
+            .impersonate(user, cluster, headers, &*stages.authorizer)
+            .await
     }
 
     /// Whether `attributes` are allowed: `Ok`, or the 403 to answer.

@@ -257,6 +257,51 @@ impl<'a> Attributes<'a> {
 mod tests {
     use super::*;
 
+    /// Always answers one decision, later (as a webhook would).
+    struct Answers(Decision);
+
+    impl Authorizer for Answers {
+        fn authorize<'a>(&'a self, _: &'a Attributes<'a>) -> Verdict<'a, Decision> {
+            Verdict::Later(Box::pin(std::future::ready(self.0.clone())))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_union_takes_the_first_allow_or_deny_and_masters_are_allowed_first() {
+        let masters = || Arc::new(PrivilegedGroup(crate::auth::MASTERS.to_owned()));
+        let union = |rest: Vec<Arc<dyn Authorizer>>| {
+            let mut all: Vec<Arc<dyn Authorizer>> = vec![masters()];
+            all.extend(rest);
+            Union::new(all)
+        };
+        let admin = UserInfo::admin();
+        let jane = UserInfo::new("jane", &[]);
+        let decide = async |union: &Union, user: &UserInfo| {
+            union
+                .authorize(&Attributes::path("root", user, "get", "/x"))
+                .await
+        };
+        let deny_then_allow = union(vec![
+            Arc::new(Answers(Decision::NoOpinion)),
+            Arc::new(Answers(Decision::Deny("no".into()))),
+            Arc::new(AllowAll),
+        ]);
+        assert_eq!(decide(&deny_then_allow, &admin).await, Decision::Allow);
+        assert_eq!(
+            decide(&deny_then_allow, &jane).await,
+            Decision::Deny("no".into())
+        );
+        let nothing = union(vec![Arc::new(Answers(Decision::NoOpinion))]);
+        assert_eq!(decide(&nothing, &jane).await, Decision::NoOpinion);
+        // Rules: everything's from AllowAll; the privileged group lists none.
+        let rules = deny_then_allow.rules(&jane, "root", "shop").await;
+        assert_eq!(rules.rules, Rule::everything());
+        assert!(
+            rules.incomplete,
+            "an authorizer that cannot list makes it incomplete"
+        );
+    }
+
     #[test]
     fn a_refusal_reads_as_kubernetes_words_it() {
         let jane = UserInfo::new("jane", &[]);

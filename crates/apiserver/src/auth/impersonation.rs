@@ -92,7 +92,9 @@ impl Impersonation for Headers {
             return Verdict::Now(Ok(user));
         }
         Verdict::Later(Box::pin(async move {
-            let (acting, asked) = read(headers)?;
+            let Some((acting, asked)) = read(headers)? else {
+                return Ok(user);
+            };
             for asked in &asked {
                 let attributes = Attributes {
                     cluster,
@@ -119,9 +121,10 @@ impl Impersonation for Headers {
     }
 }
 
-/// The user the headers ask to act as, and each thing to be allowed for it; 400 for
-/// headers that ask for groups, a uid or extras without a user, or that are not text.
-fn read(headers: &HeaderMap) -> ApiResult<(UserInfo, Vec<Asked<'_>>)> {
+/// The user the headers ask to act as, and each thing to be allowed for it (`None` when
+/// they ask nothing: an empty `Impersonate-User` alone); 400 for headers that ask for
+/// groups, a uid or extras without a user, or that are not text.
+fn read(headers: &HeaderMap) -> ApiResult<Option<(UserInfo, Vec<Asked<'_>>)>> {
     let mut asked = Vec::new();
     let mut acting = UserInfo::default();
     let name = match headers.get(USER_HEADER) {
@@ -188,6 +191,9 @@ fn read(headers: &HeaderMap) -> ApiResult<(UserInfo, Vec<Asked<'_>>)> {
         });
     }
     acting.extra = extra;
+    if asked.is_empty() {
+        return Ok(None);
+    }
     if name.is_empty() {
         let what: Vec<String> = asked
             .iter()
@@ -212,7 +218,7 @@ fn read(headers: &HeaderMap) -> ApiResult<(UserInfo, Vec<Asked<'_>>)> {
     {
         acting.groups.push(AUTHENTICATED.to_owned());
     }
-    Ok((acting, asked))
+    Ok(Some((acting, asked)))
 }
 
 /// A header's value as text (400 if it is not).
@@ -244,4 +250,72 @@ fn percent_decoded(key: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderName, HeaderValue};
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        headers
+    }
+
+    fn acting(pairs: &[(&str, &str)]) -> Option<UserInfo> {
+        read(&headers(pairs)).unwrap().map(|(user, _)| user)
+    }
+
+    #[test]
+    fn the_groups_of_the_user_acted_as_are_those_kubernetes_gives() {
+        assert_eq!(acting(&[("impersonate-user", "")]), None);
+        let groups = |pairs: &[(&str, &str)]| acting(pairs).unwrap().groups;
+        assert_eq!(groups(&[("impersonate-user", "alice")]), [AUTHENTICATED]);
+        assert_eq!(
+            groups(&[("impersonate-user", ANONYMOUS_USER)]),
+            [UNAUTHENTICATED]
+        );
+        assert_eq!(
+            groups(&[
+                ("impersonate-user", "alice"),
+                ("impersonate-group", UNAUTHENTICATED)
+            ]),
+            [UNAUTHENTICATED]
+        );
+        // Groups given for a service account are its groups.
+        assert_eq!(
+            groups(&[
+                ("impersonate-user", "system:serviceaccount:shop:ci"),
+                ("impersonate-group", "g")
+            ]),
+            ["g", AUTHENTICATED]
+        );
+        let service_account = headers(&[
+            ("impersonate-user", "system:serviceaccount:shop:ci"),
+            ("impersonate-uid", "u"),
+        ]);
+        let (_, asked) = read(&service_account).unwrap().unwrap();
+        let asked: Vec<String> = asked
+            .iter()
+            .map(|a| format!("{}/{} {} {}", a.group, a.resource, a.namespace, a.name))
+            .collect();
+        assert_eq!(
+            asked,
+            ["/serviceaccounts shop ci", "authentication.k8s.io/uids  u"]
+        );
+        for alone in [
+            &[("impersonate-group", "g")][..],
+            &[("impersonate-uid", "u")],
+            &[("impersonate-extra-scopes", "s")],
+        ] {
+            let refused = read(&headers(alone)).map(|_| ()).unwrap_err();
+            assert_eq!(refused.code, 400, "{alone:?}");
+        }
+    }
 }

@@ -143,6 +143,13 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
             }
         };
         if path == "/metrics" {
+            let user = match shared.api.acting_as(user, path, &parts.headers).await {
+                Ok(user) => user,
+                Err(refused) => {
+                    observe(refused.code);
+                    return refused.into_response();
+                }
+            };
             let attributes = Attributes::path(crate::api::ROOT_CLUSTER, &user, "get", path);
             if let Err(refused) = shared.api.authorize(&attributes).await {
                 observe(refused.code);

@@ -9,7 +9,6 @@
 //!       and finds nothing left to do
 //! ```
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -22,13 +21,28 @@ use crate::http::error::{ApiResult, Reason};
 /// The field manager of the rules the controller writes (as upstream names it).
 pub(crate) const FIELD_MANAGER: &str = "clusterrole-aggregation-controller";
 
-/// The API path of ClusterRole `name` of logical cluster `cluster`, from the root API.
-fn path(cluster: &str, name: &str) -> String {
+/// The API path of ClusterRole `name` of logical cluster `cluster`: from the root API
+/// (`/clusters/<cluster>/…` for a logical cluster) if `from_root`, else from the
+/// cluster's own view.
+fn path(cluster: &str, name: &str, from_root: bool) -> String {
     let inside = format!("/apis/{GROUP}/v1/clusterroles/{name}");
     match cluster {
         ROOT_CLUSTER => inside,
+        _ if !from_root => inside,
         cluster => format!("/clusters/{cluster}{inside}"),
     }
+}
+
+/// Fills the aggregated ClusterRoles of the logical cluster `client` calls (its own
+/// view) until none lacks what it gathers (an aggregate of aggregates takes one pass per
+/// level): a cluster starts with `admin`, `edit` and `view` filled.
+pub(crate) async fn fill(rbac: &Rbac, client: &Client, cluster: &str) -> ApiResult<()> {
+    for _ in 0..8 {
+        if !aggregate(rbac, client, cluster, false).await? {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Runs the controller over `api` (the root cluster's) for as long as the process does.
@@ -41,7 +55,7 @@ pub(crate) async fn run(rbac: std::sync::Weak<Rbac>, api: Api) {
         let clusters = rbac.next_changed().await;
         let mut failed = Vec::new();
         for cluster in clusters {
-            if let Err(e) = aggregate(&rbac, &client, &cluster).await {
+            if let Err(e) = aggregate(&rbac, &client, &cluster, true).await {
                 tracing::warn!(%cluster, error = %e, "cannot aggregate ClusterRoles; trying again in 1 s");
                 failed.push(cluster);
             }
@@ -54,13 +68,19 @@ pub(crate) async fn run(rbac: std::sync::Weak<Rbac>, api: Api) {
 }
 
 /// Writes the rules of each aggregated ClusterRole of `cluster` that lacks what it
-/// gathers.
-async fn aggregate(rbac: &Rbac, client: &Client, cluster: &Arc<str>) -> ApiResult<()> {
-    for (name, rules) in rbac.aggregations(cluster) {
+/// gathers (through the root API if `from_root`); whether it wrote any.
+async fn aggregate(
+    rbac: &Rbac,
+    client: &Client,
+    cluster: &str,
+    from_root: bool,
+) -> ApiResult<bool> {
+    let changes = rbac.aggregations(cluster);
+    for (name, rules) in &changes {
         let rules: Vec<_> = rules.iter().map(Rule::to_json).collect();
         let count = rules.len();
         match client
-            .merge_patch(&path(cluster, &name), &json!({"rules": rules}))
+            .merge_patch(&path(cluster, name, from_root), &json!({"rules": rules}))
             .await
         {
             Ok(_) => tracing::info!(%cluster, role = %name, rules = count, "aggregated"),
@@ -69,5 +89,5 @@ async fn aggregate(rbac: &Rbac, client: &Client, cluster: &Arc<str>) -> ApiResul
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(!changes.is_empty())
 }

@@ -162,21 +162,16 @@ impl Subjects {
         }
     }
 
-    /// The bindings that name `user` or one of its groups, each once.
-    fn of_user(&self, user: &UserInfo) -> Vec<&Arc<str>> {
-        let mut found: Vec<&Arc<str>> = Vec::new();
+    /// The bindings that name `user` or one of its groups (one that names both, more than
+    /// once).
+    fn of_user<'s>(&'s self, user: &'s UserInfo) -> impl Iterator<Item = &'s Arc<str>> {
         let by_user = self.users.get(user.name.as_str()).into_iter().flatten();
         let by_group = user
             .groups
             .iter()
             .filter_map(|g| self.groups.get(g.as_str()))
             .flatten();
-        for name in by_user.chain(by_group) {
-            if !found.contains(&name) {
-                found.push(name);
-            }
-        }
-        found
+        by_user.chain(by_group)
     }
 
     fn is_empty(&self) -> bool {
@@ -236,18 +231,37 @@ impl Cluster {
 
     /// Calls `visit` with each rule that applies to `user` in `namespace` (cluster-wide
     /// bindings first), until it answers `false`; `error` with each binding whose role is
-    /// missing.
+    /// missing. With `once`, a binding that names the user and one of its groups is
+    /// visited once (a decision needs no such care, and allocates nothing).
     fn visit(
         &self,
         user: &UserInfo,
         namespace: &str,
+        once: bool,
         visit: &mut dyn FnMut(&Rule) -> bool,
         error: &mut dyn FnMut(String),
     ) {
+        // The bindings visited: whether namespaced, and the name's address (a name is
+        // unique in its scope; names are shared strings).
+        let mut seen: Vec<(bool, *const str)> = Vec::new();
+        let mut first = |namespaced: bool, name: &Arc<str>| {
+            if !once {
+                return true;
+            }
+            let key = (namespaced, Arc::as_ptr(name));
+            let fresh = !seen.contains(&key);
+            if fresh {
+                seen.push(key);
+            }
+            fresh
+        };
         for name in self.subjects.of_user(user) {
-            let Some(binding) = self.cluster_bindings.get(name) else {
+            let Some((name, binding)) = self.cluster_bindings.get_key_value(name) else {
                 continue;
             };
+            if !first(false, name) {
+                continue;
+            }
             match self.rules_of(&binding.role, None) {
                 Ok(rules) => {
                     if !rules.iter().all(&mut *visit) {
@@ -264,9 +278,12 @@ impl Cluster {
             return;
         };
         for name in ns.subjects.of_user(user) {
-            let Some(binding) = ns.bindings.get(name) else {
+            let Some((name, binding)) = ns.bindings.get_key_value(name) else {
                 continue;
             };
+            if !first(true, name) {
+                continue;
+            }
             match self.rules_of(&binding.role, Some(ns)) {
                 Ok(rules) => {
                     if !rules.iter().all(&mut *visit) {
@@ -297,6 +314,7 @@ impl Index {
         cluster.visit(
             a.user,
             a.namespace,
+            false,
             &mut |rule| {
                 allowed = rule.allows(a);
                 !allowed
@@ -314,6 +332,7 @@ impl Index {
             cluster.visit(
                 user,
                 namespace,
+                true,
                 &mut |rule| {
                     found.push(rule.clone());
                     true

@@ -144,6 +144,20 @@ fn the_index_applies_adds_updates_and_deletes() {
 }
 
 #[test]
+fn each_binding_gives_its_rules_once_whether_it_names_the_user_or_its_groups() {
+    let mut index = Index::default();
+    index.put(Kind::ClusterRole, "root", None, "pods", &role(pods_read()));
+    let both = json!([{"kind": "User", "name": "alice"}, {"kind": "Group", "name": "team-a"}]);
+    // A ClusterRoleBinding and a RoleBinding of the same name are two bindings.
+    let to_pods = binding("ClusterRole", "pods", both);
+    index.put(Kind::ClusterRoleBinding, "root", None, "same", &to_pods);
+    index.put(Kind::RoleBinding, "root", Some("shop"), "same", &to_pods);
+    let alice = user("alice", &["team-a"]);
+    assert_eq!(index.rules(&alice, "root", "shop").rules.len(), 2);
+    assert_eq!(index.rules(&alice, "root", "").rules.len(), 1);
+}
+
+#[test]
 fn service_accounts_match_their_user_name_and_logical_clusters_their_own_bindings() {
     let mut index = Index::default();
     index.put(Kind::ClusterRole, "root", None, "pods", &role(pods_read()));
