@@ -157,6 +157,7 @@ impl Api {
         // Boxed: its requests may start a logical cluster's view, whose bootstrap is this.
         Box::pin(crate::auth::rbac::bootstrap::reconcile(
             &client,
+            &self.cluster,
             rbac.bootstrap(),
         ))
         .await?;

@@ -83,7 +83,7 @@ async fn aggregate(
             .merge_patch(&path(cluster, name, from_root), &json!({"rules": rules}))
             .await
         {
-            Ok(_) => tracing::info!(%cluster, role = %name, rules = count, "aggregated"),
+            Ok(_) => tracing::debug!(%cluster, role = %name, rules = count, "aggregated"),
             // Deleted meanwhile, or its logical cluster is gone: nothing to keep filled.
             Err(e) if e.reason == Reason::NotFound => {}
             Err(e) => return Err(e),

@@ -499,9 +499,10 @@ fn paths(object: &Value) -> (String, String) {
     (collection, path)
 }
 
-/// Creates or reconciles each of `objects` through `client` (the server itself, in one
-/// logical cluster's view). A write that races with another is tried again.
-pub(crate) async fn reconcile(client: &Client, objects: &[Value]) -> ApiResult<()> {
+/// Creates or reconciles each of `objects` through `client` (the server itself, in the
+/// logical cluster `cluster`'s view). A write that races with another is tried again.
+pub(crate) async fn reconcile(client: &Client, cluster: &str, objects: &[Value]) -> ApiResult<()> {
+    let (mut created, mut changed) = (0, 0);
     for expected in objects {
         let expected = with_default_metadata(expected.clone());
         let (collection, path) = paths(&expected);
@@ -514,14 +515,30 @@ pub(crate) async fn reconcile(client: &Client, objects: &[Value]) -> ApiResult<(
                             e.reason,
                             Reason::Conflict | Reason::AlreadyExists | Reason::NotFound
                         ) => {}
-                outcome => {
-                    outcome?;
+                Err(e) => return Err(e),
+                Ok(Done::Created) => {
+                    created += 1;
                     break;
                 }
+                Ok(Done::Changed) => {
+                    changed += 1;
+                    break;
+                }
+                Ok(Done::Unchanged) => break,
             }
         }
     }
+    if created + changed > 0 {
+        tracing::info!(%cluster, created, changed, "default roles and bindings");
+    }
     Ok(())
+}
+
+/// What reconciling one object did.
+enum Done {
+    Created,
+    Changed,
+    Unchanged,
 }
 
 async fn reconcile_at(
@@ -529,18 +546,17 @@ async fn reconcile_at(
     collection: &str,
     path: &str,
     expected: &Value,
-) -> ApiResult<()> {
+) -> ApiResult<Done> {
     let existing = match client.get(path).await {
         Ok(existing) => existing,
         Err(e) if e.reason == Reason::NotFound => {
             client.create(collection, expected).await?;
-            tracing::info!(%path, "default RBAC object created");
-            return Ok(());
+            return Ok(Done::Created);
         }
         Err(e) => return Err(e),
     };
     match reconcile_one(&existing, expected) {
-        Reconciled::Unchanged => {}
+        Reconciled::Unchanged => return Ok(Done::Unchanged),
         Reconciled::Update(object) => {
             client.replace(path, &object).await?;
             tracing::info!(%path, "default RBAC object reconciled");
@@ -551,5 +567,62 @@ async fn reconcile_at(
             tracing::info!(%path, "default RBAC binding created again (its role changed)");
         }
     }
-    Ok(())
+    Ok(Done::Changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding_of(role: &str, subjects: Value) -> Value {
+        json!({"kind": "ClusterRoleBinding", "metadata": {"name": "b"},
+            "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": role},
+            "subjects": subjects})
+    }
+
+    #[test]
+    fn bindings_get_missing_subjects_and_are_created_again_for_another_role() {
+        let alice = json!({"apiGroup": GROUP, "kind": "User", "name": "alice"});
+        let masters = json!({"apiGroup": GROUP, "kind": "Group", "name": "system:masters"});
+        let expected = with_default_metadata(binding_of("cluster-admin", json!([masters])));
+        let existing = binding_of("cluster-admin", json!([alice]));
+        let Reconciled::Update(updated) = reconcile_one(&existing, &expected) else {
+            panic!("the missing subject is added");
+        };
+        assert_eq!(
+            updated["subjects"],
+            json!([alice, masters]),
+            "extra subjects kept"
+        );
+        assert_eq!(updated["metadata"]["annotations"][AUTOUPDATE], "true");
+        assert_eq!(reconcile_one(&updated, &expected), Reconciled::Unchanged);
+        let elsewhere = binding_of("view", json!([masters]));
+        assert_eq!(
+            reconcile_one(&elsewhere, &expected),
+            Reconciled::Recreate(expected.clone())
+        );
+        let mut protected = elsewhere;
+        protected["metadata"]["annotations"] = json!({AUTOUPDATE: "false"});
+        assert_eq!(reconcile_one(&protected, &expected), Reconciled::Unchanged);
+    }
+
+    #[test]
+    fn aggregated_roles_get_missing_selectors_and_every_default_is_valid() {
+        let expected = aggregated("view", &[BOOTSTRAPPING], "to-view");
+        let mut existing = expected.clone();
+        existing["aggregationRule"]["clusterRoleSelectors"] =
+            json!([{"matchLabels": {"mine": "true"}}]);
+        let Reconciled::Update(updated) = reconcile_one(&existing, &expected) else {
+            panic!("the missing selector is added");
+        };
+        assert_eq!(
+            updated["aggregationRule"]["clusterRoleSelectors"],
+            json!([{"matchLabels": {"mine": "true"}}, {"matchLabels": {"to-view": "true"}}])
+        );
+        for object in kubernetes() {
+            let kind = super::super::Kind::of_name(object["kind"].as_str().unwrap()).unwrap();
+            let causes = crate::registry::rbac::validate(kind, &object, None);
+            assert!(causes.is_empty(), "{object}: {causes:?}");
+        }
+    }
 }
