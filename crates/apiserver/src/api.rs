@@ -117,6 +117,12 @@ impl Api {
         self
     }
 
+    /// The authorizer requests are authorized by (for admission plugins that ask it
+    /// about other objects: build them after [`Api::with_stages`]).
+    pub fn authorizer(&self) -> Arc<dyn crate::auth::Authorizer> {
+        self.stages.authorizer.clone()
+    }
+
     /// Admits writes through this chain (by default [`Admission::builtin`]).
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = Arc::new(admission);
