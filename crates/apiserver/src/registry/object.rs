@@ -150,6 +150,9 @@ pub enum NameRule {
     Subdomain,
     /// RFC 1123 label: lowercase alphanumerics and `-`, at most 63 characters (namespaces).
     Label,
+    /// A path segment: anything but `.`, `..`, `/` and `%` (RBAC's roles and bindings,
+    /// named such as `system:aggregate-to-edit`).
+    PathSegment,
 }
 
 /// The rule names of `rt` follow.
@@ -175,6 +178,14 @@ pub fn check_name(name: &str, rule: NameRule) -> Option<String> {
                 return Some(
                     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com')".into(),
                 );
+            }
+        }
+        NameRule::PathSegment => {
+            if name == "." || name == ".." {
+                return Some(format!("may not be '{name}'"));
+            }
+            if let Some(c) = name.chars().find(|c| matches!(c, '/' | '%')) {
+                return Some(format!("may not contain '{c}'"));
             }
         }
         NameRule::Label => {
@@ -729,6 +740,18 @@ mod tests {
             assert!(check_name(bad, NameRule::Subdomain).is_some(), "{bad}");
         }
         assert!(check_name("a.b", NameRule::Label).is_some());
+        for good in ["system:aggregate-to-edit", "Team A", "a.b"] {
+            assert_eq!(check_name(good, NameRule::PathSegment), None, "{good}");
+        }
+        assert_eq!(
+            check_name("..", NameRule::PathSegment).as_deref(),
+            Some("may not be '..'")
+        );
+        assert_eq!(
+            check_name("a/b", NameRule::PathSegment).as_deref(),
+            Some("may not contain '/'")
+        );
+        assert!(check_name("100%", NameRule::PathSegment).is_some());
         assert!(check_name(&"a".repeat(64), NameRule::Label).is_some());
         assert_eq!(check_name(&"a".repeat(63), NameRule::Label), None);
     }

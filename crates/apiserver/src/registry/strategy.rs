@@ -47,6 +47,8 @@ pub enum Behaviour {
     CustomResource,
     /// Self-reviews (`kubectl auth can-i`, `kubectl auth whoami`).
     SelfReview,
+    /// RBAC's roles and bindings (`rbac.authorization.k8s.io/v1`).
+    Rbac,
 }
 
 impl Behaviour {
@@ -61,6 +63,10 @@ impl Behaviour {
             | ("authorization.k8s.io", "selfsubjectaccessreviews" | "selfsubjectrulesreviews") => {
                 Behaviour::SelfReview
             }
+            (
+                "rbac.authorization.k8s.io",
+                "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings",
+            ) => Behaviour::Rbac,
             _ => Behaviour::Plain,
         }
     }
@@ -75,6 +81,7 @@ impl Behaviour {
             Behaviour::CustomResourceDefinition => &Definitions,
             Behaviour::CustomResource => &CustomResources,
             Behaviour::SelfReview => &SelfReviews,
+            Behaviour::Rbac => &Rbac,
         }
     }
 }
@@ -194,6 +201,17 @@ impl Strategy for Namespaces {
 
     fn cleanup_unreadable(&self, name: &str) -> Option<Cleanup> {
         self.cleanup(name)
+    }
+}
+
+/// RBAC's roles and bindings: named as path segments (kube-apiserver's
+/// `ValidateRBACName`), so that `system:aggregate-to-edit` and `flotilla:fleet-admin` are
+/// names.
+struct Rbac;
+
+impl Strategy for Rbac {
+    fn name_rule(&self) -> NameRule {
+        NameRule::PathSegment
     }
 }
 
