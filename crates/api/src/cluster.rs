@@ -219,3 +219,70 @@ pub struct ClusterSetStatus {
     #[serde(default)]
     pub ready_clusters: i32,
 }
+
+/// The set that clusters joined without `spec.clusterSet` are in, for bindings: a
+/// [`ClusterSetBinding`] named `default` reaches them.
+pub const DEFAULT_CLUSTER_SET: &str = "default";
+
+impl ClusterSpec {
+    /// The set the cluster is in for bindings: its `clusterSet`, or
+    /// [`DEFAULT_CLUSTER_SET`].
+    pub fn bound_set(&self) -> &str {
+        self.cluster_set.as_deref().unwrap_or(DEFAULT_CLUSTER_SET)
+    }
+}
+
+/// Makes the clusters of one [`ClusterSet`] available to the Placements of a namespace, as
+/// OCM's ManagedClusterSetBinding does: once a namespace holds a binding, its Placements
+/// choose only clusters of the sets bound there. The binding is named after the set it
+/// binds (`metadata.name` = `spec.clusterSet`, so a namespace binds a set at most once);
+/// creating or changing one needs the `bind` verb on that ClusterSet.
+// kube's `printcolumn(...)` repeats `type_ = "string"`, which clippy reads as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "flotilla.io",
+    version = "v1alpha1",
+    kind = "ClusterSetBinding",
+    namespaced,
+    status = "ClusterSetBindingStatus",
+    category = "flotilla",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "Makes a ClusterSet's clusters available to the Placements of its namespace.",
+    validation = Rule::new("self.metadata.name == self.spec.clusterSet")
+        .message("metadata.name must equal spec.clusterSet: a binding is named after the ClusterSet it binds")
+        .field_path(".spec.clusterSet"),
+    printcolumn(
+        name = "ClusterSet",
+        type_ = "string",
+        json_path = ".spec.clusterSet",
+        description = "The ClusterSet bound to the namespace"
+    ),
+    printcolumn(
+        name = "Bound",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Bound")].status"#,
+        description = "Whether the ClusterSet exists"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSetBindingSpec {
+    /// The ClusterSet bound; the binding's own name.
+    pub cluster_set: String,
+}
+
+/// Whether a binding binds anything.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSetBindingStatus {
+    /// `Bound`: `True` while the ClusterSet exists (a binding to a missing set binds no
+    /// cluster).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -5,7 +5,8 @@
 //! ```text
 //!  flotilla.io/v1alpha1
 //!   Cluster ◄── member agent / push credentials     ClusterSet (groups clusters)
-//!      │ labels, taints, properties
+//!      │ labels, taints, properties                     ▲ ClusterSetBinding (namespaced:
+//!      │                                                │ the sets a namespace may use)
 //!      ▼
 //!   Placement / ClusterPlacement ── fleet scheduler ──► Work (one per cluster, in
 //!      │ resourceSelectors, clusters, replicas            flotilla-cluster-<name>)
@@ -25,6 +26,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+pub mod access;
 pub mod cluster;
 pub mod multicluster;
 pub mod overrides;
@@ -34,8 +36,9 @@ mod schema;
 pub mod work;
 
 pub use cluster::{
-    Cluster, ClusterAccess, ClusterSet, ClusterSetSpec, ClusterSetStatus, ClusterSpec,
-    ClusterStatus, PullAccess, PushAccess, SecretReference, Taint, TaintEffect,
+    Cluster, ClusterAccess, ClusterSet, ClusterSetBinding, ClusterSetBindingSpec,
+    ClusterSetBindingStatus, ClusterSetSpec, ClusterSetStatus, ClusterSpec, ClusterStatus,
+    DEFAULT_CLUSTER_SET, PullAccess, PushAccess, SecretReference, Taint, TaintEffect,
 };
 pub use multicluster::{
     AccessProvider, ClusterDecision, ClusterManager, ClusterProfile, ClusterProfileRef,
@@ -87,6 +90,9 @@ pub mod condition {
     /// Every resource selector of the placement matches a template the hub serves
     /// (Placement, ClusterPlacement); `False` names those that match nothing.
     pub const TEMPLATES_FOUND: &str = "TemplatesFound";
+    /// The ClusterSet a binding names exists, so the binding binds its clusters
+    /// (ClusterSetBinding).
+    pub const BOUND: &str = "Bound";
     /// The cluster's control plane is healthy (ClusterProfile, KEP-4322).
     pub const CONTROL_PLANE_HEALTHY: &str = "ControlPlaneHealthy";
 
@@ -119,12 +125,13 @@ pub mod condition {
     }
 }
 
-/// Every CustomResourceDefinition of this API: Flotilla's seven kinds, then the two
+/// Every CustomResourceDefinition of this API: Flotilla's eight kinds, then the two
 /// SIG-Multicluster kinds.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         Cluster::crd(),
         ClusterSet::crd(),
+        ClusterSetBinding::crd(),
         Placement::crd(),
         ClusterPlacement::crd(),
         Override::crd(),

@@ -31,6 +31,9 @@ use crate::{ClusterTerm, ResourceSelector};
     validation = Rule::new("!self.spec.resourceSelectors.exists(s, has(s.__namespace__))")
         .message("spec.resourceSelectors[].namespace is only allowed in a ClusterOverride: an Override selects resources of its own namespace")
         .field_path(".spec.resourceSelectors"),
+    validation = Rule::new(CONFINED_PATCHES)
+        .message("an Override's jsonPatch may not change /metadata/namespace (nor replace /metadata, /kind or /apiVersion): what it changes stays in its namespace, as what it is")
+        .field_path(".spec.rules"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -43,6 +46,17 @@ pub struct OverrideSpec {
     /// The changes, applied in order.
     pub rules: Vec<OverrideRule>,
 }
+
+/// The CEL rule that keeps an [`Override`]'s JSON patches inside its namespace: no patch
+/// may write `/metadata/namespace` (moving the object to another namespace, or making it
+/// look cluster-scoped by removing it), replace the whole `/metadata` (which holds the
+/// namespace), nor change `/kind` or `/apiVersion` (which could make it a cluster-scoped
+/// kind). Labels, annotations and images cannot name a namespace. What no rule can see
+/// (a ClusterOverride's patches, applied to a Placement's templates too) the renderer
+/// checks on the rendered manifest.
+const CONFINED_PATCHES: &str = "self.spec.rules.all(r, !has(r.jsonPatch) || r.jsonPatch.all(p, \
+    !(p.path in ['/metadata', '/metadata/namespace', '/kind', '/apiVersion'] \
+    || p.path.startsWith('/metadata/namespace/'))))";
 
 /// The spec of a [`ClusterOverride`]: an [`OverrideSpec`] whose resource selectors may
 /// name namespaces (and select cluster-scoped resources).

@@ -126,6 +126,13 @@ fn groups_scopes_and_names() {
         ("clusters", "flotilla.io", "Cluster", "Cluster", &[][..]),
         ("clustersets", "flotilla.io", "ClusterSet", "Cluster", &[]),
         (
+            "clustersetbindings",
+            "flotilla.io",
+            "ClusterSetBinding",
+            "Namespaced",
+            &[],
+        ),
+        (
             "placements",
             "flotilla.io",
             "Placement",
@@ -219,6 +226,7 @@ fn groups_scopes_and_names() {
     for name in [
         "clusters.flotilla.io",
         "clustersets.flotilla.io",
+        "clustersetbindings.flotilla.io",
         "placements.flotilla.io",
         "clusterplacements.flotilla.io",
         "works.flotilla.io",
@@ -381,6 +389,16 @@ fn the_invariants_are_cel_rules() {
         has(name, ".spec.rules[]", "at least one of");
         has(name, ".spec.rules[].image", "at least one of");
     }
+    has(
+        "overrides.flotilla.io",
+        "",
+        "may not change /metadata/namespace",
+    );
+    has(
+        "clustersetbindings.flotilla.io",
+        "",
+        "metadata.name must equal spec.clusterSet",
+    );
     has("clusters.flotilla.io", ".spec.access", "at most one");
     has(
         "clusterprofiles.multicluster.x-k8s.io",
@@ -615,6 +633,98 @@ fn override_rules() {
     );
     scoped["kind"] = json!("ClusterOverride");
     assert_eq!(broken("clusteroverrides.flotilla.io", &scoped, None), []);
+}
+
+#[test]
+fn an_override_cannot_move_an_object_out_of_its_namespace() {
+    let object = |kind: &str, patch: Value| {
+        json!({"apiVersion": "flotilla.io/v1alpha1", "kind": kind,
+        "metadata": {"name": "move", "namespace": "shop"},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+            "rules": [{"labels": {"a": "b"}}, {"jsonPatch": [
+                {"op": "replace", "path": "/spec/replicas", "value": 3}, patch]}],
+        }})
+    };
+    let refused = "may not change /metadata/namespace";
+    for patch in [
+        json!({"op": "replace", "path": "/metadata/namespace", "value": "other"}),
+        json!({"op": "add", "path": "/metadata/namespace", "value": "other"}),
+        json!({"op": "remove", "path": "/metadata/namespace"}),
+        json!({"op": "replace", "path": "/metadata", "value": {"name": "web", "namespace": "other"}}),
+        json!({"op": "replace", "path": "/kind", "value": "ClusterRole"}),
+        json!({"op": "replace", "path": "/apiVersion", "value": "v2"}),
+    ] {
+        let found = broken(
+            "overrides.flotilla.io",
+            &object("Override", patch.clone()),
+            None,
+        );
+        assert!(
+            found
+                .iter()
+                .any(|(f, m)| f == ".spec.rules" && m.contains(refused)),
+            "{patch}: {found:?}"
+        );
+        // A ClusterOverride is the fleet admins': no such rule (the renderer still keeps
+        // a Placement's objects in its namespace).
+        let cluster = object("ClusterOverride", patch.clone());
+        assert_eq!(
+            broken("clusteroverrides.flotilla.io", &cluster, None),
+            [],
+            "{patch}"
+        );
+    }
+    // Other metadata stays open to patches.
+    for path in [
+        "/metadata/labels/tier",
+        "/metadata/annotations/ns",
+        "/spec/namespace",
+    ] {
+        let patch = json!({"op": "add", "path": path, "value": "x"});
+        assert_eq!(
+            broken("overrides.flotilla.io", &object("Override", patch), None),
+            [],
+            "{path}"
+        );
+    }
+}
+
+#[test]
+fn a_cluster_set_binding_is_named_after_its_set() {
+    let binding = |name: &str, set: &str| {
+        json!({"apiVersion": "flotilla.io/v1alpha1", "kind": "ClusterSetBinding",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"clusterSet": set}})
+    };
+    assert_eq!(
+        broken("clustersetbindings.flotilla.io", &binding("eu", "eu"), None),
+        []
+    );
+    let found = broken("clustersetbindings.flotilla.io", &binding("eu", "us"), None);
+    assert_eq!(
+        found,
+        [(
+            ".spec.clusterSet".to_owned(),
+            "metadata.name must equal spec.clusterSet: a binding is named after the \
+             ClusterSet it binds"
+                .to_owned()
+        )]
+    );
+    let typed: ClusterSetBinding = serde_json::from_value(binding("eu", "eu")).unwrap();
+    assert_eq!(typed.spec.cluster_set, "eu");
+    assert_eq!(
+        columns("clustersetbindings.flotilla.io")
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>(),
+        ["ClusterSet", "Bound", "Age"]
+    );
+    // Clusters without a set are in `default`, for bindings.
+    let mut spec = ClusterSpec::default();
+    assert_eq!(spec.bound_set(), DEFAULT_CLUSTER_SET);
+    spec.cluster_set = Some("eu".into());
+    assert_eq!(spec.bound_set(), "eu");
 }
 
 #[test]

@@ -173,6 +173,13 @@ impl Api {
         Ok(())
     }
 
+    /// The authorizer requests are authorized by (for admission plugins that ask it
+    /// about other objects: build them after [`Api::with_stages`] or
+    /// [`Api::authorize_with_rbac`]).
+    pub fn authorizer(&self) -> Arc<dyn crate::auth::Authorizer> {
+        self.stages.authorizer.clone()
+    }
+
     /// Admits writes through this chain (by default [`Admission::builtin`]).
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = Arc::new(admission);

@@ -13,6 +13,7 @@ use flotilla_apiserver::client::Client;
 use flotilla_apiserver::{Api, ApiError, Reason};
 use tracing::{debug, info};
 
+use crate::access;
 use crate::serve::{self, ApiServer, LogFormat, parse_duration};
 
 /// Where the hub keeps its objects.
@@ -114,6 +115,12 @@ pub struct HubArgs {
     /// How many rotated audit logs are kept, FILE.1 the newest (0: all of them).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub audit_log_maxbackups: usize,
+    /// Where a namespace's Placements may place when no ClusterSetBinding is in it:
+    /// `open`, on every cluster (a single team's hub); `bound`, nowhere (each team's
+    /// namespace gets the sets the platform team binds to it). A namespace with bindings
+    /// reaches the clusters of the sets bound to it either way.
+    #[arg(long, value_name = "open|bound", default_value = "open")]
+    pub tenancy: flotilla_fleet::tenancy::Tenancy,
 }
 
 /// A `--tls-san`: a DNS name or an IP address.
@@ -246,19 +253,31 @@ impl HubArgs {
             server.audit_with(Arc::new(audit));
         }
         server.authorize_with_rbac(Vec::new()).await?;
+        // A ClusterSetBinding needs `bind` on its set, as the server's authorizer (RBAC,
+        // set just above) decides.
+        server.api = server
+            .api
+            .clone()
+            .with_admission(access::admission(&server.api));
         install_fleet_api(&server.api).await?;
+        // Before the controllers start: their identity's roles, the system namespace, the
+        // `default` ClusterSet; then the controller's reads follow the CRDs.
+        let groups = access::install(&server.api).await?;
+        access::keep_template_reads(server.api.clone(), groups);
         let metrics = flotilla_fleet::runtime::Metrics::default();
         metrics.register(
             Arc::get_mut(&mut server.metrics)
                 .context("the hub's metrics are shared before serving")?
                 .registry_mut(),
         );
-        // The fleet controllers use the API in-process, through the same routing,
-        // admission and watch paths as any client, and count in its request metrics.
+        // The fleet controllers use the API in-process, as their own user, through the
+        // same authorization, routing, admission and watch paths as any client, and count
+        // in its request metrics.
         let client = kube::Client::new(
-            flotilla_apiserver::http::server::local_service(
+            flotilla_apiserver::http::server::local_service_as(
                 server.api.clone(),
                 server.metrics.clone(),
+                access::controller_user(),
             ),
             "default",
         );
@@ -268,6 +287,7 @@ impl HubArgs {
                 hub: self.name.clone(),
                 health_period: self.health_period,
                 resync_period: self.resync_period,
+                tenancy: self.tenancy,
                 ..flotilla_fleet::runtime::Config::default()
             },
             metrics,
@@ -281,7 +301,7 @@ impl HubArgs {
 /// Installs the fleet API's CustomResourceDefinitions (`flotilla_api::crds`) through the
 /// API, as any client would: created when missing, replaced when their spec differs (a new
 /// binary), left alone otherwise. Each must come out established; any failure is one line.
-async fn install_fleet_api(api: &Api) -> anyhow::Result<()> {
+pub(crate) async fn install_fleet_api(api: &Api) -> anyhow::Result<()> {
     const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     // The hub's own writes are owned by field manager `flotilla`.
     let client = Client::new(api.clone()).with_field_manager("flotilla");
@@ -370,6 +390,17 @@ mod tests {
         assert_eq!(args.log_format, LogFormat::Plain);
         assert_eq!(args.compaction_interval, Duration::from_secs(300));
         assert_eq!(args.event_ttl, Duration::from_secs(3600));
+        assert_eq!(args.tenancy, flotilla_fleet::tenancy::Tenancy::Open);
+    }
+
+    #[test]
+    fn tenancy_flag() {
+        use flotilla_fleet::tenancy::Tenancy;
+        let tenancy = |text: &str| parse(&["--tenancy", text]).map(|a| a.tenancy);
+        assert_eq!(tenancy("bound").unwrap(), Tenancy::Bound);
+        assert_eq!(tenancy("open").unwrap(), Tenancy::Open);
+        let e = tenancy("closed").unwrap_err().to_string();
+        assert!(e.contains("expected open or bound"), "{e}");
     }
 
     #[test]

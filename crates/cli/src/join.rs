@@ -9,7 +9,8 @@ use anyhow::{Context, bail};
 use base64::Engine as _;
 use clap::Parser;
 use flotilla_api::{
-    Cluster, ClusterAccess, ClusterSpec, PushAccess, SecretReference, Taint, TaintEffect,
+    Cluster, ClusterAccess, ClusterSet, ClusterSetSpec, ClusterSpec, PushAccess, SecretReference,
+    Taint, TaintEffect,
 };
 use flotilla_fleet::runtime::{KUBECONFIG_KEY, client_from_kubeconfig};
 use k8s_openapi::ByteString;
@@ -21,8 +22,8 @@ use kube::{Api, Client};
 /// The field manager of what `flotilla join` writes.
 const MANAGER: &str = "flotilla-join";
 
-/// Where the hub keeps push credentials.
-const CREDENTIALS_NAMESPACE: &str = "flotilla-system";
+/// Where the hub keeps push credentials (the only Secrets its controllers may read).
+const CREDENTIALS_NAMESPACE: &str = flotilla_api::access::CREDENTIALS_NAMESPACE;
 
 /// The longest cluster name: its Works namespace (`flotilla-cluster-<name>`) is a DNS label.
 const MAX_NAME: usize = 63 - flotilla_fleet::plan::WORK_NAMESPACE_PREFIX.len();
@@ -36,6 +37,19 @@ pub struct HubAccess {
     /// How long to wait for the hub to finish (`30s`, `2m`).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::serve::parse_duration)]
     pub timeout: Duration,
+}
+
+/// Creates ClusterSet `set` unless it exists, so that a ClusterSetBinding to the set a
+/// cluster joined binds it. (It is left when a join fails or the cluster leaves: other
+/// clusters may be in it, and namespaces bound to it.)
+async fn ensure_cluster_set(hub: &Client, set: &str) -> anyhow::Result<()> {
+    let sets: Api<ClusterSet> = Api::all(hub.clone());
+    let new = ClusterSet::new(set, ClusterSetSpec::default());
+    match sets.create(&kube::api::PostParams::default(), &new).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot create the ClusterSet {set}")),
+    }
 }
 
 /// `flotilla join NAME --kubeconfig FILE [--labels k=v,…] [--clusterset SET]`
@@ -303,6 +317,9 @@ impl JoinArgs {
             .patch(&self.name, &apply, &Patch::Apply(&cluster))
             .await
             .context("cannot register the cluster on the hub")?;
+        if let Some(set) = &self.clusterset {
+            ensure_cluster_set(hub, set).await?;
+        }
         Ok(())
     }
 

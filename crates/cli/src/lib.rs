@@ -5,6 +5,7 @@
 //!   flotilla hub    ──► flotilla-apiserver over flotilla-store-sqlite, TLS by flotilla-pki
 //! ```
 
+mod access;
 mod bench;
 mod demo;
 mod hub;

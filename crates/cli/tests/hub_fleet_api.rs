@@ -6,9 +6,10 @@ mod support;
 
 use support::Hub;
 
-const FLOTILLA: [&str; 7] = [
+const FLOTILLA: [&str; 8] = [
     "clusters.flotilla.io",
     "clustersets.flotilla.io",
+    "clustersetbindings.flotilla.io",
     "placements.flotilla.io",
     "clusterplacements.flotilla.io",
     "overrides.flotilla.io",

@@ -31,6 +31,7 @@ pub mod runtime;
 pub mod scheduler;
 mod selector;
 pub mod status;
+pub mod tenancy;
 
 pub use cluster::{ClusterTerm, ClusterView};
 /// The API's leaf types the scheduler reads as they are (one definition each).
@@ -39,7 +40,7 @@ pub use flotilla_api::{
     TolerationOperator,
 };
 pub use scheduler::{
-    Bounds, ClusterAffinity, DivisionError, Reason, ReplicaPolicy, Selection, SpreadConstraint,
-    WeightTerm, divide, select,
+    Bounds, ClusterAffinity, DivisionError, Reach, Reason, ReplicaPolicy, Selection,
+    SpreadConstraint, WeightTerm, divide, select, select_within,
 };
 pub use selector::{LabelSelector, LabelSelectorOperator, LabelSelectorRequirement};

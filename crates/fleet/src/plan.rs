@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  templates ──selects()──► placed templates ─┐
-//!  Cluster objects ──view()──► select(affinity) ─► chosen ─┐
+//!  Cluster objects ──view()──► select_within(reach, affinity) ─► chosen ─┐
 //!  current Works ──► previous replicas per template ──► divide() per template
 //!                                              │           │
 //!  ClusterOverrides (by name), then Overrides ─┴─► render() per (template, cluster)
@@ -14,7 +14,8 @@
 //! ```
 //!
 //! A cluster whose rendering fails keeps its current Work untouched (`failed` says why):
-//! a Work is always whole. A division that cannot be made (all weights zero, min above
+//! a Work is always whole. A rule that changes a template's apiVersion, kind, name or
+//! namespace is such a failure: what a Placement delivers stays in its namespace. A division that cannot be made (all weights zero, min above
 //! max) leaves every current Work as it is and says why in `scheduled`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,7 +28,9 @@ use serde_json::{Value, json};
 
 use crate::model::{self, ModelError};
 use crate::render::{self, ClusterFacts, OverrideRules};
-use crate::{ClusterAffinity, ClusterTerm, ClusterView, LabelSelector, ReplicaPolicy, Selection};
+use crate::{
+    ClusterAffinity, ClusterTerm, ClusterView, LabelSelector, Reach, ReplicaPolicy, Selection,
+};
 
 /// A Placement (namespace and name) or a ClusterPlacement (name only).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -135,6 +138,8 @@ pub struct Inputs<'a> {
     pub templates: &'a [Value],
     /// Every Cluster.
     pub clusters: &'a [Arc<Cluster>],
+    /// The clusters the placement may reach ([`crate::tenancy::reach`]).
+    pub reach: &'a Reach,
     /// Every Override and ClusterOverride (those not matching are skipped).
     pub overrides: &'a [OverrideRef<'a>],
     /// The placement's current Works, by cluster.
@@ -157,8 +162,8 @@ pub struct Plan {
     /// the template are measured against.
     pub template_replicas: BTreeMap<ManifestId, BTreeMap<String, i64>>,
     /// Whether the scheduling could be done; `Err` says why not (every current Work is
-    /// then kept as it is).
-    pub scheduled: Result<(), String>,
+    /// then kept as it is, unless no cluster was chosen: then none is wanted).
+    pub scheduled: Result<(), Unscheduled>,
     /// Clusters whose Work could not be rendered, and why.
     pub failed: BTreeMap<String, String>,
 }
@@ -173,6 +178,40 @@ impl Default for Plan {
             scheduled: Ok(()),
             failed: BTreeMap::new(),
         }
+    }
+}
+
+/// Why a placement is not scheduled: the reason of its `Scheduled=False` condition, and
+/// the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unscheduled {
+    /// The condition's reason (one of the constants of this type).
+    pub reason: &'static str,
+    /// What went wrong, in words.
+    pub message: String,
+}
+
+impl Unscheduled {
+    /// No cluster is chosen (none joined, none matches, none within reach).
+    pub const NO_CLUSTERS: &'static str = "NoClusters";
+    /// The namespace holds no ClusterSetBinding and tenancy is bound.
+    pub const NO_CLUSTER_SET_BINDING: &'static str = "NoClusterSetBinding";
+    /// The replicas cannot be divided among the chosen clusters.
+    pub const CANNOT_DIVIDE: &'static str = "CannotDivide";
+    /// The spec does not map onto the scheduler's model.
+    pub const INVALID: &'static str = "InvalidPlacement";
+
+    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Unscheduled {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Unscheduled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 
@@ -206,8 +245,8 @@ pub fn plan(inputs: Inputs<'_>) -> Plan {
     }
 }
 
-fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
-    let model_error = |e: ModelError| e.to_string();
+fn try_plan(inputs: Inputs<'_>) -> Result<Plan, Unscheduled> {
+    let model_error = |e: ModelError| Unscheduled::new(Unscheduled::INVALID, e.to_string());
     let views: Vec<ClusterView> = inputs.clusters.iter().map(|c| model::view(c)).collect();
     let affinity = ClusterAffinity::try_from(&inputs.spec.clusters).map_err(model_error)?;
     let policy = inputs
@@ -219,7 +258,19 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
         .map_err(model_error)?
         .unwrap_or_default();
     let previous: Vec<String> = inputs.current.keys().cloned().collect();
-    let selection = crate::select(&affinity, &views, &previous);
+    let selection = crate::select_within(inputs.reach, &affinity, &views, &previous);
+    if let Reach::Unbound { namespace } = inputs.reach {
+        // Nothing chosen is a decision: the current Works go.
+        let why = format!(
+            "namespace {namespace} has no ClusterSetBinding: under bound tenancy its \
+             Placements choose no cluster until a ClusterSet is bound to it"
+        );
+        return Ok(Plan {
+            selection,
+            scheduled: Err(Unscheduled::new(Unscheduled::NO_CLUSTER_SET_BINDING, why)),
+            ..Plan::default()
+        });
+    }
     if selection.chosen.is_empty() {
         let reasons: Vec<String> = selection
             .excluded
@@ -243,7 +294,7 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
         // Nothing chosen is a decision: the current Works go.
         return Ok(Plan {
             selection,
-            scheduled: Err(why),
+            scheduled: Err(Unscheduled::new(Unscheduled::NO_CLUSTERS, why)),
             ..Plan::default()
         });
     }
@@ -273,8 +324,12 @@ fn try_plan(inputs: Inputs<'_>) -> Result<Plan, String> {
                 Some((cluster.clone(), manifest["spec"]["replicas"].as_i64()?))
             })
             .collect();
-        let division = crate::divide(total, &policy, &chosen_views, &previous)
-            .map_err(|e| format!("cannot divide the replicas of {} {}: {e}", id.1, id.3))?;
+        let division = crate::divide(total, &policy, &chosen_views, &previous).map_err(|e| {
+            Unscheduled::new(
+                Unscheduled::CANNOT_DIVIDE,
+                format!("cannot divide the replicas of {} {}: {e}", id.1, id.3),
+            )
+        })?;
         for (cluster, n) in &division {
             *replicas.entry(cluster.clone()).or_default() += n;
         }

@@ -6,9 +6,10 @@
 //! ```text
 //!   Cluster ──► health: probe the member ─► Cluster.status, ClusterProfile,
 //!      │                                    namespace flotilla-cluster-<name>
-//!      │ (selection facts changed)
-//!      ▼
-//!   Placement / ClusterPlacement ◄── templates (watched per kind), Overrides, Works
+//!      │ (selection facts changed)          ClusterSet ──► bindings: Bound
+//!      ▼                                        │          ◄── ClusterSetBinding
+//!   Placement / ClusterPlacement ◄── templates (watched per kind), Overrides, Works,
+//!      │                             the namespace's reach (bindings, sets, tenancy)
 //!      │ placement: plan ─► Works (SSA, field manager flotilla), PlacementDecision,
 //!      │                    Placement.status, the template's aggregated status
 //!      ▼
@@ -16,6 +17,9 @@
 //!              ▲ member objects changed (drift)
 //! ```
 
+#[cfg(test)]
+mod access;
+mod bindings;
 mod caches;
 mod events;
 mod health;
@@ -34,7 +38,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use flotilla_api::{Cluster, ClusterOverride, ClusterPlacement, Override, Placement, Work};
+use flotilla_api::{
+    Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, Override, Placement,
+    Work,
+};
 use futures_util::{Stream, StreamExt};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -44,6 +51,7 @@ use tracing::{info, warn};
 
 use crate::ClusterView;
 use crate::plan::PlacementKey;
+use crate::tenancy::Tenancy;
 
 /// The field manager of everything the controllers write on the hub and on members.
 pub const FIELD_MANAGER: &str = "flotilla";
@@ -60,9 +68,13 @@ pub struct Config {
     /// How often each Work is re-applied even when nothing changed (drift correction when
     /// a member's change went unseen).
     pub resync_period: Duration,
-    /// The namespace of ClusterProfiles of clusters in no set, and of ClusterPlacements'
-    /// PlacementDecisions.
+    /// The namespace of ClusterProfiles of clusters in no set, of ClusterPlacements'
+    /// PlacementDecisions, and of the members' credentials (the only Secrets the
+    /// controllers watch).
     pub system_namespace: String,
+    /// Whether a namespace without a ClusterSetBinding reaches every cluster (`Open`) or
+    /// none (`Bound`).
+    pub tenancy: Tenancy,
 }
 
 /// The most health probes per second the hub makes across its fleet. With 10 s periods a
@@ -86,7 +98,8 @@ impl Default for Config {
             hub: "flotilla-hub".into(),
             health_period: Duration::from_secs(10),
             resync_period: Duration::from_secs(300),
-            system_namespace: "flotilla-system".into(),
+            system_namespace: flotilla_api::access::CREDENTIALS_NAMESPACE.into(),
+            tenancy: Tenancy::Open,
         }
     }
 }
@@ -132,6 +145,7 @@ struct Pokes {
     placement: mpsc::UnboundedSender<ObjectRef<Placement>>,
     cluster_placement: mpsc::UnboundedSender<ObjectRef<ClusterPlacement>>,
     work: mpsc::UnboundedSender<ObjectRef<Work>>,
+    binding: mpsc::UnboundedSender<ObjectRef<ClusterSetBinding>>,
 }
 
 impl Pokes {
@@ -190,6 +204,25 @@ impl Fleet {
         self.push.retry_now(&namespace);
         for w in self.caches.works.in_namespace(&namespace) {
             self.pokes.work(ObjectRef::from_obj(&*w));
+        }
+    }
+
+    /// Makes the placement controller look at every Placement of `namespace` again (its
+    /// reach changed).
+    fn poke_namespace(&self, namespace: &str) {
+        for p in self.caches.placements.state() {
+            if p.metadata.namespace.as_deref() == Some(namespace) {
+                let _ = self.pokes.placement.send(ObjectRef::from_obj(&*p));
+            }
+        }
+    }
+
+    /// Makes the bindings controller look at every binding of ClusterSet `set` again.
+    fn poke_bindings_of(&self, set: &str) {
+        for b in self.caches.bindings.state() {
+            if b.spec.cluster_set == set {
+                let _ = self.pokes.binding.send(ObjectRef::from_obj(&*b));
+            }
         }
     }
 
@@ -348,12 +381,14 @@ fn reflect_shared<K: Cached>(client: &Client) -> SharedCache<K> {
     (store, writer, Api::all(client.clone()), changed)
 }
 
-/// Follows the versions of the hub's Secrets (their metadata only), so that member clients
-/// are trusted while their credentials stand still and rebuilt when they change.
+/// Follows the versions of the members' credentials Secrets (their metadata only, in the
+/// system namespace: the controllers may read no other Secrets), so that member clients
+/// are trusted while their credentials stand still and rebuilt when they change. (A
+/// Cluster whose credentials are elsewhere is read again each recheck period.)
 fn watch_credentials(fleet: &Arc<Fleet>) {
     let weak = Arc::downgrade(fleet);
     let api: Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>> =
-        Api::all(fleet.client.clone());
+        Api::namespaced(fleet.client.clone(), &fleet.config.system_namespace);
     tokio::spawn(async move {
         let events = watcher(api, watcher::Config::default()).default_backoff();
         futures_util::pin_mut!(events);
@@ -438,6 +473,10 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let (poke_placement, placement_rx) = mpsc::unbounded_channel();
     let (poke_cluster_placement, cluster_placement_rx) = mpsc::unbounded_channel();
     let (poke_work, work_rx) = mpsc::unbounded_channel();
+    let (poke_binding, binding_rx) = mpsc::unbounded_channel();
+    let (bindings, bindings_writer, bindings_api, changed_bindings) =
+        reflect_shared::<ClusterSetBinding>(&client);
+    let (cluster_sets, cluster_sets_writer, cluster_sets_api) = reflect::<ClusterSet>(&client);
     let hub_name = config.hub.clone();
     let fleet = Arc::new(Fleet {
         client: client.clone(),
@@ -455,11 +494,14 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             works: caches::Works::new(works),
             placements,
             cluster_placements,
+            bindings,
+            cluster_sets,
         },
         pokes: Pokes {
             placement: poke_placement,
             cluster_placement: poke_cluster_placement,
             work: poke_work,
+            binding: poke_binding,
         },
         placement: placement::PlacementState::default(),
         push: push::PushState::default(),
@@ -496,6 +538,8 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         }
     });
     watch_credentials(&fleet);
+    bindings::watch(&fleet, bindings_api, bindings_writer);
+    bindings::watch_sets(&fleet, cluster_sets_api, cluster_sets_writer);
     let weak = Arc::downgrade(&fleet);
     spawn_reflector("overrides", overrides_api, overrides_writer, move |event| {
         override_changed(&weak, event);
@@ -574,12 +618,20 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             "works",
             fleet.caches.works.store().wait_until_ready().await.is_ok(),
         ),
+        (
+            "clustersetbindings",
+            fleet.caches.bindings.wait_until_ready().await.is_ok(),
+        ),
+        (
+            "clustersets",
+            fleet.caches.cluster_sets.wait_until_ready().await.is_ok(),
+        ),
     ] {
         if !ready {
             warn!(cache = name, "cache never filled");
         }
     }
-    info!(hub = %fleet.config.hub, "fleet controllers starting");
+    info!(hub = %fleet.config.hub, tenancy = %fleet.config.tenancy, "fleet controllers starting");
     tokio::join!(
         placement::run::<Placement>(
             fleet.clone(),
@@ -597,6 +649,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             gathered_stream(work_rx, FEEDBACK_EVERY)
         ),
         health::run(fleet.clone(), changed_clusters),
+        bindings::run(fleet.clone(), changed_bindings, receiver_stream(binding_rx)),
     );
 }
 

@@ -5,4 +5,6 @@ pub mod division;
 pub mod selection;
 
 pub use division::{Bounds, DivisionError, ReplicaPolicy, WeightTerm, divide};
-pub use selection::{ClusterAffinity, Reason, Selection, SpreadConstraint, select};
+pub use selection::{
+    ClusterAffinity, Reach, Reason, Selection, SpreadConstraint, select, select_within,
+};

@@ -74,6 +74,10 @@ pub struct Observed<'a> {
     /// The placement's resource selectors that match no template, each described (such
     /// as `apps/v1 Deployment webb`).
     pub unmatched: &'a [String],
+    /// A Placement's resource selectors that can select nothing because they name a
+    /// cluster-scoped kind, each described: a Placement delivers only what lives in its
+    /// namespace.
+    pub outside: &'a [String],
 }
 
 /// The most names a condition's message lists.
@@ -203,12 +207,8 @@ pub fn placement_status(
         Err(why) => condition(
             condition::SCHEDULED,
             false,
-            if chosen == 0 {
-                "NoClusters"
-            } else {
-                "CannotDivide"
-            },
-            why.clone(),
+            why.reason,
+            why.message.clone(),
             generation,
             previous_conditions,
             now,
@@ -222,7 +222,13 @@ pub fn placement_status(
         } else if !templates_found {
             message.push_str(&format!(
                 "; no template for {}",
-                named(observed.unmatched.iter().map(String::as_str))
+                named(
+                    observed
+                        .unmatched
+                        .iter()
+                        .chain(observed.outside)
+                        .map(String::as_str)
+                )
             ));
             "TemplatesNotFound"
         } else if !not_ready.is_empty() {
@@ -244,19 +250,39 @@ pub fn placement_status(
             now,
         )
     };
-    let found = observed.unmatched.is_empty();
-    let templates_found = condition(
-        condition::TEMPLATES_FOUND,
-        found,
-        if found { "Found" } else { "NotFound" },
-        if found {
-            "every resource selector matches a template".to_owned()
-        } else {
+    let found = observed.unmatched.is_empty() && observed.outside.is_empty();
+    let (reason, message) = if found {
+        (
+            "Found",
+            "every resource selector matches a template".to_owned(),
+        )
+    } else if observed.outside.is_empty() {
+        (
+            "NotFound",
             format!(
                 "no template matches {}",
                 named(observed.unmatched.iter().map(String::as_str))
-            )
-        },
+            ),
+        )
+    } else {
+        let mut message = format!(
+            "a Placement places only resources of its own namespace, so these select \
+             nothing (cluster-scoped kinds are a ClusterPlacement's): {}",
+            named(observed.outside.iter().map(String::as_str))
+        );
+        if !observed.unmatched.is_empty() {
+            message.push_str(&format!(
+                "; no template matches {}",
+                named(observed.unmatched.iter().map(String::as_str))
+            ));
+        }
+        ("OutsideNamespace", message)
+    };
+    let templates_found = condition(
+        condition::TEMPLATES_FOUND,
+        found,
+        reason,
+        message,
         generation,
         previous_conditions,
         now,

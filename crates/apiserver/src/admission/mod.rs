@@ -44,6 +44,8 @@ pub enum Operation {
 pub struct Attributes<'a> {
     /// Who writes.
     pub user: &'a UserInfo,
+    /// The logical cluster written to (`ROOT_CLUSTER` for the root API).
+    pub cluster: &'a str,
     /// What the write does.
     pub operation: Operation,
     /// The resource written.

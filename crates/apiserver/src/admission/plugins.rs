@@ -1,6 +1,11 @@
-//! The built-in admission plugins: a kind's schema, applied to what is written.
+//! The built-in admission plugins (a kind's schema, applied to what is written), and
+//! [`RequirePermission`], which a server configures: writing one resource needs a
+//! further permission on the object one of its fields names.
+
+use std::sync::Arc;
 
 use crate::api::Verdict;
+use crate::auth::{self, Authorizer, Decision};
 use serde_json::Value;
 
 use super::schema::{self, Schema, Structural};
@@ -117,5 +122,176 @@ impl Validating for Rules {
             _ => Vec::new(),
         };
         ready(refuse(attributes, object, causes))
+    }
+}
+
+/// A permission on another object, which [`RequirePermission`] asks the authorizer for:
+/// `verb` on `group`/`resource` (and `subresource`), on the object named by the written
+/// object's field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permission {
+    /// The verb (`bind`, `create`, `use`, …).
+    pub verb: String,
+    /// The API group of the object the permission is on.
+    pub group: String,
+    /// Its resource (plural).
+    pub resource: String,
+    /// A subresource (`bind` in `clustersets/bind`), or `""`.
+    pub subresource: String,
+    /// Whether that object lives in the written object's namespace (else it is
+    /// cluster-scoped).
+    pub namespaced: bool,
+}
+
+impl Permission {
+    /// `verb` on the cluster-scoped `group`/`resource` (`resource/subresource` names a
+    /// subresource).
+    pub fn cluster_scoped(verb: &str, group: &str, resource: &str) -> Self {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        Permission {
+            verb: verb.to_owned(),
+            group: group.to_owned(),
+            resource: resource.to_owned(),
+            subresource: subresource.to_owned(),
+            namespaced: false,
+        }
+    }
+}
+
+/// Writing (creating, updating or deleting) objects of one resource needs a permission on
+/// the object one of their fields names, besides the write's own: the pattern of RBAC's
+/// `bind` on a role a binding grants, and of OCM's `clustersets/bind` on the set a
+/// ManagedClusterSetBinding binds. Any one of [`RequirePermission::any_of`] suffices;
+/// without one the write is a 403 in Kubernetes' words and nothing is written.
+///
+/// ```text
+///  write of group/resource (not a subresource: status writes pass)
+///     └─ name = object[field] ─► authorizer: (user, verb, group, resource/sub, name)
+///            any Allow ─► admitted      none ─► 403 Forbidden, nothing written
+/// ```
+///
+/// The server configures what it needs (the hub: a ClusterSetBinding needs `bind` on its
+/// ClusterSet); this plugin knows no kind of its own. It asks the same authorizer requests
+/// are authorized by, and must be built with it (after the server's stages are set).
+pub struct RequirePermission {
+    /// The API group of the resource written.
+    pub group: String,
+    /// The resource written (plural).
+    pub resource: String,
+    /// The JSON pointer of the field naming the object the permission is on
+    /// (`/spec/clusterSet`).
+    pub field: String,
+    /// The permissions, any one of which lets the write through.
+    pub any_of: Vec<Permission>,
+    authorizer: Arc<dyn Authorizer>,
+}
+
+impl RequirePermission {
+    /// Writing `group`/`resource` needs one of `any_of` on the object named at `field`,
+    /// as `authorizer` decides.
+    pub fn new(
+        authorizer: Arc<dyn Authorizer>,
+        group: &str,
+        resource: &str,
+        field: &str,
+        any_of: Vec<Permission>,
+    ) -> Self {
+        RequirePermission {
+            group: group.to_owned(),
+            resource: resource.to_owned(),
+            field: field.to_owned(),
+            any_of,
+            authorizer,
+        }
+    }
+
+    /// Whether this plugin checks `attributes`' write: one of its resource, not of a
+    /// subresource (a controller writing status needs no grant).
+    fn applies(&self, attributes: &Attributes<'_>) -> bool {
+        attributes.rt.group == self.group
+            && attributes.rt.plural == self.resource
+            && attributes.subresource.is_empty()
+    }
+
+    /// Asks for each permission in turn on `target`; `Ok` at the first allowed, else the
+    /// 403 naming the first.
+    async fn check(&self, attributes: &Attributes<'_>, target: &str) -> ApiResult<Vec<String>> {
+        let user = attributes.user;
+        for permission in &self.any_of {
+            let asked = self.asked(attributes, permission, target);
+            if self.authorizer.authorize(&asked).await == Decision::Allow {
+                return Ok(Vec::new());
+            }
+        }
+        let Some(first) = self.any_of.first() else {
+            return Ok(Vec::new());
+        };
+        let asked = self.asked(attributes, first, target);
+        let written = match self.group.as_str() {
+            "" => self.resource.clone(),
+            group => format!("{}.{group}", self.resource),
+        };
+        let scope = match attributes.namespace {
+            "" => String::new(),
+            ns => format!(" in the namespace \"{ns}\""),
+        };
+        let name = attributes.name;
+        let why = format!("it is needed to write {written} \"{name}\"{scope}");
+        tracing::debug!(user = %user.name, %written, %target, "write refused: permission missing");
+        Err(asked.forbidden(&why).on(&self.group, &self.resource, name))
+    }
+
+    /// The authorizer's attributes for `permission` on `target`, asked for the writer.
+    fn asked<'a>(
+        &'a self,
+        attributes: &'a Attributes<'a>,
+        permission: &'a Permission,
+        target: &'a str,
+    ) -> auth::Attributes<'a> {
+        auth::Attributes {
+            user: attributes.user,
+            cluster: attributes.cluster,
+            verb: &permission.verb,
+            resource_request: true,
+            group: &permission.group,
+            version: "",
+            resource: &permission.resource,
+            subresource: &permission.subresource,
+            namespace: if permission.namespaced {
+                attributes.namespace
+            } else {
+                ""
+            },
+            name: target,
+            path: "",
+        }
+    }
+}
+
+impl Validating for RequirePermission {
+    fn validate<'a>(
+        &'a self,
+        attributes: &'a Attributes<'a>,
+        object: &'a Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
+        if !self.applies(attributes) {
+            return ready(Ok(Vec::new()));
+        }
+        // A deletion names its target in the object deleted.
+        let named = match attributes.operation {
+            Operation::Delete => old.unwrap_or(object),
+            _ => object,
+        };
+        let Some(target) = named.pointer(&self.field).and_then(Value::as_str) else {
+            let field = self.field.trim_start_matches('/').replace('/', ".");
+            let cause = Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field,
+            };
+            return ready(refuse(attributes, object, vec![cause]));
+        };
+        Verdict::Later(Box::pin(self.check(attributes, target)))
     }
 }

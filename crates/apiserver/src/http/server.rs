@@ -601,11 +601,9 @@ fn timed_out(error: &axum::Error) -> Option<Duration> {
     None
 }
 
-/// The API as an in-process HTTP service, for the hub's own controllers: requests go
-/// straight to [`Api::serve`] (same routing, admission and watch path as over HTTPS) with
-/// no socket, no TLS and no token. `kube::Client::new(local_service(api, metrics), "default")`
-/// makes a kube-rs client of it. Its requests count in `metrics` as any client's do, so
-/// that `/metrics` shows the load the hub's own controllers put on the API.
+/// The API as an in-process HTTP service for the server itself, its requests running as
+/// the loopback user ([`UserInfo::loopback`], in `system:masters`): [`local_service_as`]
+/// of that user.
 pub fn local_service<B>(
     api: Api,
     metrics: Arc<Metrics>,
@@ -621,17 +619,49 @@ where
     B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<axum::BoxError>,
 {
+    local_service_as(api, metrics, UserInfo::loopback())
+}
+
+/// The API as an in-process HTTP service whose requests run as `user`, for the hub's own
+/// controllers (each with an identity of its own, authorized as any client is): requests
+/// go straight to [`Api::handle`] (same audit, authorization, routing, admission and
+/// watch path as over HTTPS) with no socket, no TLS and no token.
+/// `kube::Client::new(local_service_as(api, metrics, user), "default")` makes a kube-rs
+/// client of it. Its requests count in `metrics` as any client's do, so that `/metrics`
+/// shows the load the hub's own controllers put on the API.
+///
+/// ```text
+///  kube::Client ─► local_service_as(user) ─► Api::handle(user, …) ─► audit ─► authorize
+///                                            (as user) ─► admission ─► registry
+/// ```
+pub fn local_service_as<B>(
+    api: Api,
+    metrics: Arc<Metrics>,
+    user: Arc<UserInfo>,
+) -> impl tower::Service<
+    axum::http::Request<B>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<Output = Result<Response, std::convert::Infallible>> + Send,
+> + Clone
++ Send
++ 'static
+where
+    B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
     tower::service_fn(move |request: axum::http::Request<B>| {
-        let (api, metrics) = (api.clone(), metrics.clone());
+        let (api, metrics, user) = (api.clone(), metrics.clone(), user.clone());
         async move {
             let (parts, body) = request.into_parts();
-            let span =
-                info_span!("local request", method = %parts.method, path = %parts.uri.path());
+            let span = info_span!("local request", method = %parts.method,
+                path = %parts.uri.path(), user = %user.name);
             async move {
                 let started = std::time::Instant::now();
                 let response = match to_bytes(Body::new(body), MAX_REQUEST_BYTES + 1).await {
                     Ok(body) => {
-                        api.serve(
+                        api.handle(
+                            user,
                             parts.method.clone(),
                             parts.uri.path(),
                             parts.uri.query(),
@@ -663,6 +693,56 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_in_process_service_runs_as_the_user_it_is_built_for() {
+        let store: Arc<dyn flotilla_store::Store> =
+            Arc::new(flotilla_store_memory::MemoryStore::new());
+        let api = Api::new(store, Arc::new(crate::Registry::builtin()), "127.0.0.1");
+        let whoami = |service: tower::util::BoxCloneService<
+            axum::http::Request<Body>,
+            Response,
+            std::convert::Infallible,
+        >| async move {
+            let request =
+                axum::http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(
+                        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
+                    ))
+                    .unwrap();
+            let response = service.oneshot(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::CREATED);
+            let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            let review: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            review["status"]["userInfo"].clone()
+        };
+        let metrics = Arc::new(Metrics::new());
+        let controller = Arc::new(UserInfo::new(
+            "system:flotilla:fleet-controller",
+            &["system:authenticated"],
+        ));
+        let own = whoami(tower::util::BoxCloneService::new(local_service_as(
+            api.clone(),
+            metrics.clone(),
+            controller,
+        )))
+        .await;
+        assert_eq!(
+            own,
+            serde_json::json!({"username": "system:flotilla:fleet-controller",
+                "groups": ["system:authenticated"]})
+        );
+        let loopback = whoami(tower::util::BoxCloneService::new(local_service(
+            api, metrics,
+        )))
+        .await;
+        assert_eq!(loopback["username"], crate::auth::LOOPBACK_USER);
+        assert_eq!(
+            loopback["groups"],
+            serde_json::json!(["system:masters", "system:authenticated"])
+        );
+    }
 
     #[test]
     fn running_out_of_descriptors_pauses_accepting_but_a_failed_client_does_not() {

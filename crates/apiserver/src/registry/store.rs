@@ -192,6 +192,7 @@ impl Api {
         };
         let attributes = admission::Attributes {
             user: &target.user,
+            cluster: &self.cluster,
             operation,
             rt: &target.rt,
             namespace: target.namespace.as_deref().unwrap_or(""),

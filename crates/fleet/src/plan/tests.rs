@@ -95,13 +95,35 @@ fn run(
     overrides: &[OverrideRef<'_>],
     current: &BTreeMap<String, WorkSpec>,
 ) -> Plan {
-    let current: BTreeMap<String, &WorkSpec> =
-        current.iter().map(|(c, w)| (c.clone(), w)).collect();
-    plan(Inputs {
-        placement: &key(),
+    run_as(
+        &key(),
+        &Reach::Everywhere,
         spec,
         templates,
         clusters,
+        overrides,
+        current,
+    )
+}
+
+/// [`run`] for placement `placement`, within `reach`.
+fn run_as(
+    placement: &PlacementKey,
+    reach: &Reach,
+    spec: &PlacementSpec,
+    templates: &[Value],
+    clusters: &[Arc<Cluster>],
+    overrides: &[OverrideRef<'_>],
+    current: &BTreeMap<String, WorkSpec>,
+) -> Plan {
+    let current: BTreeMap<String, &WorkSpec> =
+        current.iter().map(|(c, w)| (c.clone(), w)).collect();
+    plan(Inputs {
+        placement,
+        spec,
+        templates,
+        clusters,
+        reach,
         overrides,
         current: &current,
     })
@@ -242,7 +264,8 @@ fn a_division_that_cannot_be_made_keeps_every_work() {
     .works;
     let plan = run(&spec, &[deployment(9)], &fleet(), &[], &current);
     let why = plan.scheduled.clone().unwrap_err();
-    assert!(why.contains("weight 0"), "{why}");
+    assert_eq!(why.reason, Unscheduled::CANNOT_DIVIDE);
+    assert!(why.message.contains("weight 0"), "{why}");
     assert_eq!(plan.works, current);
 }
 
@@ -262,15 +285,19 @@ fn a_placement_that_selects_no_cluster_says_why_and_wants_no_work() {
     .works;
     let plan = run(&spec, &[deployment(9)], &fleet(), &[], &current);
     let why = plan.scheduled.clone().unwrap_err();
+    assert_eq!(why.reason, Unscheduled::NO_CLUSTERS);
     assert!(
-        why.contains("no cluster matches") && why.contains("eu-1"),
+        why.message.contains("no cluster matches") && why.message.contains("eu-1"),
         "{why}"
     );
     assert!(plan.works.is_empty());
     let nobody = run(&spec, &[deployment(9)], &[], &[], &BTreeMap::new());
     assert_eq!(
         nobody.scheduled,
-        Err("no cluster has joined the fleet".into())
+        Err(Unscheduled {
+            reason: Unscheduled::NO_CLUSTERS,
+            message: "no cluster has joined the fleet".into()
+        })
     );
 }
 
@@ -367,4 +394,146 @@ fn the_replicas_each_cluster_is_asked_for_are_kept_per_template_overrides_includ
     spec.resource_selectors[0].api_version = "v1".into();
     let plan = run(&spec, &[config], &fleet(), &[], &BTreeMap::new());
     assert!(plan.template_replicas.is_empty());
+}
+
+/// eu-1 and eu-2 in set eu, us-1 in us.
+fn fleet_in_sets() -> Vec<Arc<Cluster>> {
+    fleet()
+        .into_iter()
+        .map(|c| {
+            let mut c = (*c).clone();
+            let set = c.metadata.labels.as_ref().unwrap()["region"].clone();
+            c.spec.cluster_set = Some(set);
+            Arc::new(c)
+        })
+        .collect()
+}
+
+fn everywhere() -> PlacementSpec {
+    serde_json::from_value(json!({
+        "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_binding_takes_the_placement_off_clusters_outside_its_sets() {
+    let clusters = fleet_in_sets();
+    let open = run(
+        &everywhere(),
+        &[deployment(3)],
+        &clusters,
+        &[],
+        &BTreeMap::new(),
+    );
+    assert_eq!(
+        open.works.keys().collect::<Vec<_>>(),
+        ["eu-1", "eu-2", "us-1"]
+    );
+    // Bound to eu: us-1 is no longer wanted (its Work goes), and says why.
+    let eu = Reach::Sets {
+        namespace: "shop".into(),
+        sets: ["eu".to_owned()].into(),
+    };
+    let bound = run_as(
+        &key(),
+        &eu,
+        &everywhere(),
+        &[deployment(3)],
+        &clusters,
+        &[],
+        &open.works,
+    );
+    assert_eq!(bound.scheduled, Ok(()));
+    assert_eq!(bound.works.keys().collect::<Vec<_>>(), ["eu-1", "eu-2"]);
+    assert_eq!(
+        bound
+            .selection
+            .excluded
+            .iter()
+            .map(|(c, r)| format!("{c}: {r}"))
+            .collect::<Vec<_>>(),
+        ["us-1: cluster set us is not bound to namespace shop"]
+    );
+    // Bound tenancy and no binding: nothing scheduled, every Work goes, and why.
+    let unbound = Reach::Unbound {
+        namespace: "shop".into(),
+    };
+    let nothing = run_as(
+        &key(),
+        &unbound,
+        &everywhere(),
+        &[deployment(3)],
+        &clusters,
+        &[],
+        &open.works,
+    );
+    assert!(nothing.works.is_empty());
+    let why = nothing.scheduled.unwrap_err();
+    assert_eq!(why.reason, Unscheduled::NO_CLUSTER_SET_BINDING);
+    assert!(
+        why.message
+            .starts_with("namespace shop has no ClusterSetBinding"),
+        "{why}"
+    );
+    assert_eq!(nothing.selection.excluded.len(), 3);
+}
+
+#[test]
+fn an_override_that_moves_a_placements_object_delivers_nothing_there() {
+    let patch = |path: &str, value: Value| -> OverrideSpec {
+        serde_json::from_value(json!({
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+            "clusters": {"names": ["us-1"]},
+            "rules": [{"jsonPatch": [{"op": "replace", "path": path, "value": value}]}]
+        }))
+        .unwrap()
+    };
+    let (moved, rekinded) = (
+        patch("/metadata/namespace", json!("bank")),
+        patch("/kind", json!("DaemonSet")),
+    );
+    let clusters = fleet();
+    for (spec, escape) in [
+        (&moved, r#"metadata.namespace from "shop" to "bank""#),
+        (&rekinded, r#"kind from "Deployment" to "DaemonSet""#),
+    ] {
+        // A ClusterOverride (admission cannot refuse what it does to a Placement's
+        // templates): us-1's rendering fails, and it gets no Work.
+        let overrides = [OverrideRef {
+            namespace: None,
+            name: "move",
+            spec,
+        }];
+        let plan = run(
+            &everywhere(),
+            &[deployment(3)],
+            &clusters,
+            &overrides,
+            &BTreeMap::new(),
+        );
+        assert_eq!(plan.works.keys().collect::<Vec<_>>(), ["eu-1", "eu-2"]);
+        let why = &plan.failed["us-1"];
+        assert!(
+            why.contains(escape) && why.contains("must keep the template's"),
+            "{why}"
+        );
+        // A Work delivered before is kept as it was: nothing moves.
+        let before = run(
+            &everywhere(),
+            &[deployment(3)],
+            &clusters,
+            &[],
+            &BTreeMap::new(),
+        );
+        let plan = run(
+            &everywhere(),
+            &[deployment(3)],
+            &clusters,
+            &overrides,
+            &before.works,
+        );
+        assert_eq!(plan.works, before.works);
+        assert!(plan.failed.contains_key("us-1"));
+    }
 }

@@ -6,7 +6,10 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use flotilla_api::{Cluster, ClusterOverride, ClusterPlacement, Override, Placement, Work};
+use flotilla_api::{
+    Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, Override, Placement,
+    Work,
+};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
@@ -20,6 +23,10 @@ pub(super) struct Caches {
     pub works: Works,
     pub placements: Store<Placement>,
     pub cluster_placements: Store<ClusterPlacement>,
+    /// Every namespace's ClusterSetBindings: what each namespace reaches.
+    pub bindings: Store<ClusterSetBinding>,
+    /// The ClusterSets that exist (a binding to a missing one binds nothing).
+    pub cluster_sets: Store<ClusterSet>,
 }
 
 /// Every Work, and which are whose: by placement and by cluster namespace, so that a

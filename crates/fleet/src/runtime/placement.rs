@@ -331,6 +331,7 @@ async fn place<P: PlacementObject>(
     let templates::Selected {
         objects: templates,
         unmatched,
+        outside,
     } = match templates::selected(fleet, spec, key.namespace.as_deref()).await {
         Ok(selected) => selected,
         Err(e) => {
@@ -343,6 +344,12 @@ async fn place<P: PlacementObject>(
         .caches
         .clusters
         .state_filter(|c| c.metadata.deletion_timestamp.is_none());
+    let reach = crate::tenancy::reach(
+        fleet.config.tenancy,
+        key.namespace.as_deref(),
+        fleet.caches.bindings.state().iter().map(|b| &**b),
+        fleet.caches.cluster_sets.state().iter().map(|s| &**s),
+    );
     let overrides = fleet.caches.overrides.state();
     let cluster_overrides = fleet.caches.cluster_overrides.state();
     let mut refs: Vec<OverrideRef<'_>> = cluster_overrides
@@ -375,6 +382,7 @@ async fn place<P: PlacementObject>(
                 spec,
                 templates: &templates,
                 clusters: &clusters,
+                reach: &reach,
                 overrides: &refs,
                 current: &current,
             });
@@ -426,6 +434,7 @@ async fn place<P: PlacementObject>(
         works: &views,
         not_ready: &not_ready,
         unmatched: &unmatched,
+        outside: &outside,
     };
     let placement_status =
         status::placement_status(&plan, &observed, p.meta().generation, p.status(), &now);

@@ -545,6 +545,43 @@ fn watch_drift(
     watches.insert(cluster.to_owned(), DriftWatch { kinds, task });
 }
 
+/// What a Work going may have put on its member: every manifest its status lists, then
+/// those of its spec the status does not list yet (a Work deleted between its apply and
+/// the status write, such as one a placement no longer wants right after delivering it).
+/// Removal looks at each object on the member first and leaves alone what this placement
+/// does not own, so listing one never applied costs a read and nothing else.
+fn to_remove(work: &Work) -> Vec<flotilla_api::ManifestStatus> {
+    let mut objects: Vec<flotilla_api::ManifestStatus> = work
+        .status
+        .as_ref()
+        .map(|s| s.manifests.clone())
+        .unwrap_or_default();
+    let identity = |m: &flotilla_api::ManifestStatus| {
+        (
+            m.api_version.clone(),
+            m.kind.clone(),
+            m.namespace.clone(),
+            m.name.clone(),
+        )
+    };
+    let listed: BTreeSet<_> = objects.iter().map(identity).collect();
+    for manifest in &work.spec.manifests {
+        let value = manifest.value();
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        let object = flotilla_api::ManifestStatus {
+            api_version: text(&value["apiVersion"]),
+            kind: text(&value["kind"]),
+            namespace: value["metadata"]["namespace"].as_str().map(str::to_owned),
+            name: text(&value["metadata"]["name"]),
+            ..flotilla_api::ManifestStatus::default()
+        };
+        if !listed.contains(&identity(&object)) {
+            objects.push(object);
+        }
+    }
+    objects
+}
+
 /// The Work is going: what it put on the member goes too (or stays, orphaned). A cluster
 /// that is gone, or being unjoined while it does not answer, is not waited for.
 async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
@@ -578,15 +615,11 @@ async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
         warn!("cluster unjoined while not ready: its objects are left on it");
         return Ok(Action::await_change());
     }
-    let applied = work
-        .status
-        .as_ref()
-        .map(|s| s.manifests.as_slice())
-        .unwrap_or_default();
+    let applied = to_remove(work);
     let member = fleet.members.get(&cluster).await?;
     tokio::time::timeout(
         SYNC_TIMEOUT,
-        member.remove(applied, policy, &provenance(fleet, work)),
+        member.remove(&applied, policy, &provenance(fleet, work)),
     )
     .await
     .map_err(|_| Error::Member {
@@ -608,6 +641,59 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
+
+    #[test]
+    fn a_work_going_removes_what_its_spec_holds_even_before_its_status_lists_it() {
+        let manifest = |kind: &str, namespace: Option<&str>, name: &str| {
+            let mut object = serde_json::json!({"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": name}});
+            if let Some(ns) = namespace {
+                object["metadata"]["namespace"] = ns.into();
+            }
+            flotilla_api::Manifest::from(&object)
+        };
+        let mut work = Work::new(
+            "shop.web",
+            WorkSpec {
+                manifests: vec![
+                    manifest("Namespace", None, "shop"),
+                    manifest("ConfigMap", Some("shop"), "web"),
+                ],
+                ..WorkSpec::default()
+            },
+        );
+        let names = |work: &Work| -> Vec<String> {
+            to_remove(work)
+                .iter()
+                .map(|m| format!("{}/{}", m.kind, m.name))
+                .collect()
+        };
+        // Not reported yet: the spec's manifests.
+        assert_eq!(names(&work), ["Namespace/shop", "ConfigMap/web"]);
+        // Reported: the status's first (as applied), then what it does not list, once.
+        work.status = Some(WorkStatus {
+            manifests: vec![
+                flotilla_api::ManifestStatus {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    namespace: Some("shop".into()),
+                    name: "old".into(),
+                    ..Default::default()
+                },
+                flotilla_api::ManifestStatus {
+                    api_version: "v1".into(),
+                    kind: "Namespace".into(),
+                    name: "shop".into(),
+                    ..Default::default()
+                },
+            ],
+            ..WorkStatus::default()
+        });
+        assert_eq!(
+            names(&work),
+            ["ConfigMap/old", "Namespace/shop", "ConfigMap/web"]
+        );
+    }
 
     #[tokio::test]
     async fn a_change_of_a_works_status_alone_starts_no_sync() {

@@ -213,6 +213,9 @@ pub(super) struct Selected {
     pub objects: Vec<Value>,
     /// The selectors that match nothing, described (`apps/v1 Deployment webb`).
     pub unmatched: Vec<String>,
+    /// A Placement's selectors of cluster-scoped kinds, described: they select nothing,
+    /// since a Placement delivers only what lives in its namespace.
+    pub outside: Vec<String>,
 }
 
 /// A resource selector in words: its kind, then its name or labels.
@@ -232,8 +235,10 @@ fn describe(selector: &flotilla_api::ResourceSelector) -> String {
     text
 }
 
-/// What the resource selectors of a placement in `namespace` select. Fails when the
-/// hub does not serve a selected kind ([`Error::NotServed`]) or its cache is not filled.
+/// What the resource selectors of a placement in `namespace` select: for a Placement
+/// (`namespace` given) only objects of that namespace, never a cluster-scoped kind. Fails
+/// when the hub does not serve a selected kind ([`Error::NotServed`]) or its cache is not
+/// filled.
 pub(super) async fn selected(
     fleet: &Arc<Fleet>,
     spec: &flotilla_api::PlacementSpec,
@@ -246,6 +251,10 @@ pub(super) async fn selected(
             .templates
             .kind(Arc::downgrade(fleet), &selector.api_version, &selector.kind)
             .await?;
+        if namespace.is_some() && !kind.namespaced {
+            found.outside.push(describe(selector));
+            continue;
+        }
         // One object by name, where its namespace is known: looked up, not searched for.
         let place = match (kind.namespaced, namespace.or(selector.namespace.as_deref())) {
             (false, _) => Some(None),

@@ -3,7 +3,8 @@
 //! ```text
 //!  clusters (any order) ── sort by name
 //!      │ per cluster, first failing term wins the Reason:
-//!      │   names ─► clusterSets ─► labelSelector ─► propertySelector ─► taints ─► spread labels
+//!      │   reach (the sets bound to the namespace) ─► names ─► clusterSets ─► labelSelector
+//!      │   ─► propertySelector ─► taints ─► spread labels
 //!      ▼
 //!  feasible ── rank: previously chosen, more available replicas, name
 //!      │ count: take N, spread: the next pick keeps every topology's skew ≤ maxSkew if it can
@@ -19,6 +20,7 @@ use crate::{
     ClusterView, LabelSelector, PropertyOperator, PropertyRequirement, Taint, TaintEffect,
     Toleration,
 };
+use flotilla_api::DEFAULT_CLUSTER_SET;
 use flotilla_api::quantity::Amount;
 
 /// Which clusters a placement wants. Every term given must hold (they are ANDed); an empty
@@ -60,6 +62,50 @@ pub struct SpreadConstraint {
     pub max_skew: u32,
 }
 
+/// Which clusters a placement may choose from, whatever it asks: the tenancy of its
+/// namespace. A namespace that holds ClusterSetBindings reaches the clusters of the sets
+/// bound there (clusters joined without a set are in [`DEFAULT_CLUSTER_SET`]); one that
+/// holds none reaches every cluster under open tenancy, and none under bound tenancy. A
+/// ClusterPlacement reaches every cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// Every cluster.
+    #[default]
+    Everywhere,
+    /// The clusters of these sets (those bound to `namespace` whose ClusterSet exists;
+    /// none if every binding names a missing set).
+    Sets {
+        /// The placement's namespace.
+        namespace: String,
+        /// The sets bound to it.
+        sets: BTreeSet<String>,
+    },
+    /// No cluster: `namespace` holds no ClusterSetBinding and tenancy is bound.
+    Unbound {
+        /// The placement's namespace.
+        namespace: String,
+    },
+}
+
+impl Reach {
+    /// Whether a cluster in `cluster_set` (`None`: in no set, so in
+    /// [`DEFAULT_CLUSTER_SET`]) is within reach; if not, why.
+    fn admits(&self, cluster_set: Option<&str>) -> Result<(), Reason> {
+        let set = cluster_set.unwrap_or(DEFAULT_CLUSTER_SET);
+        match self {
+            Reach::Everywhere => Ok(()),
+            Reach::Sets { sets, .. } if sets.contains(set) => Ok(()),
+            Reach::Sets { namespace, .. } => Err(Reason::NotBound {
+                cluster_set: set.to_owned(),
+                namespace: namespace.clone(),
+            }),
+            Reach::Unbound { namespace } => Err(Reason::NoClusterSetBinding {
+                namespace: namespace.clone(),
+            }),
+        }
+    }
+}
+
 /// The outcome of [`select`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Selection {
@@ -72,6 +118,18 @@ pub struct Selection {
 /// Why a cluster was not chosen; its `Display` form is meant for `Placement.status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reason {
+    /// The cluster's set is not bound to the placement's namespace.
+    NotBound {
+        /// The cluster's set ([`DEFAULT_CLUSTER_SET`] for a cluster in none).
+        cluster_set: String,
+        /// The placement's namespace.
+        namespace: String,
+    },
+    /// The placement's namespace holds no ClusterSetBinding, and tenancy is bound.
+    NoClusterSetBinding {
+        /// The placement's namespace.
+        namespace: String,
+    },
     /// The affinity lists names and this cluster is not one of them.
     NotNamed,
     /// The affinity lists cluster sets and this cluster is in none of them.
@@ -146,6 +204,32 @@ pub fn select(
     clusters: &[ClusterView],
     previous: &[String],
 ) -> Selection {
+    select_within(&Reach::Everywhere, affinity, clusters, previous)
+}
+
+/// [`select`] among the clusters within `reach` only: a cluster out of reach is excluded
+/// first, with [`Reason::NotBound`] or [`Reason::NoClusterSetBinding`], whatever the
+/// affinity asks (its own `clusterSets` term narrows the reach further, never widens it).
+///
+/// ```
+/// use flotilla_fleet::{select_within, ClusterAffinity, ClusterView, Reach};
+///
+/// let cluster = |name: &str, set: Option<&str>| ClusterView {
+///     cluster_set: set.map(str::to_owned),
+///     ..ClusterView::ready(name)
+/// };
+/// let clusters = [cluster("a", Some("eu")), cluster("b", Some("us")), cluster("c", None)];
+/// let reach = Reach::Sets { namespace: "shop".into(), sets: ["eu".into(), "default".into()].into() };
+/// let selection = select_within(&reach, &ClusterAffinity::default(), &clusters, &[]);
+/// assert_eq!(selection.chosen, ["a", "c"]);
+/// assert_eq!(selection.excluded[0].1.to_string(), "cluster set us is not bound to namespace shop");
+/// ```
+pub fn select_within(
+    reach: &Reach,
+    affinity: &ClusterAffinity,
+    clusters: &[ClusterView],
+    previous: &[String],
+) -> Selection {
     let previous: BTreeSet<&str> = previous.iter().map(String::as_str).collect();
     let mut sorted: Vec<&ClusterView> = clusters.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
@@ -153,7 +237,10 @@ pub fn select(
     let mut excluded = Vec::new();
     let mut feasible = Vec::new();
     for cluster in sorted {
-        match feasibility(affinity, cluster, &previous) {
+        match reach
+            .admits(cluster.cluster_set.as_deref())
+            .and_then(|()| feasibility(affinity, cluster, &previous))
+        {
             Ok(()) => feasible.push(cluster),
             Err(reason) => excluded.push((cluster.name.clone(), reason)),
         }
@@ -349,6 +436,17 @@ fn pick<'a>(
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Reason::NotBound {
+                cluster_set,
+                namespace,
+            } => write!(
+                f,
+                "cluster set {cluster_set} is not bound to namespace {namespace}"
+            ),
+            Reason::NoClusterSetBinding { namespace } => write!(
+                f,
+                "namespace {namespace} has no ClusterSetBinding (tenancy is bound)"
+            ),
             Reason::NotNamed => f.write_str("not one of the names listed"),
             Reason::NotInClusterSet {
                 cluster_set,
@@ -807,6 +905,120 @@ mod tests {
             select(&spread_over_regions(3, 0), &clusters, &[]).chosen,
             names(&["ap-1", "eu-1", "us-1"])
         );
+    }
+
+    fn in_set(name: &str, set: Option<&str>) -> ClusterView {
+        ClusterView {
+            cluster_set: set.map(str::to_owned),
+            ..cluster(name)
+        }
+    }
+
+    fn bound_to(sets: &[&str]) -> Reach {
+        Reach::Sets {
+            namespace: "shop".into(),
+            sets: sets.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// eu-1 and eu-2 in `eu`, us-1 in `us`, solo in no set (so in `default`).
+    fn tenants() -> [ClusterView; 4] {
+        [
+            in_set("eu-1", Some("eu")),
+            in_set("eu-2", Some("eu")),
+            in_set("us-1", Some("us")),
+            in_set("solo", None),
+        ]
+    }
+
+    #[test]
+    fn bindings_limit_the_reach_to_the_bound_sets() {
+        let any = ClusterAffinity::default();
+        // Everywhere (a ClusterPlacement, or an open namespace without bindings): all.
+        let everywhere = select_within(&Reach::Everywhere, &any, &tenants(), &[]);
+        assert_eq!(everywhere, select(&any, &tenants(), &[]));
+        assert_eq!(everywhere.chosen.len(), 4);
+        // A namespace bound to eu reaches the eu clusters only, each other one saying why.
+        let selection = select_within(&bound_to(&["eu"]), &any, &tenants(), &[]);
+        assert_eq!(selection.chosen, names(&["eu-1", "eu-2"]));
+        assert_eq!(
+            reasons(&selection),
+            [
+                (
+                    "solo".into(),
+                    "cluster set default is not bound to namespace shop".into()
+                ),
+                (
+                    "us-1".into(),
+                    "cluster set us is not bound to namespace shop".into()
+                ),
+            ]
+        );
+        // Clusters in no set are in `default`.
+        let selection = select_within(&bound_to(&["default", "us"]), &any, &tenants(), &[]);
+        assert_eq!(selection.chosen, names(&["solo", "us-1"]));
+        // Bindings whose sets are all missing reach nothing.
+        assert!(
+            select_within(&bound_to(&[]), &any, &tenants(), &[])
+                .chosen
+                .is_empty()
+        );
+        // Bound tenancy, no binding: nothing, and every cluster says so.
+        let unbound = Reach::Unbound {
+            namespace: "shop".into(),
+        };
+        let selection = select_within(&unbound, &any, &tenants(), &[]);
+        assert!(selection.chosen.is_empty());
+        assert_eq!(selection.excluded.len(), 4);
+        assert!(
+            selection.excluded.iter().all(|(_, r)| r.to_string()
+                == "namespace shop has no ClusterSetBinding (tenancy is bound)")
+        );
+    }
+
+    #[test]
+    fn the_placements_own_terms_narrow_the_reach_and_never_widen_it() {
+        // It asks for us and eu; only eu is bound: eu.
+        let sets = ClusterAffinity {
+            cluster_sets: names(&["us", "eu"]),
+            ..ClusterAffinity::default()
+        };
+        let selection = select_within(&bound_to(&["eu"]), &sets, &tenants(), &[]);
+        assert_eq!(selection.chosen, names(&["eu-1", "eu-2"]));
+        // It asks for us only; only eu is bound: nothing, the reach named first.
+        let us = ClusterAffinity {
+            cluster_sets: names(&["us"]),
+            ..ClusterAffinity::default()
+        };
+        let selection = select_within(&bound_to(&["eu"]), &us, &tenants(), &[]);
+        assert!(selection.chosen.is_empty());
+        assert_eq!(
+            reasons(&selection)[3],
+            (
+                "us-1".into(),
+                "cluster set us is not bound to namespace shop".into()
+            )
+        );
+        assert_eq!(
+            reasons(&selection)[0],
+            ("eu-1".into(), "cluster set eu is not one of us".into())
+        );
+        // Names and counts apply within the reach: a named cluster out of reach stays out.
+        let named = ClusterAffinity {
+            names: names(&["us-1", "eu-2"]),
+            ..ClusterAffinity::default()
+        };
+        let selection = select_within(&bound_to(&["eu"]), &named, &tenants(), &[]);
+        assert_eq!(selection.chosen, names(&["eu-2"]));
+        let two = ClusterAffinity {
+            count: Some(2),
+            ..ClusterAffinity::default()
+        };
+        let selection = select_within(&bound_to(&["eu", "us"]), &two, &tenants(), &["us-1".into()]);
+        assert_eq!(selection.chosen, names(&["eu-1", "us-1"]));
+        // A cluster chosen before but now out of reach is not kept (unlike NoSchedule).
+        let selection = select_within(&bound_to(&["eu"]), &two, &tenants(), &["us-1".into()]);
+        assert_eq!(selection.chosen, names(&["eu-1", "eu-2"]));
     }
 
     #[test]

@@ -55,6 +55,7 @@ fn seen<'a>(works: &'a BTreeMap<String, WorkView<'a>>) -> Observed<'a> {
         works,
         not_ready: &NONE,
         unmatched: &[],
+        outside: &[],
     }
 }
 
@@ -343,6 +344,7 @@ fn a_cluster_not_ready_is_shown_as_last_reported_and_counts_for_nothing() {
         works: &works,
         not_ready: &not_ready,
         unmatched: &[],
+        outside: &[],
     };
     let status = placement_status(&plan(&["a", "b", "c"]), &observed, Some(1), None, &now());
     let get = |kind: &str| status.conditions.iter().find(|c| c.type_ == kind).unwrap();
@@ -439,6 +441,50 @@ fn a_selector_that_matches_nothing_is_named_and_nothing_is_available() {
     );
     // What was found is applied all the same.
     assert_eq!(get(&missing, "Applied").status, "True");
+
+    // A Placement selecting a cluster-scoped kind: it selects nothing, and says why.
+    let outside = ["v1 Namespace tenants".to_owned()];
+    let observed = Observed {
+        outside: &outside,
+        ..seen(&works)
+    };
+    let confined = placement_status(&plan(&["a"]), &observed, Some(1), None, &now());
+    let templates = get(&confined, "TemplatesFound");
+    assert_eq!(
+        (templates.status.as_str(), templates.reason.as_str()),
+        ("False", "OutsideNamespace")
+    );
+    assert_eq!(
+        templates.message,
+        "a Placement places only resources of its own namespace, so these select nothing \
+         (cluster-scoped kinds are a ClusterPlacement's): v1 Namespace tenants"
+    );
+    let available = get(&confined, "Available");
+    assert_eq!(
+        (available.status.as_str(), available.reason.as_str()),
+        ("False", "TemplatesNotFound")
+    );
+}
+
+#[test]
+fn the_scheduled_condition_carries_the_plans_reason() {
+    let works = BTreeMap::new();
+    let mut unbound = plan(&[]);
+    unbound.scheduled = Err(crate::plan::Unscheduled {
+        reason: crate::plan::Unscheduled::NO_CLUSTER_SET_BINDING,
+        message: "namespace shop has no ClusterSetBinding".into(),
+    });
+    let status = placement_status(&unbound, &seen(&works), Some(1), None, &now());
+    let scheduled = &status.conditions[0];
+    assert_eq!(
+        (
+            scheduled.type_.as_str(),
+            scheduled.status.as_str(),
+            scheduled.reason.as_str()
+        ),
+        ("Scheduled", "False", "NoClusterSetBinding")
+    );
+    assert_eq!(scheduled.message, "namespace shop has no ClusterSetBinding");
 }
 
 /// A cluster's report of a Deployment: `replicas`, `ready` (and as many available and
