@@ -17,6 +17,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod impersonation;
+pub mod jwt;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

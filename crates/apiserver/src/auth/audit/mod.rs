@@ -266,7 +266,13 @@ pub struct AuditRequest {
     /// The request's body, if it has one, and its content type (read by the log at
     /// Request level and above, and for the name of an object created).
     pub body: Option<(Bytes, String)>,
+    /// The event's `annotations` (such as why its credentials were refused).
+    pub annotations: Vec<(&'static str, String)>,
 }
+
+/// The annotation of a request refused for its credentials: why (what the client is
+/// not told).
+pub const AUTHENTICATION_FAILURE: &str = "authentication.flotilla.io/failure-reason";
 
 /// Starts the record of a request, if `audit` records it: decides its level, gathers
 /// what each of its stages shares, and records `RequestReceived`. `None`: it is not
@@ -282,6 +288,35 @@ pub(crate) fn begin(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Option<Arc<AuditRequest>> {
+    let request = Arc::new(gather(
+        audit, peer, user, method, path, query, headers, body,
+    )?);
+    let recording = request.recording;
+    if !recording.omit.contains(Stage::RequestReceived) {
+        audit.record(AuditEvent {
+            stage: Stage::RequestReceived,
+            request: request.clone(),
+            impersonated: None,
+            at: request.received,
+            code: None,
+            response: None,
+        });
+    }
+    Some(request)
+}
+
+/// What the audit log knows of a request, if `audit` records it at all.
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    audit: &dyn Audit,
+    peer: Option<IpAddr>,
+    user: &Arc<UserInfo>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<AuditRequest> {
     if !audit.enabled() {
         return None;
     }
@@ -295,7 +330,7 @@ pub(crate) fn begin(
         .and_then(|t| t.split(';').next())
         .unwrap_or("")
         .trim();
-    let request = Arc::new(AuditRequest {
+    Some(AuditRequest {
         id: crate::registry::object::new_uid(),
         recording,
         received: jiff::Timestamp::now(),
@@ -309,18 +344,53 @@ pub(crate) fn begin(
         user_agent: text(header::USER_AGENT).map(str::to_owned),
         source_ips: source_ips(headers, peer),
         body: (!body.is_empty()).then(|| (body.clone(), media_type.to_owned())),
-    });
-    if !recording.omit.contains(Stage::RequestReceived) {
-        audit.record(AuditEvent {
-            stage: Stage::RequestReceived,
-            request: request.clone(),
-            impersonated: None,
-            at: request.received,
-            code: None,
-            response: None,
-        });
+        annotations: Vec::new(),
+    })
+}
+
+/// Records a request refused at the edge for its credentials, as kube-apiserver records
+/// one: a `ResponseStarted` event with code 401 and no user (the policy decides on an
+/// empty one), and why it was refused as the [`AUTHENTICATION_FAILURE`] annotation.
+/// `answer` is the 401's body (its `Status`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn unauthenticated(
+    audit: &dyn Audit,
+    peer: Option<IpAddr>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    reason: &str,
+    answer: Bytes,
+) {
+    let nobody = Arc::new(UserInfo::default());
+    let Some(mut request) = gather(
+        audit,
+        peer,
+        &nobody,
+        method,
+        path,
+        query,
+        headers,
+        &Bytes::new(),
+    ) else {
+        return;
+    };
+    if request.recording.omit.contains(Stage::ResponseStarted) {
+        return;
     }
-    Some(request)
+    request
+        .annotations
+        .push((AUTHENTICATION_FAILURE, reason.to_owned()));
+    let request = Arc::new(request);
+    audit.record(AuditEvent {
+        stage: Stage::ResponseStarted,
+        at: jiff::Timestamp::now(),
+        request,
+        impersonated: None,
+        code: Some(401),
+        response: Some(answer),
+    });
 }
 
 /// Records the answer to a request [`begin`] started. A streamed answer (a watch) is
