@@ -18,6 +18,8 @@ pub mod authn;
 pub mod authz;
 pub mod impersonation;
 pub mod jwt;
+pub mod serviceaccount;
+pub mod x509;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use std::sync::Arc;
 pub use audit::{
     Audit, AuditEvent, AuditRequest, Level, NoAudit, Recording, RequestInfo, Stage, StageSet,
 };
-pub use authn::{AdminToken, Authenticator, Chain, Credentials, Presented};
+pub use authn::{AdminToken, Authenticator, Chain, Credentials, Presented, Refusal};
 pub use authz::{AllowAll, Attributes, Authorizer, Decision};
 pub use impersonation::{IgnoreHeaders, Impersonation};
 

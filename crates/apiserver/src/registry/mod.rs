@@ -15,3 +15,4 @@ pub(crate) mod selector;
 pub(crate) mod store;
 pub mod strategy;
 pub mod tenancy;
+mod token;

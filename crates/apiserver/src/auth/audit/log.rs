@@ -419,7 +419,7 @@ pub fn render(event: &AuditEvent, out: &mut Vec<u8>) {
         response_status,
         request_object,
         response_object,
-        annotations: request
+        annotations: event
             .annotations
             .iter()
             .map(|(key, value)| (*key, value.as_str()))

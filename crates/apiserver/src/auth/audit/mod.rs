@@ -266,9 +266,12 @@ pub struct AuditRequest {
     /// The request's body, if it has one, and its content type (read by the log at
     /// Request level and above, and for the name of an object created).
     pub body: Option<(Bytes, String)>,
-    /// The event's `annotations` (such as why its credentials were refused).
-    pub annotations: Vec<(&'static str, String)>,
 }
+
+/// Annotations a handler gives the audit event of its answer (an extension of the
+/// response, taken off it by the audit log): why a request was refused, for one.
+#[derive(Clone, Debug, Default)]
+pub struct Annotations(pub Vec<(&'static str, String)>);
 
 /// The annotation of a request refused for its credentials: why (what the client is
 /// not told).
@@ -300,6 +303,7 @@ pub(crate) fn begin(
             at: request.received,
             code: None,
             response: None,
+            annotations: Vec::new(),
         });
     }
     Some(request)
@@ -344,7 +348,6 @@ fn gather(
         user_agent: text(header::USER_AGENT).map(str::to_owned),
         source_ips: source_ips(headers, peer),
         body: (!body.is_empty()).then(|| (body.clone(), media_type.to_owned())),
-        annotations: Vec::new(),
     })
 }
 
@@ -364,7 +367,7 @@ pub(crate) fn unauthenticated(
     answer: Bytes,
 ) {
     let nobody = Arc::new(UserInfo::default());
-    let Some(mut request) = gather(
+    let Some(request) = gather(
         audit,
         peer,
         &nobody,
@@ -379,17 +382,14 @@ pub(crate) fn unauthenticated(
     if request.recording.omit.contains(Stage::ResponseStarted) {
         return;
     }
-    request
-        .annotations
-        .push((AUTHENTICATION_FAILURE, reason.to_owned()));
-    let request = Arc::new(request);
     audit.record(AuditEvent {
         stage: Stage::ResponseStarted,
         at: jiff::Timestamp::now(),
-        request,
+        request: Arc::new(request),
         impersonated: None,
         code: Some(401),
         response: Some(answer),
+        annotations: vec![(AUTHENTICATION_FAILURE, reason.to_owned())],
     });
 }
 
@@ -401,9 +401,14 @@ pub(crate) async fn answered(
     audit: &Arc<dyn Audit>,
     request: Arc<AuditRequest>,
     impersonated: Option<Arc<UserInfo>>,
-    response: Response,
+    mut response: Response,
 ) -> Response {
     let code = response.status().as_u16();
+    let annotations = response
+        .extensions_mut()
+        .remove::<Annotations>()
+        .unwrap_or_default()
+        .0;
     let omit = request.recording.omit;
     let level = request.recording.level;
     let event = |stage, response| AuditEvent {
@@ -413,6 +418,7 @@ pub(crate) async fn answered(
         at: jiff::Timestamp::now(),
         code: Some(code),
         response,
+        annotations: annotations.clone(),
     };
     let streamed = hyper::body::Body::size_hint(response.body())
         .exact()
@@ -538,6 +544,8 @@ pub struct AuditEvent {
     /// The answer's body, when it is JSON and was kept: at level RequestResponse (not a
     /// stream), and for a failure (its `Status`).
     pub response: Option<Bytes>,
+    /// The event's `annotations` (such as why a request's credentials were refused).
+    pub annotations: Vec<(&'static str, String)>,
 }
 
 /// Records requests. Called on the request's path, so an implementation must not block:
