@@ -21,6 +21,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};
 use jsonwebtoken::errors::{Error as JwtError, ErrorKind};
 use jsonwebtoken::jwk::{EllipticCurve, ThumbprintHash};
+use jsonwebtoken::signature;
 use jsonwebtoken::{Algorithm, DecodingKey, DecodingKeyKind, EncodingKey, Header};
 use ring::rand::SystemRandom;
 use ring::signature::{self as sig, KeyPair as _};
@@ -339,7 +340,7 @@ impl SigningKey {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use jsonwebtoken::Validation;
 

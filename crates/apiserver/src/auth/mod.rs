@@ -18,7 +18,9 @@ pub mod authn;
 pub mod authz;
 pub mod impersonation;
 pub mod jwt;
+pub mod oidc;
 pub mod serviceaccount;
+pub mod signer;
 pub mod x509;
 
 use std::collections::BTreeMap;

@@ -2,6 +2,7 @@
 //! server-managed metadata of an object, and the resources with behaviour of their own.
 
 pub(crate) mod apply;
+pub mod certificates;
 pub(crate) mod crd;
 pub(crate) mod delete;
 pub(crate) mod events;

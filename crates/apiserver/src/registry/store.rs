@@ -322,6 +322,7 @@ impl Api {
         }
         let strategy = rt.strategy();
         strategy.prepare_create(rt, &mut object);
+        strategy.check_write(&target.user, "", &mut object, &Value::Null, &Value::Null)?;
         let effect = strategy.admit(self, &mut object, &Value::Null)?;
         strategy.before_create(self, rt).await?;
         if let FieldOwner::Update(manager) = owner {
@@ -403,6 +404,11 @@ impl Api {
         if expected.is_some_and(|e| e != revision) {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
+        let strategy = rt.strategy();
+        let requested = match strategy.reads_request() {
+            true => object.clone(),
+            false => Value::Null,
+        };
         if target.sub.as_deref() == Some("status") {
             let status = object.get("status").cloned().unwrap_or(Value::Null);
             object = current.clone();
@@ -417,6 +423,13 @@ impl Api {
                 }
             }
         }
+        strategy.check_write(
+            &target.user,
+            target.sub.as_deref().unwrap_or(""),
+            &mut object,
+            &current,
+            &requested,
+        )?;
         let warnings = self
             .admit(
                 target,
@@ -434,7 +447,6 @@ impl Api {
             };
             managed::record_update(Some(&current), &mut object, rt, writer)?;
         }
-        let strategy = rt.strategy();
         let effect = strategy.admit(self, &mut object, &current["status"])?;
         if query.dry_run()? {
             // Refused as the write would be.

@@ -12,6 +12,8 @@
 //!    CustomResource            refused while its definition is being deleted; read with
 //!                              the version asked
 //!    SelfReview                answered at once, never stored
+//!    CertificateSigningRequest the requesting user written into the spec; spec immutable;
+//!                              `approval` writes Approved/Denied alone, `status` the rest
 //! ```
 //!
 //! The behaviour is chosen where a type is defined (the built-in table, a CRD's
@@ -27,7 +29,7 @@ use crate::gc::collector::Cleanup;
 use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::registry::object::{self, NameRule};
 use crate::registry::resources::ResourceType;
-use crate::registry::{crd, events, review};
+use crate::registry::{certificates, crd, events, review};
 
 /// Which strategy a resource type follows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,6 +49,8 @@ pub enum Behaviour {
     CustomResource,
     /// Self-reviews (`kubectl auth can-i`, `kubectl auth whoami`).
     SelfReview,
+    /// `certificates.k8s.io/v1` CertificateSigningRequests.
+    CertificateSigningRequest,
 }
 
 impl Behaviour {
@@ -57,6 +61,9 @@ impl Behaviour {
             ("", "services") => Behaviour::Service,
             ("" | events::GROUP, "events") => Behaviour::Event,
             (crd::GROUP, "customresourcedefinitions") => Behaviour::CustomResourceDefinition,
+            (certificates::GROUP, "certificatesigningrequests") => {
+                Behaviour::CertificateSigningRequest
+            }
             ("authentication.k8s.io", "selfsubjectreviews")
             | ("authorization.k8s.io", "selfsubjectaccessreviews" | "selfsubjectrulesreviews") => {
                 Behaviour::SelfReview
@@ -75,6 +82,7 @@ impl Behaviour {
             Behaviour::CustomResourceDefinition => &Definitions,
             Behaviour::CustomResource => &CustomResources,
             Behaviour::SelfReview => &SelfReviews,
+            Behaviour::CertificateSigningRequest => &SigningRequests,
         }
     }
 }
@@ -109,6 +117,27 @@ pub(crate) trait Strategy: Send + Sync {
         {
             map.remove("status");
         }
+    }
+
+    /// Whether [`Strategy::check_write`] needs the object a client sent to an update
+    /// (`requested`), besides the one about to be written.
+    fn reads_request(&self) -> bool {
+        false
+    }
+
+    /// Completes and checks a write by `user`: a create (`current` is `Null`), or an
+    /// update through subresource `sub` (`""` for the object itself) of `current`, as
+    /// stored, where `requested` is what the client sent (`Null` unless
+    /// [`Strategy::reads_request`]). A refusal is answered and nothing is written.
+    fn check_write(
+        &self,
+        _user: &UserInfo,
+        _sub: &str,
+        _object: &mut Value,
+        _current: &Value,
+        _requested: &Value,
+    ) -> ApiResult<()> {
+        Ok(())
     }
 
     /// Checks the API's state before a create.
@@ -295,5 +324,28 @@ struct SelfReviews;
 impl Strategy for SelfReviews {
     fn answer(&self, rt: &ResourceType, user: &UserInfo, request: &Value) -> Option<Value> {
         review::answer(rt, user, request)
+    }
+}
+
+struct SigningRequests;
+
+impl Strategy for SigningRequests {
+    fn reads_request(&self) -> bool {
+        true
+    }
+
+    fn check_write(
+        &self,
+        user: &UserInfo,
+        sub: &str,
+        object: &mut Value,
+        current: &Value,
+        requested: &Value,
+    ) -> ApiResult<()> {
+        if current.is_null() {
+            certificates::admit_create(user, object)
+        } else {
+            certificates::admit_update(sub, object, current, requested)
+        }
     }
 }
