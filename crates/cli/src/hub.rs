@@ -510,7 +510,7 @@ mod tests {
         let mut argv = vec!["flotilla", "hub"];
         argv.extend_from_slice(args);
         Args::try_parse_from(argv).map(|a| match a.command {
-            Command::Hub(h) => h,
+            Command::Hub(h) => *h,
             other => panic!("parsed as {other:?}"),
         })
     }
