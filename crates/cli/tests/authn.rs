@@ -221,6 +221,17 @@ fn a_long_lived_token_secret_is_filled_and_works_while_its_account_exists() {
         whoami(&build).unwrap()["username"],
         "system:serviceaccount:shop:build"
     );
+    // One that names no account is refused, as Kubernetes refuses it.
+    let unnamed = json!({"apiVersion": "v1", "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {"name": "unnamed", "namespace": "shop"}});
+    let out = hub.kubectl_with(&["create", "-f", "-"], Some(&unnamed.to_string()));
+    assert!(
+        stderr(&out)
+            .contains("metadata.annotations[kubernetes.io/service-account.name]: Required value"),
+        "{}",
+        stderr(&out)
+    );
     // A Secret naming an account that does not exist is deleted.
     hub.create(&secret("ghost-token", "ghost"));
     eventually("the ghost's token Secret is deleted", || {

@@ -12,6 +12,8 @@
 //!    CustomResource            refused while its definition is being deleted; read with
 //!                              the version asked
 //!    SelfReview                answered at once, never stored
+//!    Secret                    a ServiceAccount token Secret names its account; type
+//!                              immutable
 //!    CertificateSigningRequest the requesting user written into the spec; spec immutable;
 //!                              `approval` writes Approved/Denied alone, `status` the rest
 //! ```
@@ -51,6 +53,8 @@ pub enum Behaviour {
     SelfReview,
     /// `certificates.k8s.io/v1` CertificateSigningRequests.
     CertificateSigningRequest,
+    /// `v1` Secrets.
+    Secret,
 }
 
 impl Behaviour {
@@ -59,6 +63,7 @@ impl Behaviour {
         match (group, plural) {
             ("", "namespaces") => Behaviour::Namespace,
             ("", "services") => Behaviour::Service,
+            ("", "secrets") => Behaviour::Secret,
             ("" | events::GROUP, "events") => Behaviour::Event,
             (crd::GROUP, "customresourcedefinitions") => Behaviour::CustomResourceDefinition,
             (certificates::GROUP, "certificatesigningrequests") => {
@@ -83,6 +88,7 @@ impl Behaviour {
             Behaviour::CustomResource => &CustomResources,
             Behaviour::SelfReview => &SelfReviews,
             Behaviour::CertificateSigningRequest => &SigningRequests,
+            Behaviour::Secret => &Secrets,
         }
     }
 }
@@ -347,5 +353,52 @@ impl Strategy for SigningRequests {
         } else {
             certificates::admit_update(sub, object, current, requested)
         }
+    }
+}
+
+struct Secrets;
+
+impl Strategy for Secrets {
+    /// As Kubernetes validates a Secret: one of type
+    /// `kubernetes.io/service-account-token` names its ServiceAccount (the tokens
+    /// controller fills it), and a Secret's type never changes.
+    fn check_write(
+        &self,
+        _user: &UserInfo,
+        _sub: &str,
+        object: &mut Value,
+        current: &Value,
+        _requested: &Value,
+    ) -> ApiResult<()> {
+        use crate::auth::serviceaccount::controller::{NAME_ANNOTATION, TOKEN_SECRET_TYPE};
+        let kind = |o: &Value| o["type"].as_str().unwrap_or("Opaque").to_owned();
+        let mut causes = Vec::new();
+        if object["type"] == TOKEN_SECRET_TYPE
+            && object["metadata"]["annotations"][NAME_ANNOTATION]
+                .as_str()
+                .is_none_or(str::is_empty)
+        {
+            causes.push(crate::http::error::Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: format!("metadata.annotations[{NAME_ANNOTATION}]"),
+            });
+        }
+        if !current.is_null() && kind(object) != kind(current) {
+            causes.push(crate::http::error::Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "field is immutable".into(),
+                field: "type".into(),
+            });
+        }
+        if causes.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::invalid(
+            "",
+            "Secret",
+            object::meta_str(object, "name"),
+            causes,
+        ))
     }
 }
