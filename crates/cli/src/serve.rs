@@ -195,7 +195,6 @@ impl ApiServer {
                 data_dir.display()
             );
         }
-        private_store_files(store_path);
         let started = std::time::Instant::now();
         let config = flotilla_store_sqlite::Config {
             check_pages: !options.skip_store_check,
@@ -205,6 +204,8 @@ impl ApiServer {
             Ok(store) => Arc::new(store),
             Err(e) => return Err(store_open_error(role, data_dir, e)),
         };
+        // Under its lock: a second server on the directory touches nothing.
+        private_store_files(store_path);
         info!(
             store = %store_path.display(),
             seconds = started.elapsed().as_secs_f64(),
