@@ -59,12 +59,12 @@ struct Reference {
 
 /// A token whose signature and claims were verified.
 #[derive(Debug)]
-struct Verified {
+pub(super) struct Verified {
     user: Arc<UserInfo>,
     exp: Option<i64>,
     references: Vec<Reference>,
     /// Verified again after this.
-    until: Instant,
+    pub(super) until: Instant,
 }
 
 /// What the authenticator reads of an object the store holds at one revision.
@@ -146,7 +146,16 @@ impl Tokens {
         }
     }
 
-    fn remember(&self, key: [u8; 32], verified: Arc<Verified>, at: Instant) {
+    /// How many verified tokens are cached.
+    #[cfg(test)]
+    pub(super) fn cached_count(&self) -> usize {
+        self.verified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub(super) fn remember(&self, key: [u8; 32], verified: Arc<Verified>, at: Instant) {
         let mut cache = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
         if cache.len() >= CACHE_ENTRIES {
             cache.retain(|_, v| v.until > at);
@@ -159,7 +168,7 @@ impl Tokens {
     }
 
     /// Verifies `token` at `now` into the user it names and what it depends on.
-    fn verify(&self, token: &str, now: i64, at: Instant) -> Result<Verified, Refusal> {
+    pub(super) fn verify(&self, token: &str, now: i64, at: Instant) -> Result<Verified, Refusal> {
         let claims = self.issuer.verify(token, now)?;
         let (user, references) = if claims.iss == LEGACY_ISSUER {
             legacy_user(&claims, token)?

@@ -361,3 +361,32 @@ async fn per_verification_time_over_100000_verifications() {
         signature.as_secs_f64() * 1e6
     );
 }
+
+#[tokio::test]
+async fn the_cache_is_bounded_and_never_keeps_a_token_past_its_expiry() {
+    let world = World::new().await;
+    let at = std::time::Instant::now();
+    // A token with five minutes left is kept at most the cache's TTL; one with 30 s left
+    // (and the leeway), no longer than that.
+    let long = Grant {
+        expiration_seconds: 300,
+        ..grant()
+    };
+    let (token, _) = world.issuer.issue(&long, now()).unwrap();
+    let verified = world.tokens.verify(&token, now(), at).unwrap();
+    assert_eq!(verified.until - at, authenticator::CACHE_TTL);
+    let short = world.issuer.issue(&grant(), now() - 3600 + 30).unwrap().0;
+    let verified = world.tokens.verify(&short, now(), at).unwrap();
+    assert!(verified.until - at <= std::time::Duration::from_secs(30 + LEEWAY_SECONDS as u64));
+    // Full: entries are dropped, never more than the bound kept.
+    for i in 0..authenticator::CACHE_ENTRIES + 10 {
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&(i as u64).to_be_bytes());
+        world.tokens.remember(
+            key,
+            Arc::new(world.tokens.verify(&token, now(), at).unwrap()),
+            at,
+        );
+    }
+    assert!(world.tokens.cached_count() <= authenticator::CACHE_ENTRIES);
+}
