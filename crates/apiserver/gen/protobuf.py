@@ -45,6 +45,10 @@ CRATE_VERSION = "0.9.0"
 CRATE_SHA256 = "43b6ba14400b62feaa58ebbbd32ce2d9a4601339b2820af393f68033b9cea620"
 OUTPUT = os.path.join(os.path.dirname(__file__), "..", "src", "generated", "builtin-protobuf.json")
 
+# Kinds kubectl sends to subresources, not served as resources of their own (so not in
+# schemas.KINDS): `kubectl create token` POSTs a TokenRequest to serviceaccounts/NAME/token.
+SUBRESOURCE_KINDS = [("authentication.k8s.io", "v1", "TokenRequest")]
+
 FIELD = re.compile(r"#\[prost\(([^\]]*)\)\]\s*pub (?:r#)?(\w+):\s*([^\n]+),\n")
 STRUCT = re.compile(r"pub struct (\w+) \{(\}|\n.*?\n\})", re.S)
 
@@ -166,7 +170,7 @@ def main():
 
     kinds = {}
     todo = []
-    for group, version, kind in schemas.KINDS:
+    for group, version, kind in schemas.KINDS + SUBRESOURCE_KINDS:
         api_version = f"{group}/{version}" if group else version
         key = next((k for k in structs if k[1] == kind and lookup(k) is not None
                     and {"group": group, "version": version, "kind": kind}

@@ -55,6 +55,7 @@ KINDS = [
     ("autoscaling", "v2", "HorizontalPodAutoscaler"),
     ("discovery.k8s.io", "v1", "EndpointSlice"),
     ("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+    ("certificates.k8s.io", "v1", "CertificateSigningRequest"),
     ("authentication.k8s.io", "v1", "SelfSubjectReview"),
     ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"),
     ("authorization.k8s.io", "v1", "SelfSubjectRulesReview"),

@@ -93,6 +93,9 @@ pub struct Api {
     /// The RBAC authorizer, when requests are authorized by it: its default roles are
     /// created in each logical cluster, and writes of roles and bindings wait for it.
     pub(crate) rbac: Option<Arc<Rbac>>,
+    /// The ServiceAccount token issuer (TokenRequests, the issuer's discovery documents);
+    /// none: neither is served.
+    pub(crate) service_accounts: Option<Arc<crate::auth::serviceaccount::Issuer>>,
 }
 
 impl Api {
@@ -112,7 +115,18 @@ impl Api {
             stages: Arc::default(),
             admission: Arc::default(),
             rbac: None,
+            service_accounts: None,
         }
+    }
+
+    /// Issues ServiceAccount tokens with `issuer` (`serviceaccounts/token`) and serves
+    /// its discovery documents (`/.well-known/openid-configuration`, `/openid/v1/jwks`).
+    pub fn with_service_account_issuer(
+        mut self,
+        issuer: Arc<crate::auth::serviceaccount::Issuer>,
+    ) -> Self {
+        self.service_accounts = Some(issuer);
+        self
     }
 
     /// Runs requests through these stages (by default: no audit log, impersonation
@@ -470,6 +484,26 @@ impl Api {
                 }
                 Err(e) => e.into_response(),
             };
+        }
+        // A credential issued in one logical cluster (a ServiceAccount token) is valid
+        // there alone.
+        if let Some(bound) = user
+            .extra
+            .get(crate::auth::serviceaccount::CLUSTER_EXTRA)
+            .and_then(|clusters| clusters.first())
+            && bound.as_str() != &*self.cluster
+        {
+            let refusal = crate::auth::Refusal::Cluster {
+                bound: bound.clone(),
+                requested: self.cluster.to_string(),
+            };
+            tracing::info!(user = %user.name, reason = %refusal, "credentials refused");
+            let mut response = ApiError::unauthorized().into_response();
+            response.extensions_mut().insert(audit::Annotations(vec![(
+                audit::AUTHENTICATION_FAILURE,
+                refusal.to_string(),
+            )]));
+            return response;
         }
         let query = Query::parse(query);
         let served = async {

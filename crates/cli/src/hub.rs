@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use flotilla_apiserver::auth::audit::log::{AuditLog, LogConfig};
 use flotilla_apiserver::auth::audit::policy::Policy;
+use flotilla_apiserver::auth::oidc::OidcConfig;
 use flotilla_apiserver::client::Client;
 use flotilla_apiserver::{Api, ApiError, Reason};
 use tracing::{debug, info};
@@ -121,7 +122,54 @@ pub struct HubArgs {
     /// reaches the clusters of the sets bound to it either way.
     #[arg(long, value_name = "open|bound", default_value = "open")]
     pub tenancy: flotilla_fleet::tenancy::Tenancy,
+    /// The issuer of the ServiceAccount tokens the hub issues (their `iss`, and the
+    /// audience the API accepts): by default the advertise address, else
+    /// https://<listen address>. Its discovery documents are served at
+    /// /.well-known/openid-configuration and /openid/v1/jwks.
+    #[arg(long, value_name = "URL")]
+    pub service_account_issuer: Option<String>,
+    /// The longest lifetime of a token a TokenRequest gets (`24h`, …); longer requests
+    /// are shortened to it. None by default, as kube-apiserver.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub service_account_max_token_expiration: Option<Duration>,
+    /// Authenticate ID tokens of this OpenID Connect issuer (https://…); needs
+    /// --oidc-client-id.
+    #[arg(long, value_name = "URL")]
+    pub oidc_issuer_url: Option<String>,
+    /// The client id ID tokens must be issued for (their `aud`).
+    #[arg(long, value_name = "ID")]
+    pub oidc_client_id: Option<String>,
+    /// The claim that names the user.
+    #[arg(long, value_name = "CLAIM", default_value = "sub")]
+    pub oidc_username_claim: String,
+    /// Put before every OIDC user name: by default ISSUER# for claims other than
+    /// `email`; `-` for none.
+    #[arg(long, value_name = "PREFIX")]
+    pub oidc_username_prefix: Option<String>,
+    /// The claim that lists the user's groups (a string or a list of strings).
+    #[arg(long, value_name = "CLAIM")]
+    pub oidc_groups_claim: Option<String>,
+    /// Put before every OIDC group name.
+    #[arg(long, value_name = "PREFIX")]
+    pub oidc_groups_prefix: Option<String>,
+    /// The CA certificates (PEM) the OIDC issuer's serving certificate is checked
+    /// against (by default the system's).
+    #[arg(long, value_name = "FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// The signing algorithms accepted in ID tokens (comma-separated).
+    #[arg(
+        long,
+        value_name = "ALGS",
+        default_value = "RS256",
+        value_delimiter = ','
+    )]
+    pub oidc_signing_algs: Vec<String>,
 }
+
+/// The algorithms `--oidc-signing-algs` may name (kube-apiserver's: asymmetric only).
+const OIDC_ALGORITHMS: [&str; 8] = [
+    "RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "PS384", "PS512",
+];
 
 /// A `--tls-san`: a DNS name or an IP address.
 fn tls_san(text: &str) -> Result<String, String> {
@@ -187,7 +235,112 @@ impl HubArgs {
                 self.audit_log_maxsize
             );
         }
+        self.validate_identities()
+    }
+
+    /// The ServiceAccount and OIDC flags; each refusal is one line.
+    fn validate_identities(&self) -> anyhow::Result<()> {
+        if let Some(issuer) = &self.service_account_issuer {
+            let url = issuer.strip_prefix("https://");
+            if issuer.contains(':') && url.is_none_or(|rest| rest.is_empty()) {
+                anyhow::bail!(
+                    "--service-account-issuer {issuer:?} must be an https:// URL (or a name \
+                     without a colon)"
+                );
+            }
+            if issuer.is_empty() {
+                anyhow::bail!("--service-account-issuer must not be empty");
+            }
+        }
+        if let Some(max) = self.service_account_max_token_expiration
+            && max < Duration::from_secs(3600)
+        {
+            anyhow::bail!("--service-account-max-token-expiration must be at least 1h");
+        }
+        match (&self.oidc_issuer_url, &self.oidc_client_id) {
+            (Some(_), None) => anyhow::bail!("--oidc-issuer-url needs --oidc-client-id"),
+            (None, Some(_)) => anyhow::bail!("--oidc-client-id needs --oidc-issuer-url"),
+            (Some(url), Some(id)) => {
+                let host = url.strip_prefix("https://").unwrap_or("");
+                if host.is_empty() || host.contains(['?', '#']) {
+                    anyhow::bail!(
+                        "--oidc-issuer-url {url:?} must be an https:// URL without query or fragment"
+                    );
+                }
+                if id.is_empty() {
+                    anyhow::bail!("--oidc-client-id must not be empty");
+                }
+            }
+            (None, None) => {
+                let set = [
+                    ("--oidc-groups-claim", self.oidc_groups_claim.is_some()),
+                    (
+                        "--oidc-username-prefix",
+                        self.oidc_username_prefix.is_some(),
+                    ),
+                    ("--oidc-groups-prefix", self.oidc_groups_prefix.is_some()),
+                    ("--oidc-ca-file", self.oidc_ca_file.is_some()),
+                ];
+                if let Some((flag, _)) = set.iter().find(|(_, set)| *set) {
+                    anyhow::bail!("{flag} needs --oidc-issuer-url");
+                }
+            }
+        }
+        if self.oidc_username_claim.is_empty() {
+            anyhow::bail!("--oidc-username-claim must not be empty");
+        }
+        if let Some(bad) = self
+            .oidc_signing_algs
+            .iter()
+            .find(|alg| !OIDC_ALGORITHMS.contains(&alg.as_str()))
+        {
+            anyhow::bail!(
+                "--oidc-signing-algs: {bad:?} is not one of {}",
+                OIDC_ALGORITHMS.join(", ")
+            );
+        }
         Ok(())
+    }
+
+    /// Who besides the admin may use the hub; `url` is where clients reach it (the
+    /// default issuer). An unreadable OIDC CA file is one line.
+    fn identities(&self, url: &str) -> anyhow::Result<serve::Identities> {
+        let oidc = match (&self.oidc_issuer_url, &self.oidc_client_id) {
+            (Some(issuer), Some(client)) => {
+                let ca_pem = match &self.oidc_ca_file {
+                    Some(file) => Some(std::fs::read_to_string(file).with_context(|| {
+                        format!("cannot read --oidc-ca-file {}", file.display())
+                    })?),
+                    None => None,
+                };
+                let algorithms = self
+                    .oidc_signing_algs
+                    .iter()
+                    .map(|alg| alg.parse::<jsonwebtoken::Algorithm>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| anyhow::anyhow!("--oidc-signing-algs: {e}"))?;
+                Some(OidcConfig {
+                    username_claim: self.oidc_username_claim.clone(),
+                    username_prefix: self.oidc_username_prefix.clone(),
+                    groups_claim: self.oidc_groups_claim.clone(),
+                    groups_prefix: self.oidc_groups_prefix.clone().unwrap_or_default(),
+                    ca_pem,
+                    algorithms,
+                    ..OidcConfig::new(issuer.trim_end_matches('/'), client)
+                })
+            }
+            _ => None,
+        };
+        Ok(serve::Identities {
+            issuer: self
+                .service_account_issuer
+                .clone()
+                .unwrap_or_else(|| url.to_owned()),
+            max_token_expiration: self
+                .service_account_max_token_expiration
+                .map(|d| d.as_secs() as i64),
+            oidc,
+        })
     }
 
     /// The audit policy: `--audit-policy-file`'s, or every request at Metadata; `None`
@@ -253,6 +406,8 @@ impl HubArgs {
             server.audit_with(Arc::new(audit));
         }
         server.authorize_with_rbac(Vec::new()).await?;
+        let identities = self.identities(&server.url)?;
+        server.identities(identities)?;
         // A ClusterSetBinding needs `bind` on its set, as the server's authorizer (RBAC,
         // set just above) decides.
         server.api = server
@@ -376,7 +531,7 @@ mod tests {
         let mut argv = vec!["flotilla", "hub"];
         argv.extend_from_slice(args);
         Args::try_parse_from(argv).map(|a| match a.command {
-            Command::Hub(h) => h,
+            Command::Hub(h) => *h,
             other => panic!("parsed as {other:?}"),
         })
     }
@@ -613,6 +768,94 @@ mod tests {
         let args = parse(&["--audit-log-path=a", "--audit-policy-file", policy_flag]).unwrap();
         let read = args.audit_policy().unwrap().unwrap();
         assert_ne!(read, Policy::metadata());
+    }
+
+    #[test]
+    fn identity_flags() {
+        let args = parse(&[]).unwrap();
+        let identities = args.identities("https://hub.example:6443").unwrap();
+        assert_eq!(identities.issuer, "https://hub.example:6443");
+        assert_eq!(identities.max_token_expiration, None);
+        assert!(identities.oidc.is_none());
+        let args = parse(&[
+            "--service-account-issuer=https://issuer.example",
+            "--service-account-max-token-expiration=48h",
+            "--oidc-issuer-url=https://accounts.example/",
+            "--oidc-client-id=flotilla",
+            "--oidc-groups-claim=groups",
+            "--oidc-username-prefix=-",
+            "--oidc-groups-prefix=oidc:",
+            "--oidc-signing-algs=RS256,ES256",
+        ])
+        .unwrap();
+        args.validate().unwrap();
+        let identities = args.identities("https://ignored").unwrap();
+        assert_eq!(identities.issuer, "https://issuer.example");
+        assert_eq!(identities.max_token_expiration, Some(48 * 3600));
+        let oidc = identities.oidc.unwrap();
+        assert_eq!(oidc.issuer_url, "https://accounts.example");
+        assert_eq!(oidc.client_id, "flotilla");
+        assert_eq!(oidc.username_claim, "sub");
+        assert_eq!(oidc.resolved_username_prefix(), "");
+        assert_eq!(oidc.groups_claim.as_deref(), Some("groups"));
+        assert_eq!(oidc.groups_prefix, "oidc:");
+        assert_eq!(
+            oidc.algorithms,
+            [
+                jsonwebtoken::Algorithm::RS256,
+                jsonwebtoken::Algorithm::ES256
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_identity_flags_are_refused_in_one_line() {
+        let invalid = |args: &[&str]| {
+            let e = parse(args).unwrap().validate().unwrap_err().to_string();
+            assert!(!e.contains('\n'), "{e}");
+            e
+        };
+        assert_eq!(
+            invalid(&["--oidc-issuer-url=https://a.example"]),
+            "--oidc-issuer-url needs --oidc-client-id"
+        );
+        assert_eq!(
+            invalid(&["--oidc-client-id=x"]),
+            "--oidc-client-id needs --oidc-issuer-url"
+        );
+        assert!(
+            invalid(&["--oidc-issuer-url=http://a.example", "--oidc-client-id=x"])
+                .contains("must be an https:// URL")
+        );
+        assert_eq!(
+            invalid(&["--oidc-groups-claim=groups"]),
+            "--oidc-groups-claim needs --oidc-issuer-url"
+        );
+        assert_eq!(
+            invalid(&["--oidc-ca-file=ca.pem"]),
+            "--oidc-ca-file needs --oidc-issuer-url"
+        );
+        assert!(invalid(&["--oidc-signing-algs=HS256"]).contains("not one of"));
+        assert!(
+            invalid(&["--service-account-issuer=http://x"]).contains("must be an https:// URL")
+        );
+        assert_eq!(
+            invalid(&["--service-account-max-token-expiration=30m"]),
+            "--service-account-max-token-expiration must be at least 1h"
+        );
+        // An OIDC CA file that cannot be read: one line, naming it.
+        let args = parse(&[
+            "--oidc-issuer-url=https://a.example",
+            "--oidc-client-id=x",
+            "--oidc-ca-file=/nonexistent/ca.pem",
+        ])
+        .unwrap();
+        args.validate().unwrap();
+        let e = format!("{:#}", args.identities("https://h").unwrap_err());
+        assert!(
+            e.starts_with("cannot read --oidc-ca-file /nonexistent/ca.pem"),
+            "{e}"
+        );
     }
 
     #[test]

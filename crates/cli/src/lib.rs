@@ -31,7 +31,7 @@ pub struct Args {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the hub: a Kubernetes-compatible API server over the embedded store.
-    Hub(hub::HubArgs),
+    Hub(Box<hub::HubArgs>),
     /// Measure Flotilla against the limits underneath it, side by side in one run.
     Bench(bench::BenchArgs),
     /// Serve simulated member clusters whose workloads progress to ready.
@@ -61,7 +61,7 @@ impl Args {
     /// Runs the parsed subcommand.
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
-            Command::Hub(args) => args.run(),
+            Command::Hub(args) => (*args).run(),
             Command::Bench(args) => args.run(),
             Command::Sim(args) => args.run(),
             Command::Join(args) => args.run(),

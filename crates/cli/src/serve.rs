@@ -2,14 +2,18 @@
 //! and an API server over SQLite, served over HTTPS until SIGTERM or SIGINT.
 //!
 //! ```text
-//!  ApiServer::open(role, DIR, ADDR, store file, options)  data dir; the store (its lock
+//!  ApiServer::open(role, DIR, ADDR, store file, options)  data dir (0700, files the
+//!        │        process creates 0600: umask 077); the store (its lock
 //!        │        first, then its pages checked; an empty store where a server was
 //!        │        refused without --init); then the TLS identity (flotilla-pki): issued
 //!        │        for ADDR + --tls-san + --advertise-address, or the user's own files;
 //!        │        Api + its initial namespaces
+//!        ├─ identities(…) (the hub): ServiceAccount tokens, client certificates, OIDC
 //!        ├─ the role's own set-up through `api` (the hub's CRDs, the sim's clusters)
 //!        ├─ compact_every(interval), expire_events_after(ttl)
-//!        └─ serve(): bind ADDR, DIR/admin.kubeconfig, HTTPS until a signal
+//!        └─ serve(): bind ADDR, DIR/admin.kubeconfig, the authenticators (admin token
+//!           alone, or with identities: x509, admin, ServiceAccount, OIDC) and their
+//!           controllers (token Secrets, CSR signer), HTTPS until a signal
 //! ```
 
 use std::net::SocketAddr;
@@ -21,8 +25,12 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::auth::oidc::{Oidc, OidcConfig};
 use flotilla_apiserver::auth::rbac::Rbac;
-use flotilla_apiserver::auth::{AdminToken, Audit, Stages};
+use flotilla_apiserver::auth::serviceaccount::{Issuer, Tokens, controller::TokensController};
+use flotilla_apiserver::auth::signer::Signer;
+use flotilla_apiserver::auth::x509::ClientCertificates;
+use flotilla_apiserver::auth::{AdminToken, Audit, Authenticator, Chain, Stages};
 use flotilla_apiserver::http::server;
 use flotilla_pki::HubIdentity;
 use flotilla_store::Store;
@@ -106,6 +114,26 @@ pub struct ApiServer {
     listen: SocketAddr,
     data_dir: PathBuf,
     store_path: PathBuf,
+    /// Who besides the admin may use the server (the hub's [`ApiServer::identities`]).
+    identities: Option<Authentication>,
+}
+
+/// Who may use `flotilla hub` besides its admin: ServiceAccount tokens of `issuer`,
+/// client certificates of the hub's CA, and ID tokens of an OIDC issuer if configured.
+#[derive(Clone, Debug)]
+pub struct Identities {
+    /// `--service-account-issuer`: the `iss` of the tokens the hub issues.
+    pub issuer: String,
+    /// `--service-account-max-token-expiration` in seconds, if set.
+    pub max_token_expiration: Option<i64>,
+    /// `--oidc-*`.
+    pub oidc: Option<OidcConfig>,
+}
+
+/// The authenticators [`Identities`] become, and the issuer their controllers sign with.
+struct Authentication {
+    issuer: Arc<Issuer>,
+    oidc: Option<Arc<Oidc>>,
 }
 
 /// How [`ApiServer::open`] treats the store and the serving certificate.
@@ -150,8 +178,7 @@ impl ApiServer {
         store_path: &Path,
         options: &OpenOptions,
     ) -> anyhow::Result<ApiServer> {
-        std::fs::create_dir_all(data_dir)
-            .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+        private_data_dir(data_dir)?;
         let existed = [flotilla_pki::CA_CERT_FILE, flotilla_pki::ADMIN_TOKEN_FILE]
             .iter()
             .all(|file| data_dir.join(file).exists());
@@ -178,6 +205,8 @@ impl ApiServer {
             Ok(store) => Arc::new(store),
             Err(e) => return Err(store_open_error(role, data_dir, e)),
         };
+        // Under its lock: a second server on the directory touches nothing.
+        private_store_files(store_path);
         info!(
             store = %store_path.display(),
             seconds = started.elapsed().as_secs_f64(),
@@ -225,7 +254,29 @@ impl ApiServer {
             listen,
             data_dir: data_dir.to_owned(),
             store_path: store_path.to_owned(),
+            identities: None,
         })
+    }
+
+    /// Authenticates ServiceAccount tokens, client certificates of the CA and (when
+    /// configured) OIDC ID tokens besides the admin token; issues ServiceAccount tokens
+    /// (`serviceaccounts/token`, long-lived token Secrets) and signs approved client
+    /// certificate requests. Call before the API is cloned for in-process clients.
+    pub fn identities(&mut self, identities: Identities) -> anyhow::Result<()> {
+        let issuer = Issuer::new(identities.issuer, &self.identity.service_account_key_pem)
+            .context("cannot load the ServiceAccount signing key")?
+            .with_max_expiration(identities.max_token_expiration);
+        let issuer = Arc::new(issuer);
+        let oidc = match identities.oidc {
+            Some(config) => Some(Arc::new(
+                Oidc::new(config).context("cannot set up OIDC authentication")?,
+            )),
+            None => None,
+        };
+        self.api = self.api.clone().with_service_account_issuer(issuer.clone());
+        info!(issuer = %issuer.issuer(), oidc = oidc.is_some(), "ServiceAccount tokens, client certificates");
+        self.identities = Some(Authentication { issuer, oidc });
+        Ok(())
     }
 
     /// The CA a kubeconfig for this server embeds: none (the system's) for a serving
@@ -318,7 +369,34 @@ impl ApiServer {
         .write(&kubeconfig)?;
         let tls = Arc::new(self.identity.server_config()?);
         let identity = Arc::new(self.identity);
-        let auth = Arc::new(AdminToken::new(move |token| identity.is_admin_token(token)));
+        let admin = identity.clone();
+        let admin: Arc<dyn Authenticator> =
+            Arc::new(AdminToken::new(move |token| admin.is_admin_token(token)));
+        let auth: Arc<dyn Authenticator> = match self.identities {
+            None => admin,
+            Some(Authentication { issuer, oidc }) => {
+                // kube-apiserver's order: client certificates, then bearer tokens.
+                let mut chain: Vec<Arc<dyn Authenticator>> = vec![
+                    Arc::new(ClientCertificates::new(identity.client_ca()?)),
+                    admin,
+                    Arc::new(Tokens::new(issuer.clone(), self.store.clone())),
+                ];
+                if let Some(oidc) = oidc {
+                    chain.push(oidc);
+                }
+                let ca = match identity.own_serving_cert {
+                    true => String::new(),
+                    false => identity.ca_cert_pem.clone(),
+                };
+                tokio::spawn(
+                    TokensController::new(self.api.clone(), self.store.clone(), issuer, ca).run(),
+                );
+                tokio::spawn(
+                    Signer::new(self.api.clone(), self.store.clone(), identity.clone()).run(),
+                );
+                Arc::new(Chain::new(chain))
+            }
+        };
         let ready = Arc::new(AtomicBool::new(false));
         let app = server::router_with(self.api, auth, ready.clone(), self.metrics);
         ready.store(true, Ordering::Release);
@@ -327,6 +405,47 @@ impl ApiServer {
         server::serve_tls(listener, tls, app, shutdown_signal()).await;
         info!("{role} stopped");
         Ok(())
+    }
+}
+
+/// Creates `dir` (and its parents) readable by this user alone, and makes every file the
+/// process creates from now on so too (umask 077): the store and its write-ahead log,
+/// shared memory and lock files, kubeconfigs, keys. A directory that exists with more
+/// open permissions is closed to others; store files an earlier version left readable
+/// are too.
+fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("cannot read the data directory {}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        info!(dir = %dir.display(), "closing the data directory to other users (mode 0700)");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot change the mode of {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Closes the store's files (the database, its write-ahead log, shared memory and lock)
+/// to other users where an earlier run left them open.
+fn private_store_files(store: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm", ".lock"] {
+        let mut name = store.as_os_str().to_owned();
+        name.push(suffix);
+        let path = PathBuf::from(name);
+        if let Ok(meta) = std::fs::metadata(&path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+        }
     }
 }
 

@@ -1,15 +1,27 @@
-//! Flotilla's certificate authority, serving certificate, admin bearer token
-//! and kubeconfig files.
+//! Flotilla's certificate authority, serving certificate, admin bearer token,
+//! ServiceAccount signing key, client certificates and kubeconfig files.
 //!
 //! `flotilla hub` calls [`load_or_create`] on its data directory. The first
-//! call creates a private CA, a serving certificate signed by it and an admin
-//! token; later calls reuse them, re-issuing only the serving certificate
+//! call creates a private CA, a serving certificate signed by it, an admin
+//! token and the key that signs ServiceAccount tokens; later calls reuse them,
+//! re-issuing only the serving certificate
 //! when it no longer fits (another set of host names, close to expiry,
 //! different CA). [`load_or_create_with`] can serve a certificate of the
 //! user's own instead ([`ServingCert::Files`]).
-//! The CA and the token are never replaced once they exist, because clients
-//! trust them. [`Kubeconfig`] then writes files that point kubectl at the
-//! hub.
+//! The CA, the token and the signing key are never replaced once they exist,
+//! because clients trust them (and the tokens it signed). [`Kubeconfig`] then
+//! writes files that point kubectl at the hub.
+//!
+//! ```text
+//!  DIR (0700)/ ca.crt  ca.key (0600)  server.crt  server.key (0600)
+//!              admin.token (0600)  sa.key (0600: PKCS#8 ECDSA P-256, signs tokens)
+//!  HubIdentity::server_config ─► TLS asks for (does not require) a client
+//!        certificate: the handshake checks only that the client holds its key;
+//!        client::ClientCa checks the chain against the CA per request (401 when
+//!        it does not verify, as kube-apiserver answers)
+//!  client::CertificateRequest (a PEM CSR, signature checked) ─► HubIdentity::
+//!        sign_client_certificate (clientAuth, CN/O of the request, never past the CA)
+//! ```
 //!
 //! All TLS configurations use rustls's *ring* provider explicitly, so nothing
 //! depends on a process-wide default provider.
@@ -33,11 +45,13 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, InvalidDnsNameError, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
+pub mod client;
 mod files;
 mod kubeconfig;
 #[cfg(test)]
 mod tests;
 
+pub use client::{CertificateRequest, ClientCa, ClientIdentity, RequestError};
 pub use kubeconfig::Kubeconfig;
 
 /// File name of the CA certificate inside the data directory.
@@ -50,6 +64,9 @@ pub const SERVER_CERT_FILE: &str = "server.crt";
 pub const SERVER_KEY_FILE: &str = "server.key";
 /// File name of the admin bearer token inside the data directory (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// File name of the key that signs ServiceAccount tokens inside the data directory (mode
+/// 0600): PKCS#8 ECDSA P-256, as PEM.
+pub const SERVICE_ACCOUNT_KEY_FILE: &str = "sa.key";
 
 /// Hosts every serving certificate covers, whatever the caller asks for.
 const DEFAULT_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -201,6 +218,11 @@ pub struct HubIdentity {
     pub server_key_pem: String,
     /// The admin bearer token: 32 random bytes, base64url without padding.
     pub admin_token: String,
+    /// PEM (PKCS#8) of the CA's private key: signs client certificates of approved
+    /// CertificateSigningRequests.
+    pub ca_key_pem: String,
+    /// PEM (PKCS#8, ECDSA P-256) of the key that signs ServiceAccount tokens.
+    pub service_account_key_pem: String,
     /// Whether the serving certificate is the user's own ([`ServingCert::Files`]):
     /// `server_cert_pem` then holds its whole chain, leaf first, presented as it is
     /// (without the CA, which did not issue it).
@@ -214,6 +236,8 @@ impl fmt::Debug for HubIdentity {
             .field("server_cert_pem", &self.server_cert_pem)
             .field("server_key_pem", &"[elided]")
             .field("admin_token", &"[elided]")
+            .field("ca_key_pem", &"[elided]")
+            .field("service_account_key_pem", &"[elided]")
             .field("own_serving_cert", &self.own_serving_cert)
             .finish()
     }
@@ -222,8 +246,11 @@ impl fmt::Debug for HubIdentity {
 impl HubIdentity {
     /// A rustls server configuration presenting the serving certificate
     /// followed by the CA certificate (a certificate of the user's own: its chain as
-    /// given), offering ALPN `http/1.1`, without
-    /// client authentication.
+    /// given), offering ALPN `http/1.1`. It asks for a client certificate issued by the
+    /// CA without requiring one, and checks in the handshake only that the client holds
+    /// the certificate's key: the chain is checked by [`ClientCa::verify`] when a
+    /// request is authenticated, so that a certificate that does not verify is a 401
+    /// with its reason in the log, as kube-apiserver answers it, not a failed handshake.
     pub fn server_config(&self) -> Result<ServerConfig, Error> {
         let chain = if self.own_serving_cert {
             cert_chain(self.server_cert_pem.as_bytes())
@@ -241,10 +268,12 @@ impl HubIdentity {
             side: "server",
             source,
         };
+        let ca = single_cert(self.ca_cert_pem.as_bytes()).map_err(|p| p.in_field("ca_cert_pem"))?;
+        let clients = client::RequestClientCert::new(&ca).map_err(|p| p.in_field("ca_cert_pem"))?;
         let mut config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(tls)?
-            .with_no_client_auth()
+            .with_client_cert_verifier(Arc::new(clients))
             .with_single_cert(chain, key)
             .map_err(tls)?;
         config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
@@ -324,6 +353,7 @@ pub fn load_or_create_with(dir: &Path, serving: ServingCert<'_>) -> Result<HubId
     files::create_private_dir(dir)?;
     let ca = load_or_create_ca(dir)?;
     let admin_token = load_or_create_token(dir)?;
+    let service_account_key_pem = load_or_create_service_account_key(dir)?;
     let (server_cert_pem, server_key_pem) = match (serving, hosts) {
         (ServingCert::Files { cert, key }, _) => load_own_serving_cert(cert, key)?,
         (_, hosts) => load_or_issue_server_cert(dir, &ca, &hosts.unwrap_or_default())?,
@@ -333,6 +363,8 @@ pub fn load_or_create_with(dir: &Path, serving: ServingCert<'_>) -> Result<HubId
         server_cert_pem,
         server_key_pem,
         admin_token,
+        ca_key_pem: ca.key_pem,
+        service_account_key_pem,
         own_serving_cert: matches!(serving, ServingCert::Files { .. }),
     })
 }
@@ -559,6 +591,8 @@ struct Ca {
     cert_path: PathBuf,
     cert_der: CertificateDer<'static>,
     cert_pem: String,
+    /// The CA's private key, as PEM.
+    key_pem: String,
     /// Unix time at which the CA certificate expires.
     not_after: i64,
     issuer: Issuer<'static, KeyPair>,
@@ -591,6 +625,7 @@ fn load_or_create_ca(dir: &Path) -> Result<Ca, Error> {
         }
     };
     let key = key_pair(&key_bytes).map_err(|p| p.in_key_file(&key_path))?;
+    let key_pem = key.serialize_pem();
     let cert_bytes = match existing_cert {
         Some(bytes) => bytes,
         None => {
@@ -616,6 +651,7 @@ fn load_or_create_ca(dir: &Path) -> Result<Ca, Error> {
     })?;
     Ok(Ca {
         cert_pem: pem_encode_cert(&cert_der),
+        key_pem,
         cert_path,
         cert_der,
         not_after,
@@ -709,6 +745,32 @@ fn check_ca(
         )));
     }
     Ok(not_after)
+}
+
+/// The ServiceAccount signing key's PEM: `sa.key`, created (ECDSA P-256, mode 0600) when
+/// missing, never replaced; an unusable one is an error naming the file.
+fn load_or_create_service_account_key(dir: &Path) -> Result<String, Error> {
+    let path = dir.join(SERVICE_ACCOUNT_KEY_FILE);
+    let bytes = match files::read_optional(&path)? {
+        Some(bytes) => bytes,
+        None => {
+            let key = KeyPair::generate().map_err(|source| Error::Generate {
+                what: format!("a signing key for {}", path.display()),
+                source,
+            })?;
+            files::create_no_clobber(&path, key.serialize_pem().as_bytes(), files::SECRET_MODE)?;
+            // Another process may have created it first: use what is on disk.
+            files::read(&path)?
+        }
+    };
+    let key = key_pair(&bytes).map_err(|p| p.in_key_file(&path))?;
+    if key.algorithm() != &rcgen::PKCS_ECDSA_P256_SHA256 {
+        return Err(
+            Problem::new("not an ECDSA P-256 key (tokens are signed ES256)", None)
+                .in_key_file(&path),
+        );
+    }
+    Ok(key.serialize_pem())
 }
 
 fn load_or_create_token(dir: &Path) -> Result<String, Error> {

@@ -101,7 +101,12 @@ fn create_then_load_reuses_everything() {
     let dir = tmp.path().join("data");
     let first = load_or_create(&dir, &hosts(&["127.0.0.1", "localhost"])).unwrap();
 
-    for name in [CA_KEY_FILE, SERVER_KEY_FILE, ADMIN_TOKEN_FILE] {
+    for name in [
+        CA_KEY_FILE,
+        SERVER_KEY_FILE,
+        ADMIN_TOKEN_FILE,
+        SERVICE_ACCOUNT_KEY_FILE,
+    ] {
         assert_eq!(mode(&dir.join(name)), 0o600, "{name}");
     }
     for name in [CA_CERT_FILE, SERVER_CERT_FILE] {
@@ -137,6 +142,7 @@ fn create_then_load_reuses_everything() {
             "admin.token",
             "ca.crt",
             "ca.key",
+            "sa.key",
             "server.crt",
             "server.key"
         ]
@@ -149,6 +155,16 @@ fn create_then_load_reuses_everything() {
     assert_eq!(second.server_cert_pem, first.server_cert_pem);
     assert_eq!(second.server_key_pem, first.server_key_pem);
     assert_eq!(read(&dir, CA_KEY_FILE), ca_key);
+    // The token signing key survives restarts, and so does the CA's key.
+    assert_eq!(
+        second.service_account_key_pem,
+        first.service_account_key_pem
+    );
+    assert_eq!(
+        read(&dir, SERVICE_ACCOUNT_KEY_FILE),
+        first.service_account_key_pem.as_bytes()
+    );
+    assert_eq!(second.ca_key_pem, first.ca_key_pem);
 
     // The default hosts are always covered.
     let mut covered = sans(&first.server_cert_pem);
@@ -889,4 +905,128 @@ fn a_kubeconfig_without_a_ca_trusts_the_system() {
     let cluster = doc["clusters"][0]["cluster"].as_object().unwrap();
     assert!(!cluster.contains_key("certificate-authority-data"), "{doc}");
     assert_eq!(cluster["server"], "https://hub.example.test:6443");
+}
+
+#[test]
+fn an_unusable_signing_key_is_an_error_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    load_or_create(tmp.path(), &[]).unwrap();
+    let path = tmp.path().join(SERVICE_ACCOUNT_KEY_FILE);
+    fs::write(&path, "not a key").unwrap();
+    let e = load_or_create(tmp.path(), &[]).unwrap_err();
+    assert!(matches!(e, Error::InvalidKey { .. }), "{e}");
+    assert!(e.to_string().contains("sa.key"), "{e}");
+    assert_eq!(fs::read(&path).unwrap(), b"not a key");
+    // Tokens are signed ES256: another kind of key is refused, not used.
+    let ed25519 = KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    fs::write(&path, ed25519.serialize_pem()).unwrap();
+    let e = load_or_create(tmp.path(), &[]).unwrap_err();
+    assert!(e.to_string().contains("sa.key"), "{e}");
+}
+
+/// A client configuration that trusts `id`'s CA and presents `cert` with `key`.
+fn client_with_certificate(id: &HubIdentity, cert_pem: &str, key: &KeyPair) -> ClientConfig {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(single_cert(id.ca_cert_pem.as_bytes()).ok().unwrap())
+        .unwrap();
+    let key = private_key_der(key.serialize_pem().as_bytes())
+        .ok()
+        .unwrap();
+    ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(vec![single_cert(cert_pem.as_bytes()).ok().unwrap()], key)
+        .unwrap()
+}
+
+#[test]
+fn the_server_asks_for_a_client_certificate_and_leaves_its_chain_to_the_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let id = load_or_create(tmp.path(), &[]).unwrap();
+    // Without a certificate: the handshake completes, and the server has none.
+    let (_, server) = handshake(
+        id.client_config().unwrap(),
+        id.server_config().unwrap(),
+        "localhost",
+    )
+    .unwrap();
+    assert!(server.peer_certificates().is_none());
+    // With one the CA issued: the server has its chain, which verifies.
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::default();
+    params.distinguished_name.push(DnType::CommonName, "alice");
+    let csr = params.serialize_request(&key).unwrap().pem().unwrap();
+    let request = CertificateRequest::parse(csr.as_bytes()).unwrap();
+    let cert = id
+        .sign_client_certificate(&request, Duration::from_secs(3600))
+        .unwrap();
+    let (_, server) = handshake(
+        client_with_certificate(&id, &cert, &key),
+        id.server_config().unwrap(),
+        "localhost",
+    )
+    .unwrap();
+    let chain = server.peer_certificates().unwrap();
+    let found = id
+        .client_ca()
+        .unwrap()
+        .verify(chain, UnixTime::now())
+        .unwrap();
+    assert_eq!(found.unwrap().user, "alice");
+    // One of another CA: still a handshake (so that the request gets a 401 with its
+    // reason logged), but its chain does not verify.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = load_or_create(other_dir.path(), &[]).unwrap();
+    let foreign = other
+        .sign_client_certificate(&request, Duration::from_secs(3600))
+        .unwrap();
+    let (_, server) = handshake(
+        client_with_certificate(&id, &foreign, &key),
+        id.server_config().unwrap(),
+        "localhost",
+    )
+    .unwrap();
+    let chain = server.peer_certificates().unwrap();
+    assert!(
+        id.client_ca()
+            .unwrap()
+            .verify(chain, UnixTime::now())
+            .is_err()
+    );
+    // A certificate whose key the client does not hold fails the handshake.
+    let stranger = KeyPair::generate().unwrap();
+    let mut impostor = id.client_config().unwrap();
+    impostor.client_auth_cert_resolver =
+        Arc::new(Presents(Arc::new(rustls::sign::CertifiedKey::new(
+            vec![single_cert(cert.as_bytes()).ok().unwrap()],
+            provider()
+                .key_provider
+                .load_private_key(
+                    private_key_der(stranger.serialize_pem().as_bytes())
+                        .ok()
+                        .unwrap(),
+                )
+                .unwrap(),
+        ))));
+    assert!(handshake(impostor, id.server_config().unwrap(), "localhost").is_err());
+}
+
+/// Presents one certificate and key, whether or not they belong together.
+#[derive(Debug)]
+struct Presents(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for Presents {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }

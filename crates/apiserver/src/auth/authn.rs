@@ -1,4 +1,14 @@
 //! Authentication: who a request is from, read from its credentials.
+//!
+//! ```text
+//!  Presented (headers, the client certificate chain) ─► Chain: each authenticator in turn
+//!     x509::ClientCertificates  the chain verified against the hub CA: CN, O
+//!     AdminToken                the admin bearer token
+//!     serviceaccount::Tokens    ServiceAccount JWTs of this hub's issuer
+//!     oidc::Oidc                ID tokens of an OIDC issuer (--oidc-issuer-url)
+//!  ─► User (the first wins) | Missing (none presented) | Invalid(Refusal) (401; the
+//!     refusal goes to the log and the audit log, never to the client)
+//! ```
 
 use std::sync::Arc;
 
@@ -37,7 +47,73 @@ pub enum Credentials {
     Missing,
     /// Some were presented and are not valid: the request is refused (401) whatever it
     /// asks, public paths included.
-    Invalid,
+    Invalid(Refusal),
+}
+
+/// Why presented credentials are not valid. The client is told only that it is not
+/// authorized (kube's `Unauthorized` Status); this goes to the log and the audit log.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A bearer token no authenticator recognises as its own.
+    #[error("the bearer token is not one this server accepts")]
+    UnknownToken,
+    /// Not a well-formed token (not a JWT, claims missing or of the wrong type).
+    #[error("malformed token: {0}")]
+    Malformed(String),
+    /// The signature does not verify with the issuer's keys.
+    #[error("the token's signature does not verify")]
+    Signature,
+    /// No key of the issuer has the token's key id.
+    #[error("the issuer has no key {0:?}")]
+    UnknownKey(String),
+    /// Past its expiry.
+    #[error("the token has expired")]
+    Expired,
+    /// Before its `nbf`.
+    #[error("the token is not valid yet")]
+    NotYetValid,
+    /// An issuer this server does not accept tokens of.
+    #[error("the token's issuer is not accepted")]
+    Issuer,
+    /// None of the token's audiences is one this server accepts.
+    #[error("the token's audiences are not accepted")]
+    Audience,
+    /// What the token was issued for is gone or was replaced.
+    #[error("the token has been revoked: {0}")]
+    Revoked(String),
+    /// A token of one logical cluster used in another.
+    #[error("the token is bound to logical cluster {bound:?}, not {requested:?}")]
+    Cluster {
+        /// The cluster the token was issued in.
+        bound: String,
+        /// The cluster the request's path names.
+        requested: String,
+    },
+    /// The token's claims do not name a user as the server is set up to read them.
+    #[error("the token's claims are not accepted: {0}")]
+    Claims(String),
+    /// The client certificate does not verify against the hub's CA.
+    #[error("the client certificate does not verify: {0}")]
+    Certificate(String),
+    /// The issuer's keys could not be had (an OIDC issuer that does not answer).
+    #[error("the issuer's keys cannot be fetched: {0}")]
+    Keys(String),
+}
+
+impl Refusal {
+    /// Whether `self` says more than `other` about why the request is refused: any
+    /// authenticator's own refusal says more than "no one accepts this token".
+    fn says_more_than(&self, other: &Refusal) -> bool {
+        *other == Refusal::UnknownToken && *self != Refusal::UnknownToken
+    }
+}
+
+/// The refusal to keep of `kept` and `new`.
+fn keep(kept: Option<Refusal>, new: Refusal) -> Option<Refusal> {
+    match kept {
+        Some(kept) if !new.says_more_than(&kept) => Some(kept),
+        _ => Some(new),
+    }
 }
 
 /// Reads who a request is from. An implementation that must wait (a webhook, an OIDC
@@ -52,7 +128,8 @@ pub trait Authenticator: Send + Sync {
 
 /// Several authenticators asked in order, as kube-apiserver's union authenticator: the
 /// first that names a user wins; when none does, the request is [`Credentials::Invalid`]
-/// if any found its credentials invalid, else [`Credentials::Missing`].
+/// if any found its credentials invalid (with the refusal that says most), else
+/// [`Credentials::Missing`].
 pub struct Chain(Vec<Arc<dyn Authenticator>>);
 
 impl Chain {
@@ -64,43 +141,39 @@ impl Chain {
 
 impl Authenticator for Chain {
     fn authenticate<'a>(&'a self, presented: &'a Presented<'a>) -> Verdict<'a, Credentials> {
-        let mut invalid = false;
+        let mut refused: Option<Refusal> = None;
+        let outcome = |refused: Option<Refusal>| match refused {
+            Some(refusal) => Credentials::Invalid(refusal),
+            None => Credentials::Missing,
+        };
         for (i, authenticator) in self.0.iter().enumerate() {
             match authenticator.authenticate(presented) {
                 Verdict::Now(Credentials::User(user)) => {
                     return Verdict::Now(Credentials::User(user));
                 }
-                Verdict::Now(Credentials::Invalid) => invalid = true,
+                Verdict::Now(Credentials::Invalid(refusal)) => refused = keep(refused, refusal),
                 Verdict::Now(Credentials::Missing) => {}
                 Verdict::Later(first) => {
                     // The rest are asked once this one has answered.
                     return Verdict::Later(Box::pin(async move {
                         match first.await {
                             Credentials::User(user) => return Credentials::User(user),
-                            Credentials::Invalid => invalid = true,
+                            Credentials::Invalid(refusal) => refused = keep(refused, refusal),
                             Credentials::Missing => {}
                         }
                         for authenticator in &self.0[i + 1..] {
                             match authenticator.authenticate(presented).await {
                                 Credentials::User(user) => return Credentials::User(user),
-                                Credentials::Invalid => invalid = true,
+                                Credentials::Invalid(refusal) => refused = keep(refused, refusal),
                                 Credentials::Missing => {}
                             }
                         }
-                        if invalid {
-                            Credentials::Invalid
-                        } else {
-                            Credentials::Missing
-                        }
+                        outcome(refused)
                     }));
                 }
             }
         }
-        Verdict::Now(if invalid {
-            Credentials::Invalid
-        } else {
-            Credentials::Missing
-        })
+        Verdict::Now(outcome(refused))
     }
 }
 
@@ -141,7 +214,7 @@ impl AdminToken {
     fn read(&self, headers: &HeaderMap) -> Credentials {
         match bearer(headers) {
             Some(token) if (self.check)(token) => Credentials::User(self.admin.clone()),
-            Some(_) => Credentials::Invalid,
+            Some(_) => Credentials::Invalid(Refusal::UnknownToken),
             None => Credentials::Missing,
         }
     }
@@ -171,12 +244,16 @@ mod tests {
             auth.read(&with("bearer  s3cret")),
             Credentials::User(Arc::new(UserInfo::admin()))
         );
-        assert_eq!(auth.read(&with("Bearer wrong")), Credentials::Invalid);
+        assert_eq!(
+            auth.read(&with("Bearer wrong")),
+            Credentials::Invalid(Refusal::UnknownToken)
+        );
         assert_eq!(auth.read(&HeaderMap::new()), Credentials::Missing);
         assert_eq!(auth.read(&with("Basic czNjcmV0")), Credentials::Missing);
     }
 
-    /// Accepts one token as one user; no opinion on any other.
+    /// Accepts one token as one user; refuses `expired` as expired; no opinion on any
+    /// other.
     struct Token(&'static str, &'static str);
 
     impl Authenticator for Token {
@@ -185,6 +262,7 @@ mod tests {
                 Some(token) if token == self.0 => {
                     Credentials::User(Arc::new(UserInfo::new(self.1, &[])))
                 }
+                Some("expired") => Credentials::Invalid(Refusal::Expired),
                 _ => Credentials::Missing,
             };
             // Answer later, as an authenticator that must wait would.
@@ -219,7 +297,15 @@ mod tests {
             panic!("the second authenticator's token is not accepted");
         };
         assert_eq!(user.name, "system:serviceaccount:shop:ci");
-        assert_eq!(ask("Bearer nobody").await, Credentials::Invalid);
+        assert_eq!(
+            ask("Bearer nobody").await,
+            Credentials::Invalid(Refusal::UnknownToken)
+        );
+        // The refusal that says why is kept over "no one accepts it".
+        assert_eq!(
+            ask("Bearer expired").await,
+            Credentials::Invalid(Refusal::Expired)
+        );
         assert_eq!(ask("").await, Credentials::Missing);
     }
 }

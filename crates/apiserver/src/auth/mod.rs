@@ -19,8 +19,12 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod impersonation;
+pub mod jwt;
+pub mod oidc;
 pub mod rbac;
 pub mod serviceaccount;
+pub mod signer;
+pub mod x509;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +32,7 @@ use std::sync::Arc;
 pub use audit::{
     Audit, AuditEvent, AuditRequest, Level, NoAudit, Recording, RequestInfo, Stage, StageSet,
 };
-pub use authn::{AdminToken, Authenticator, Chain, Credentials, Presented};
+pub use authn::{AdminToken, Authenticator, Chain, Credentials, Presented, Refusal};
 pub use authz::{AllowAll, Attributes, Authorizer, Decision, PrivilegedGroup, Rules, Union};
 pub use impersonation::{Headers, IgnoreHeaders, Impersonation};
 

@@ -618,6 +618,7 @@ mod tests {
                 "authorization.k8s.io",
                 "autoscaling",
                 "batch",
+                "certificates.k8s.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
                 "events.k8s.io",
@@ -827,7 +828,7 @@ mod tests {
         assert_eq!(doc["kind"], "APIGroupList");
         assert_eq!(doc["apiVersion"], "v1");
         let groups = doc["groups"].as_array().unwrap();
-        assert_eq!(groups.len(), 12);
+        assert_eq!(groups.len(), 13);
         assert!(groups.iter().all(|g| g["name"] != ""));
         assert_eq!(
             groups[1],
@@ -902,6 +903,7 @@ mod tests {
                 "resourcequotas/status",
                 "secrets",
                 "serviceaccounts",
+                "serviceaccounts/token",
                 "services",
                 "services/status"
             ]

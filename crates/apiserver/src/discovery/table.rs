@@ -159,6 +159,29 @@ fn node_address(o: &Value, kind: &str) -> Value {
     json!(address.unwrap_or("<none>"))
 }
 
+/// A CertificateSigningRequest's CONDITION as kubectl shows it: its conditions' types,
+/// `Issued` once it has a certificate, else `Pending`.
+fn csr_condition(o: &Value) -> Value {
+    let mut shown: Vec<String> = o["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"].as_str().unwrap_or("True") == "True")
+        .filter_map(|c| c["type"].as_str().map(str::to_owned))
+        .collect();
+    if o["status"]["certificate"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
+    {
+        shown.push("Issued".into());
+    }
+    json!(if shown.is_empty() {
+        "Pending".to_owned()
+    } else {
+        shown.join(",")
+    })
+}
+
 /// The columns of a built-in kind, as a Kubernetes server prints them.
 fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
     let mut columns = vec![name()];
@@ -383,6 +406,27 @@ fn builtin_columns(rt: &ResourceType) -> Vec<Column> {
                     Cell::Path(format!(".status.nodeInfo.{field}")),
                 ));
             }
+        }
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            columns.push(column(
+                "SignerName",
+                "string",
+                0,
+                Cell::Path(".spec.signerName".into()),
+            ));
+            columns.push(column(
+                "Requestor",
+                "string",
+                0,
+                Cell::Path(".spec.username".into()),
+            ));
+            columns.push(computed("RequestedDuration", "string", 0, |o| {
+                json!(match o["spec"]["expirationSeconds"].as_i64() {
+                    Some(seconds) => human_duration(seconds),
+                    None => "<none>".to_owned(),
+                })
+            }));
+            columns.push(computed("Condition", "string", 0, csr_condition));
         }
         ("", "Pod") => {
             columns.push(column(
@@ -660,6 +704,58 @@ mod tests {
             assert_eq!(human_duration(seconds), shown, "{seconds}");
         }
         assert_eq!(human_duration(-5), "0s");
+    }
+
+    #[test]
+    fn a_csr_row_shows_its_signer_requestor_duration_and_condition() {
+        let rt = Registry::builtin()
+            .get("certificates.k8s.io", "v1", "certificatesigningrequests")
+            .unwrap();
+        let csr = |status: Value| {
+            json!({"metadata": {"name": "alice"},
+                "spec": {"signerName": "kubernetes.io/kube-apiserver-client",
+                    "username": "flotilla:admin", "expirationSeconds": 86400},
+                "status": status})
+        };
+        let rows = [
+            csr(json!({})),
+            csr(
+                json!({"conditions": [{"type": "Approved", "status": "True"}],
+                "certificate": "Zm9v"}),
+            ),
+        ];
+        let t = table(&rt, &Value::Null, &rows, "7", "None");
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Name",
+                "Age",
+                "SignerName",
+                "Requestor",
+                "RequestedDuration",
+                "Condition"
+            ]
+        );
+        let cells = |i: usize| t["rows"][i]["cells"].as_array().unwrap()[2..].to_vec();
+        assert_eq!(
+            cells(0),
+            json!([
+                "kubernetes.io/kube-apiserver-client",
+                "flotilla:admin",
+                "24h",
+                "Pending"
+            ])
+            .as_array()
+            .unwrap()
+            .clone()
+        );
+        assert_eq!(cells(1)[3], "Approved,Issued");
     }
 
     #[test]

@@ -46,6 +46,25 @@ impl Api {
             };
         let target = match route {
             Route::Version => return Ok(json_response(StatusCode::OK, &discovery::version())),
+            Route::OpenIdConfiguration | Route::Jwks => {
+                let issuer = self
+                    .service_accounts
+                    .as_ref()
+                    .ok_or_else(|| ApiError::no_route("the ServiceAccount issuer"))?;
+                let (document, content_type) = match route {
+                    Route::Jwks => (issuer.jwks(), "application/jwk-set+json"),
+                    _ => (issuer.discovery(), "application/json"),
+                };
+                let mut response = json_response(StatusCode::OK, &document);
+                let headers = response.headers_mut();
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+                // As kube-apiserver: the documents change only with the key.
+                headers.insert(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("public, max-age=3600"),
+                );
+                return Ok(response);
+            }
             Route::OpenApiV2 => {
                 let bytes = crate::discovery::openapi_v2::document(&self.registry)
                     .ok_or_else(|| ApiError::no_route("/openapi/v2"))?;
@@ -131,6 +150,17 @@ impl Api {
             return self
                 .scale(&target, name, method, query, headers, &body)
                 .await;
+        }
+        if target.sub.as_deref() == Some("token")
+            && let Some(name) = &target.name
+        {
+            return match method {
+                Method::POST => self.token_request(&target, name, headers, &body).await,
+                _ => Err(ApiError::method_not_allowed(
+                    method.as_str(),
+                    "serviceaccounts/token",
+                )),
+            };
         }
         let shape = match method {
             Method::GET => negotiate::shape(accept),

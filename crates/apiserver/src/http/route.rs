@@ -14,6 +14,10 @@ use crate::http::request::Query;
 /// What a path names.
 pub(crate) enum Route {
     Version,
+    /// `/.well-known/openid-configuration` of the ServiceAccount issuer.
+    OpenIdConfiguration,
+    /// `/openid/v1/jwks`: the issuer's keys.
+    Jwks,
     OpenApiIndex,
     OpenApiV2,
     OpenApiDocument(String),
@@ -59,6 +63,8 @@ impl Api {
         let not_found = || ApiError::no_route(path);
         let (group, version, rest): (&str, &str, &[&str]) = match &*segments {
             ["version"] => return Ok(Route::Version),
+            [".well-known", "openid-configuration"] => return Ok(Route::OpenIdConfiguration),
+            ["openid", "v1", "jwks"] => return Ok(Route::Jwks),
             ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
             ["openapi", "v2"] => return Ok(Route::OpenApiV2),
             ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiDocument(rest.join("/"))),

@@ -124,9 +124,11 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
                 .observe_request(method, path, query, code, started.elapsed());
         };
         // `/version` is public on a cluster (system:public-info-viewer): clients ask it
-        // before they authenticate. As there, a token that is presented must be valid:
+        // before they authenticate, and so are the ServiceAccount issuer's discovery
+        // documents (system:service-account-issuer-discovery), which other systems read
+        // to verify the hub's tokens. As there, a token that is presented must be valid:
         // a wrong one is refused on every path (`flotilla join` checks credentials so).
-        let public = matches!(path, "/version" | "/version/");
+        let public = is_public(path);
         let presented = Presented {
             headers: &parts.headers,
             certificates: parts
@@ -137,9 +139,14 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         let user = match shared.authenticator.authenticate(&presented).await {
             Credentials::User(user) => user,
             Credentials::Missing if public => Arc::new(UserInfo::anonymous()),
-            Credentials::Missing | Credentials::Invalid => {
+            Credentials::Missing => {
                 observe(401);
-                return ApiError::unauthorized().into_response();
+                return unauthorized(&shared, &parts, "no credentials");
+            }
+            Credentials::Invalid(refusal) => {
+                observe(401);
+                info!(reason = %refusal, "credentials refused");
+                return unauthorized(&shared, &parts, &refusal.to_string());
             }
         };
         if path == "/metrics" {
@@ -205,6 +212,33 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
     }
     .instrument(span)
     .await
+}
+
+/// Paths a request without credentials may read (as `system:anonymous`).
+fn is_public(path: &str) -> bool {
+    let path = path.strip_suffix('/').unwrap_or(path);
+    matches!(
+        path,
+        "/version" | "/.well-known/openid-configuration" | "/openid/v1/jwks"
+    )
+}
+
+/// The 401 for a request whose credentials are missing or refused for `reason`, which
+/// the client is not told (kube's `Unauthorized` Status) and the audit log is.
+fn unauthorized(shared: &Shared, parts: &axum::http::request::Parts, reason: &str) -> Response {
+    let error = ApiError::unauthorized();
+    let body = bytes::Bytes::from(serde_json::to_vec(&error.status()).unwrap_or_default());
+    crate::auth::audit::unauthenticated(
+        &*shared.api.stages.audit,
+        parts.extensions.get::<Peer>().map(|peer| peer.0),
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        &parts.headers,
+        reason,
+        body,
+    );
+    error.into_response()
 }
 
 fn text(code: StatusCode, body: &'static str) -> Response {

@@ -2,6 +2,7 @@
 //! server-managed metadata of an object, and the resources with behaviour of their own.
 
 pub(crate) mod apply;
+pub mod certificates;
 pub(crate) mod crd;
 pub(crate) mod delete;
 pub(crate) mod events;
@@ -16,3 +17,4 @@ pub(crate) mod selector;
 pub(crate) mod store;
 pub mod strategy;
 pub mod tenancy;
+mod token;

@@ -25,8 +25,11 @@ pub const STANDARD_VERBS: [&str; 8] = [
     "watch",
 ];
 
-/// The verbs of the `status` and `scale` subresources.
+/// The verbs of the `status`, `scale` and `approval` subresources.
 pub const SUBRESOURCE_VERBS: [&str; 3] = ["get", "patch", "update"];
+
+/// The verbs of the `token` subresource (a TokenRequest is created, never stored).
+pub const TOKEN_VERBS: [&str; 1] = ["create"];
 
 /// A group, version and kind: what a request or response body is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +49,12 @@ pub enum Subresource {
     Status,
     /// `scale`: an `autoscaling/v1` `Scale` view of the parent's replica count.
     Scale,
+    /// `token` of a ServiceAccount: creating an `authentication.k8s.io/v1` TokenRequest
+    /// issues a token.
+    Token,
+    /// `approval` of a CertificateSigningRequest: writes its Approved/Denied conditions
+    /// alone.
+    Approval,
 }
 
 impl Subresource {
@@ -54,13 +63,15 @@ impl Subresource {
         match self {
             Subresource::Status => "status",
             Subresource::Scale => "scale",
+            Subresource::Token => "token",
+            Subresource::Approval => "approval",
         }
     }
 
     /// The kind this subresource's endpoint returns for `parent`.
     pub fn response_kind(self, parent: &ResourceType) -> GroupVersionKind {
         match self {
-            Subresource::Status => GroupVersionKind {
+            Subresource::Status | Subresource::Approval => GroupVersionKind {
                 group: parent.group.clone(),
                 version: parent.version.clone(),
                 kind: parent.kind.clone(),
@@ -70,12 +81,20 @@ impl Subresource {
                 version: "v1".to_owned(),
                 kind: "Scale".to_owned(),
             },
+            Subresource::Token => GroupVersionKind {
+                group: "authentication.k8s.io".to_owned(),
+                version: "v1".to_owned(),
+                kind: "TokenRequest".to_owned(),
+            },
         }
     }
 
     /// The verbs discovery reports for this subresource.
     pub fn verbs(self) -> &'static [&'static str] {
-        &SUBRESOURCE_VERBS
+        match self {
+            Subresource::Token => &TOKEN_VERBS,
+            _ => &SUBRESOURCE_VERBS,
+        }
     }
 }
 
@@ -495,6 +514,8 @@ const ALL: &[&str] = &["all"];
 const NO_SUB: &[Subresource] = &[];
 const STATUS: &[Subresource] = &[Subresource::Status];
 const STATUS_SCALE: &[Subresource] = &[Subresource::Status, Subresource::Scale];
+const TOKEN: &[Subresource] = &[Subresource::Token];
+const APPROVAL_STATUS: &[Subresource] = &[Subresource::Approval, Subresource::Status];
 const VERBS: &[&str] = &STANDARD_VERBS;
 /// Reviews can only be created.
 const CREATE_ONLY: &[&str] = &["create"];
@@ -516,7 +537,7 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "", version: "v1", kind: "Pod", plural: "pods", short_names: &["po"], categories: ALL, namespaced: NS, subresources: STATUS, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "ResourceQuota", plural: "resourcequotas", short_names: &["quota"], categories: NONE, namespaced: NS, subresources: STATUS, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "Secret", plural: "secrets", short_names: NONE, categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: VERBS },
-    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", short_names: &["sa"], categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: VERBS },
+    Builtin { group: "", version: "v1", kind: "ServiceAccount", plural: "serviceaccounts", short_names: &["sa"], categories: NONE, namespaced: NS, subresources: TOKEN, verbs: VERBS },
     Builtin { group: "", version: "v1", kind: "Service", plural: "services", short_names: &["svc"], categories: ALL, namespaced: NS, subresources: STATUS, verbs: VERBS },
     // apps/v1
     Builtin { group: "apps", version: "v1", kind: "DaemonSet", plural: "daemonsets", short_names: &["ds"], categories: ALL, namespaced: NS, subresources: STATUS, verbs: VERBS },
@@ -551,6 +572,8 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "LocalSubjectAccessReview", plural: "localsubjectaccessreviews", short_names: NONE, categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: CREATE_ONLY },
+    // certificates.k8s.io/v1
+    Builtin { group: "certificates.k8s.io", version: "v1", kind: "CertificateSigningRequest", plural: "certificatesigningrequests", short_names: &["csr"], categories: NONE, namespaced: CLUSTER, subresources: APPROVAL_STATUS, verbs: VERBS },
     // apiextensions.k8s.io/v1
     Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short_names: &["crd", "crds"], categories: &["api-extensions"], namespaced: CLUSTER, subresources: STATUS, verbs: VERBS },
 ];
@@ -634,6 +657,13 @@ mod tests {
         ),
         ("batch", "v1", "cronjobs", "CronJob", true),
         ("batch", "v1", "jobs", "Job", true),
+        (
+            "certificates.k8s.io",
+            "v1",
+            "certificatesigningrequests",
+            "CertificateSigningRequest",
+            false,
+        ),
         ("coordination.k8s.io", "v1", "leases", "Lease", true),
         (
             "discovery.k8s.io",
@@ -1034,6 +1064,7 @@ mod tests {
                 "authorization.k8s.io",
                 "autoscaling",
                 "batch",
+                "certificates.k8s.io",
                 "coordination.k8s.io",
                 "discovery.k8s.io",
                 "events.k8s.io",

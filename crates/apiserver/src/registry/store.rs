@@ -323,6 +323,7 @@ impl Api {
         }
         let strategy = rt.strategy();
         strategy.prepare_create(rt, &mut object);
+        strategy.complete_write(&target.user, "", &mut object, &Value::Null, &Value::Null)?;
         strategy
             .check_write(self, target, &mut object, None)
             .await?;
@@ -408,6 +409,11 @@ impl Api {
         if expected.is_some_and(|e| e != revision) {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
+        let strategy = rt.strategy();
+        let requested = match strategy.reads_request() {
+            true => object.clone(),
+            false => Value::Null,
+        };
         if target.sub.as_deref() == Some("status") {
             let status = object.get("status").cloned().unwrap_or(Value::Null);
             object = current.clone();
@@ -422,6 +428,13 @@ impl Api {
                 }
             }
         }
+        strategy.complete_write(
+            &target.user,
+            target.sub.as_deref().unwrap_or(""),
+            &mut object,
+            &current,
+            &requested,
+        )?;
         let warnings = self
             .admit(
                 target,
@@ -439,7 +452,6 @@ impl Api {
             };
             managed::record_update(Some(&current), &mut object, rt, writer)?;
         }
-        let strategy = rt.strategy();
         strategy
             .check_write(self, target, &mut object, Some(&current))
             .await?;

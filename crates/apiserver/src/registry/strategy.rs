@@ -15,6 +15,10 @@
 //!    Rbac(kind)                path-segment names; defaulted, validated (roleRef fixed);
 //!                              refused when it grants more than its writer holds;
 //!                              answered once the RBAC authorizer applies it
+//!    Secret                    a ServiceAccount token Secret names its account; type
+//!                              immutable
+//!    CertificateSigningRequest the requesting user written into the spec; spec immutable;
+//!                              `approval` writes Approved/Denied alone, `status` the rest
 //! ```
 //!
 //! The behaviour is chosen where a type is defined (the built-in table, a CRD's
@@ -26,13 +30,14 @@ use flotilla_store::Revision;
 use serde_json::{Value, json};
 
 use crate::api::Api;
+use crate::auth::UserInfo;
 use crate::auth::rbac::Kind;
 use crate::gc::collector::Cleanup;
 use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::http::route::Target;
 use crate::registry::object::{self, NameRule};
 use crate::registry::resources::ResourceType;
-use crate::registry::{crd, events, rbac, review};
+use crate::registry::{certificates, crd, events, rbac, review};
 
 /// Which strategy a resource type follows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,6 +60,10 @@ pub enum Behaviour {
     Review,
     /// Roles and bindings (`rbac.authorization.k8s.io`).
     Rbac(Kind),
+    /// `certificates.k8s.io/v1` CertificateSigningRequests.
+    CertificateSigningRequest,
+    /// `v1` Secrets.
+    Secret,
 }
 
 impl Behaviour {
@@ -63,8 +72,12 @@ impl Behaviour {
         match (group, plural) {
             ("", "namespaces") => Behaviour::Namespace,
             ("", "services") => Behaviour::Service,
+            ("", "secrets") => Behaviour::Secret,
             ("" | events::GROUP, "events") => Behaviour::Event,
             (crd::GROUP, "customresourcedefinitions") => Behaviour::CustomResourceDefinition,
+            (certificates::GROUP, "certificatesigningrequests") => {
+                Behaviour::CertificateSigningRequest
+            }
             ("authentication.k8s.io", "selfsubjectreviews")
             | (
                 "authorization.k8s.io",
@@ -95,6 +108,8 @@ impl Behaviour {
             Behaviour::Rbac(Kind::ClusterRole) => &RbacObjects(Kind::ClusterRole),
             Behaviour::Rbac(Kind::RoleBinding) => &RbacObjects(Kind::RoleBinding),
             Behaviour::Rbac(Kind::ClusterRoleBinding) => &RbacObjects(Kind::ClusterRoleBinding),
+            Behaviour::CertificateSigningRequest => &SigningRequests,
+            Behaviour::Secret => &Secrets,
         }
     }
 }
@@ -135,6 +150,27 @@ pub(crate) trait Strategy: Send + Sync {
         {
             map.remove("status");
         }
+    }
+
+    /// Whether [`Strategy::complete_write`] needs the object a client sent to an update
+    /// (`requested`), besides the one about to be written.
+    fn reads_request(&self) -> bool {
+        false
+    }
+
+    /// Completes and checks a write by `user` before admission: a create (`current` is
+    /// `Null`), or an update through subresource `sub` (`""` for the object itself) of
+    /// `current`, as stored, where `requested` is what the client sent (`Null` unless
+    /// [`Strategy::reads_request`]). A refusal is answered and nothing is written.
+    fn complete_write(
+        &self,
+        _user: &UserInfo,
+        _sub: &str,
+        _object: &mut Value,
+        _current: &Value,
+        _requested: &Value,
+    ) -> ApiResult<()> {
+        Ok(())
     }
 
     /// Checks the API's state before a create.
@@ -385,5 +421,75 @@ impl Strategy for RbacObjects {
             Some(rbac) => Verdict::Later(Box::pin(rbac.settled(revision))),
             None => Verdict::Now(()),
         }
+    }
+}
+
+struct SigningRequests;
+
+impl Strategy for SigningRequests {
+    fn reads_request(&self) -> bool {
+        true
+    }
+
+    fn complete_write(
+        &self,
+        user: &UserInfo,
+        sub: &str,
+        object: &mut Value,
+        current: &Value,
+        requested: &Value,
+    ) -> ApiResult<()> {
+        if current.is_null() {
+            certificates::admit_create(user, object)
+        } else {
+            certificates::admit_update(sub, object, current, requested)
+        }
+    }
+}
+
+struct Secrets;
+
+impl Strategy for Secrets {
+    /// As Kubernetes validates a Secret: one of type
+    /// `kubernetes.io/service-account-token` names its ServiceAccount (the tokens
+    /// controller fills it), and a Secret's type never changes.
+    fn complete_write(
+        &self,
+        _user: &UserInfo,
+        _sub: &str,
+        object: &mut Value,
+        current: &Value,
+        _requested: &Value,
+    ) -> ApiResult<()> {
+        use crate::auth::serviceaccount::controller::{NAME_ANNOTATION, TOKEN_SECRET_TYPE};
+        let kind = |o: &Value| o["type"].as_str().unwrap_or("Opaque").to_owned();
+        let mut causes = Vec::new();
+        if object["type"] == TOKEN_SECRET_TYPE
+            && object["metadata"]["annotations"][NAME_ANNOTATION]
+                .as_str()
+                .is_none_or(str::is_empty)
+        {
+            causes.push(crate::http::error::Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: format!("metadata.annotations[{NAME_ANNOTATION}]"),
+            });
+        }
+        if !current.is_null() && kind(object) != kind(current) {
+            causes.push(crate::http::error::Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "field is immutable".into(),
+                field: "type".into(),
+            });
+        }
+        if causes.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::invalid(
+            "",
+            "Secret",
+            object::meta_str(object, "name"),
+            causes,
+        ))
     }
 }

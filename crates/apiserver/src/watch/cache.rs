@@ -664,9 +664,12 @@ impl WatchCache {
                 .collect();
             (rx, backlog, state.complete_after)
         };
-        // A start older than the history: catch up from the store's log first.
+        // A start older than the history: catch up from the store's log first. The
+        // catch-up reads every key, not the prefix alone: `complete_after` is a change
+        // of some resource, so the log reaches it at once and the catch-up ends, where a
+        // watch of a quiet prefix would wait (and hold a store watch) until its next write.
         let catch_up = if since < complete_after {
-            let stream = self.store.watch(prefix, since).await?;
+            let stream = self.store.watch(b"/", since).await?;
             self.inner.store_watches.fetch_add(1, Ordering::Relaxed);
             Some(CatchUp {
                 stream,
@@ -1191,6 +1194,35 @@ mod tests {
                 "/core/configmaps/root/a/z"
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_catch_up_ends_at_the_history_even_when_its_prefix_is_quiet() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let start = store.current_revision().await.unwrap();
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        store.create(key, value("x", 1)).await.unwrap();
+        // Another resource's change: the configmaps' history starts after it.
+        store
+            .create(b"/core/secrets/root/a/s", value("s", 1))
+            .await
+            .unwrap();
+        assert!(cached(&cache, b"/core/secrets/root/a/s").await.is_some());
+        assert!(cached(&cache, key).await.is_some());
+        let mut sub = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        assert_eq!(cache.store_watches(), 2);
+        assert_eq!(&next_change(&mut sub).await.key[..], key);
+        // Nothing more is written: the catch-up's store watch closes all the same.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while cache.store_watches() != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the catch-up stays open"
+            );
+            let step = std::time::Duration::from_millis(50);
+            assert!(tokio::time::timeout(step, sub.next()).await.is_err());
+        }
     }
 
     #[tokio::test]

@@ -249,6 +249,7 @@ impl Sink {
 /// A user as an Event names it (`authentication.k8s.io/v1` UserInfo).
 #[derive(Serialize)]
 struct User<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
     username: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     uid: &'a str,
@@ -321,6 +322,8 @@ struct Event<'a> {
     response_object: Option<Value>,
     request_received_timestamp: String,
     stage_timestamp: String,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    annotations: std::collections::BTreeMap<&'a str, &'a str>,
 }
 
 /// A time as Kubernetes writes a `MicroTime`: RFC 3339 in UTC with microseconds.
@@ -416,6 +419,11 @@ pub fn render(event: &AuditEvent, out: &mut Vec<u8>) {
         response_status,
         request_object,
         response_object,
+        annotations: event
+            .annotations
+            .iter()
+            .map(|(key, value)| (*key, value.as_str()))
+            .collect(),
         request_received_timestamp: micro_time(request.received),
         stage_timestamp: micro_time(event.at),
     };

@@ -268,6 +268,15 @@ pub struct AuditRequest {
     pub body: Option<(Bytes, String)>,
 }
 
+/// Annotations a handler gives the audit event of its answer (an extension of the
+/// response, taken off it by the audit log): why a request was refused, for one.
+#[derive(Clone, Debug, Default)]
+pub struct Annotations(pub Vec<(&'static str, String)>);
+
+/// The annotation of a request refused for its credentials: why (what the client is
+/// not told).
+pub const AUTHENTICATION_FAILURE: &str = "authentication.flotilla.io/failure-reason";
+
 /// Starts the record of a request, if `audit` records it: decides its level, gathers
 /// what each of its stages shares, and records `RequestReceived`. `None`: it is not
 /// recorded (and for [`NoAudit`] nothing at all was done).
@@ -282,6 +291,36 @@ pub(crate) fn begin(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Option<Arc<AuditRequest>> {
+    let request = Arc::new(gather(
+        audit, peer, user, method, path, query, headers, body,
+    )?);
+    let recording = request.recording;
+    if !recording.omit.contains(Stage::RequestReceived) {
+        audit.record(AuditEvent {
+            stage: Stage::RequestReceived,
+            request: request.clone(),
+            impersonated: None,
+            at: request.received,
+            code: None,
+            response: None,
+            annotations: Vec::new(),
+        });
+    }
+    Some(request)
+}
+
+/// What the audit log knows of a request, if `audit` records it at all.
+#[allow(clippy::too_many_arguments)]
+fn gather(
+    audit: &dyn Audit,
+    peer: Option<IpAddr>,
+    user: &Arc<UserInfo>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Option<AuditRequest> {
     if !audit.enabled() {
         return None;
     }
@@ -295,7 +334,7 @@ pub(crate) fn begin(
         .and_then(|t| t.split(';').next())
         .unwrap_or("")
         .trim();
-    let request = Arc::new(AuditRequest {
+    Some(AuditRequest {
         id: crate::registry::object::new_uid(),
         recording,
         received: jiff::Timestamp::now(),
@@ -309,18 +348,49 @@ pub(crate) fn begin(
         user_agent: text(header::USER_AGENT).map(str::to_owned),
         source_ips: source_ips(headers, peer),
         body: (!body.is_empty()).then(|| (body.clone(), media_type.to_owned())),
-    });
-    if !recording.omit.contains(Stage::RequestReceived) {
-        audit.record(AuditEvent {
-            stage: Stage::RequestReceived,
-            request: request.clone(),
-            impersonated: None,
-            at: request.received,
-            code: None,
-            response: None,
-        });
+    })
+}
+
+/// Records a request refused at the edge for its credentials, as kube-apiserver records
+/// one: a `ResponseStarted` event with code 401 and no user (the policy decides on an
+/// empty one), and why it was refused as the [`AUTHENTICATION_FAILURE`] annotation.
+/// `answer` is the 401's body (its `Status`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn unauthenticated(
+    audit: &dyn Audit,
+    peer: Option<IpAddr>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    reason: &str,
+    answer: Bytes,
+) {
+    let nobody = Arc::new(UserInfo::default());
+    let Some(request) = gather(
+        audit,
+        peer,
+        &nobody,
+        method,
+        path,
+        query,
+        headers,
+        &Bytes::new(),
+    ) else {
+        return;
+    };
+    if request.recording.omit.contains(Stage::ResponseStarted) {
+        return;
     }
-    Some(request)
+    audit.record(AuditEvent {
+        stage: Stage::ResponseStarted,
+        at: jiff::Timestamp::now(),
+        request: Arc::new(request),
+        impersonated: None,
+        code: Some(401),
+        response: Some(answer),
+        annotations: vec![(AUTHENTICATION_FAILURE, reason.to_owned())],
+    });
 }
 
 /// Records the answer to a request [`begin`] started. A streamed answer (a watch) is
@@ -331,9 +401,14 @@ pub(crate) async fn answered(
     audit: &Arc<dyn Audit>,
     request: Arc<AuditRequest>,
     impersonated: Option<Arc<UserInfo>>,
-    response: Response,
+    mut response: Response,
 ) -> Response {
     let code = response.status().as_u16();
+    let annotations = response
+        .extensions_mut()
+        .remove::<Annotations>()
+        .unwrap_or_default()
+        .0;
     let omit = request.recording.omit;
     let level = request.recording.level;
     let event = |stage, response| AuditEvent {
@@ -343,6 +418,7 @@ pub(crate) async fn answered(
         at: jiff::Timestamp::now(),
         code: Some(code),
         response,
+        annotations: annotations.clone(),
     };
     let streamed = hyper::body::Body::size_hint(response.body())
         .exact()
@@ -468,6 +544,8 @@ pub struct AuditEvent {
     /// The answer's body, when it is JSON and was kept: at level RequestResponse (not a
     /// stream), and for a failure (its `Status`).
     pub response: Option<Bytes>,
+    /// The event's `annotations` (such as why a request's credentials were refused).
+    pub annotations: Vec<(&'static str, String)>,
 }
 
 /// Records requests. Called on the request's path, so an implementation must not block:

@@ -8,7 +8,7 @@
 //!  view  ◄ aggregate-to-view:  system:aggregate-to-view
 //!  system:basic-user ◄── system:authenticated
 //!  system:public-info-viewer ◄── system:authenticated, system:unauthenticated
-//!  system:service-account-issuer-discovery ◄── system:serviceaccounts
+//!  system:service-account-issuer-discovery ◄── system:serviceaccounts, everyone (public)
 //!  system:auth-delegator, system:monitoring ◄── system:monitoring
 //! ```
 //!
@@ -379,9 +379,17 @@ pub fn kubernetes() -> Vec<Value> {
             "system:public-info-viewer",
             &[crate::auth::AUTHENTICATED, crate::auth::UNAUTHENTICATED],
         ),
+        // kube-apiserver binds the issuer's documents to service accounts only and
+        // leaves making them public to the operator; the hub's tokens exist to be
+        // verified by other systems (the agents' members, CI), so they are public here,
+        // as the hub's `/version` is.
         binding(
             "system:service-account-issuer-discovery",
-            &[crate::auth::serviceaccount::ALL_GROUP],
+            &[
+                crate::auth::serviceaccount::ALL_SERVICE_ACCOUNTS,
+                crate::auth::AUTHENTICATED,
+                crate::auth::UNAUTHENTICATED,
+            ],
         ),
         binding("system:monitoring", &["system:monitoring"]),
     ]

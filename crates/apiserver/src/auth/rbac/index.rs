@@ -550,7 +550,7 @@ fn subject(
                 .filter(|n| !n.is_empty())
                 .or(binding_namespace)
                 .filter(|n| !n.is_empty())?;
-            Some(Subject::User(intern(&serviceaccount::username(
+            Some(Subject::User(intern(&serviceaccount::user_name(
                 namespace, name,
             ))))
         }

@@ -43,6 +43,7 @@ fn event(request: &Arc<AuditRequest>, stage: Stage, code: Option<u16>) -> AuditE
             .unwrap(),
         code,
         response: None,
+        annotations: Vec::new(),
     }
 }
 
@@ -327,4 +328,48 @@ fn a_log_that_cannot_be_opened_is_one_line_naming_it() {
         "{e}"
     );
     assert!(!e.contains('\n'));
+}
+
+/// Keeps what it is given.
+#[derive(Default)]
+struct Kept(std::sync::Mutex<Vec<AuditEvent>>);
+
+impl crate::auth::Audit for Kept {
+    fn record(&self, event: AuditEvent) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+#[test]
+fn a_request_refused_for_its_credentials_is_one_event_with_no_user_and_the_reason() {
+    let kept = Kept::default();
+    let answer = Bytes::from(
+        serde_json::to_vec(&crate::http::error::ApiError::unauthorized().status()).unwrap(),
+    );
+    crate::auth::audit::unauthenticated(
+        &kept,
+        Some("10.1.2.3".parse().unwrap()),
+        &Method::GET,
+        "/api/v1/namespaces/shop/pods",
+        None,
+        &axum::http::HeaderMap::new(),
+        "the token has expired",
+        answer,
+    );
+    let events = kept.0.into_inner().unwrap();
+    assert_eq!(events.len(), 1);
+    let mut line = Vec::new();
+    render(&events[0], &mut line);
+    let event: Value = serde_json::from_slice(&line).unwrap();
+    assert_eq!(event["stage"], "ResponseStarted");
+    assert_eq!(event["user"], json!({}));
+    assert_eq!(event["verb"], "list");
+    assert_eq!(event["objectRef"]["namespace"], "shop");
+    assert_eq!(event["responseStatus"]["code"], 401);
+    assert_eq!(event["responseStatus"]["reason"], "Unauthorized");
+    assert_eq!(
+        event["annotations"]["authentication.flotilla.io/failure-reason"],
+        "the token has expired"
+    );
+    assert_eq!(event["sourceIPs"], json!(["10.1.2.3"]));
 }
