@@ -551,6 +551,11 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "LocalSubjectAccessReview", plural: "localsubjectaccessreviews", short_names: NONE, categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: CREATE_ONLY },
+    // admissionregistration.k8s.io/v1: dynamic admission's configurations
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "MutatingWebhookConfiguration", plural: "mutatingwebhookconfigurations", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: NO_SUB, verbs: VERBS },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingAdmissionPolicy", plural: "validatingadmissionpolicies", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: STATUS, verbs: VERBS },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingAdmissionPolicyBinding", plural: "validatingadmissionpolicybindings", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: NO_SUB, verbs: VERBS },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingWebhookConfiguration", plural: "validatingwebhookconfigurations", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: NO_SUB, verbs: VERBS },
     // apiextensions.k8s.io/v1
     Builtin { group: "apiextensions.k8s.io", version: "v1", kind: "CustomResourceDefinition", plural: "customresourcedefinitions", short_names: &["crd", "crds"], categories: &["api-extensions"], namespaced: CLUSTER, subresources: STATUS, verbs: VERBS },
 ];
@@ -579,6 +584,34 @@ mod tests {
         ("", "v1", "secrets", "Secret", true),
         ("", "v1", "serviceaccounts", "ServiceAccount", true),
         ("", "v1", "services", "Service", true),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            false,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicy",
+            false,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            false,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            false,
+        ),
         (
             "apiextensions.k8s.io",
             "v1",
@@ -915,6 +948,9 @@ mod tests {
                 "v1/limitranges",
                 "v1/secrets",
                 "v1/serviceaccounts",
+                "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                "admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+                "admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
                 "authentication.k8s.io/v1/selfsubjectreviews",
                 "authorization.k8s.io/v1/localsubjectaccessreviews",
                 "authorization.k8s.io/v1/selfsubjectaccessreviews",
@@ -1028,6 +1064,7 @@ mod tests {
             names,
             [
                 "",
+                "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
                 "apps",
                 "authentication.k8s.io",

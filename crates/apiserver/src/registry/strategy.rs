@@ -15,6 +15,9 @@
 //!    Rbac(kind)                path-segment names; defaulted, validated (roleRef fixed);
 //!                              refused when it grants more than its writer holds;
 //!                              answered once the RBAC authorizer applies it
+//!    Admission(kind)           ValidatingAdmissionPolicies, their bindings, webhook
+//!                              configurations: defaulted, validated (CEL compiled, URLs,
+//!                              caBundles); answered once dynamic admission applies them
 //! ```
 //!
 //! The behaviour is chosen where a type is defined (the built-in table, a CRD's
@@ -55,6 +58,8 @@ pub enum Behaviour {
     Review,
     /// Roles and bindings (`rbac.authorization.k8s.io`).
     Rbac(Kind),
+    /// Admission configurations (`admissionregistration.k8s.io`).
+    Admission(crate::admission::dynamic::Kind),
 }
 
 impl Behaviour {
@@ -77,6 +82,12 @@ impl Behaviour {
                 Some(kind) => Behaviour::Rbac(kind),
                 None => Behaviour::Plain,
             },
+            (crate::admission::dynamic::GROUP, plural) => {
+                match crate::admission::dynamic::Kind::of_plural(plural) {
+                    Some(kind) => Behaviour::Admission(kind),
+                    None => Behaviour::Plain,
+                }
+            }
             _ => Behaviour::Plain,
         }
     }
@@ -95,6 +106,7 @@ impl Behaviour {
             Behaviour::Rbac(Kind::ClusterRole) => &RbacObjects(Kind::ClusterRole),
             Behaviour::Rbac(Kind::RoleBinding) => &RbacObjects(Kind::RoleBinding),
             Behaviour::Rbac(Kind::ClusterRoleBinding) => &RbacObjects(Kind::ClusterRoleBinding),
+            Behaviour::Admission(kind) => admission_objects(kind),
         }
     }
 }
@@ -385,5 +397,40 @@ impl Strategy for RbacObjects {
             Some(rbac) => Verdict::Later(Box::pin(rbac.settled(revision))),
             None => Verdict::Now(()),
         }
+    }
+}
+
+/// Admission configurations, of one kind.
+struct AdmissionObjects(crate::admission::dynamic::Kind);
+
+fn admission_objects(kind: crate::admission::dynamic::Kind) -> &'static dyn Strategy {
+    use crate::admission::dynamic::Kind as K;
+    match kind {
+        K::Policy => &AdmissionObjects(K::Policy),
+        K::Binding => &AdmissionObjects(K::Binding),
+        K::Validating => &AdmissionObjects(K::Validating),
+        K::Mutating => &AdmissionObjects(K::Mutating),
+    }
+}
+
+impl Strategy for AdmissionObjects {
+    fn check_write<'a>(
+        &'a self,
+        _api: &'a Api,
+        target: &'a Target,
+        object: &'a mut Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<()>> {
+        let causes = crate::admission::dynamic::default_and_validate(self.0, object, old);
+        if causes.is_empty() {
+            return Verdict::Now(Ok(()));
+        }
+        let name = object::meta_str(object, "name");
+        let rt = &target.rt;
+        Verdict::Now(Err(ApiError::invalid(&rt.group, &rt.kind, name, causes)))
+    }
+
+    fn settle<'a>(&'a self, api: &'a Api, revision: Revision) -> Verdict<'a, ()> {
+        Verdict::Later(Box::pin(api.admission.settled(revision)))
     }
 }

@@ -321,6 +321,8 @@ struct Event<'a> {
     response_object: Option<Value>,
     request_received_timestamp: String,
     stage_timestamp: String,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    annotations: std::collections::BTreeMap<&'a str, &'a str>,
 }
 
 /// A time as Kubernetes writes a `MicroTime`: RFC 3339 in UTC with microseconds.
@@ -418,6 +420,11 @@ pub fn render(event: &AuditEvent, out: &mut Vec<u8>) {
         response_object,
         request_received_timestamp: micro_time(request.received),
         stage_timestamp: micro_time(event.at),
+        annotations: event
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect(),
     };
     // Serializing these types cannot fail (string keys, no maps of other keys).
     let _ = serde_json::to_writer(&mut *out, &rendered);

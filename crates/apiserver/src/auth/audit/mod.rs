@@ -18,7 +18,7 @@ pub mod policy;
 
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -266,6 +266,53 @@ pub struct AuditRequest {
     /// The request's body, if it has one, and its content type (read by the log at
     /// Request level and above, and for the name of an object created).
     pub body: Option<(Bytes, String)>,
+    /// What admission noted about the request (`annotations` of the events after it
+    /// was received), in the order noted; a key keeps its first value.
+    pub annotations: Mutex<Vec<(String, String)>>,
+}
+
+impl AuditRequest {
+    /// Notes `key` = `value`, unless `key` is noted already.
+    pub fn annotate(&self, key: String, value: String) {
+        let mut annotations = self
+            .annotations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !annotations.iter().any(|(k, _)| *k == key) {
+            annotations.push((key, value));
+        }
+    }
+
+    /// The annotations noted so far.
+    pub fn annotations(&self) -> Vec<(String, String)> {
+        self.annotations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+tokio::task_local! {
+    /// The request the task serves, while it is recorded: what admission annotates.
+    static RECORDED: Arc<AuditRequest>;
+}
+
+/// Runs `served` (a request's handling) with `request` as the one [`annotate`] notes on.
+pub(crate) async fn recording<F: Future>(
+    request: Option<Arc<AuditRequest>>,
+    served: F,
+) -> F::Output {
+    match request {
+        Some(request) => RECORDED.scope(request, served).await,
+        None => served.await,
+    }
+}
+
+/// Notes an annotation on the audit events of the request being served (Kubernetes'
+/// `AddAnnotation` of admission: policies' audit annotations and validation failures,
+/// webhooks' annotations and mutations); nothing when it is not recorded.
+pub fn annotate(key: String, value: String) {
+    let _ = RECORDED.try_with(|request| request.annotate(key, value));
 }
 
 /// Starts the record of a request, if `audit` records it: decides its level, gathers
@@ -309,6 +356,7 @@ pub(crate) fn begin(
         user_agent: text(header::USER_AGENT).map(str::to_owned),
         source_ips: source_ips(headers, peer),
         body: (!body.is_empty()).then(|| (body.clone(), media_type.to_owned())),
+        annotations: Mutex::default(),
     });
     if !recording.omit.contains(Stage::RequestReceived) {
         audit.record(AuditEvent {
@@ -318,6 +366,7 @@ pub(crate) fn begin(
             at: request.received,
             code: None,
             response: None,
+            annotations: Vec::new(),
         });
     }
     Some(request)
@@ -336,6 +385,7 @@ pub(crate) async fn answered(
     let code = response.status().as_u16();
     let omit = request.recording.omit;
     let level = request.recording.level;
+    let annotations = request.annotations();
     let event = |stage, response| AuditEvent {
         stage,
         request: request.clone(),
@@ -343,6 +393,7 @@ pub(crate) async fn answered(
         at: jiff::Timestamp::now(),
         code: Some(code),
         response,
+        annotations: annotations.clone(),
     };
     let streamed = hyper::body::Body::size_hint(response.body())
         .exact()
@@ -468,6 +519,8 @@ pub struct AuditEvent {
     /// The answer's body, when it is JSON and was kept: at level RequestResponse (not a
     /// stream), and for a failure (its `Status`).
     pub response: Option<Bytes>,
+    /// What admission noted about the request (none when it was received).
+    pub annotations: Vec<(String, String)>,
 }
 
 /// Records requests. Called on the request's path, so an implementation must not block:
