@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use flotilla_apiserver::admission::webhook::model::ServiceAddresses;
 use flotilla_apiserver::auth::audit::log::{AuditLog, LogConfig};
 use flotilla_apiserver::auth::audit::policy::Policy;
 use flotilla_apiserver::client::Client;
@@ -114,6 +115,19 @@ pub struct HubArgs {
     /// How many rotated audit logs are kept, FILE.1 the newest (0: all of them).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub audit_log_maxbackups: usize,
+    /// Where an admission webhook given as a Service is reached (repeatable): the hub runs
+    /// no Services, so a webhook's `service: {namespace, name, port, path}` is called at
+    /// https://NAME.NAMESPACE.svc:PORT/PATH (its certificate must be valid for
+    /// NAME.NAMESPACE.svc) by connecting to HOST[:PORT] given here. A webhook whose
+    /// Service has no address fails as one that is down, under its failurePolicy.
+    #[arg(long = "webhook-service", value_name = "NAMESPACE/NAME=HOST[:PORT]", value_parser = webhook_service)]
+    pub webhook_services: Vec<String>,
+}
+
+/// A `--webhook-service`: `NAMESPACE/NAME=HOST[:PORT]`.
+fn webhook_service(text: &str) -> Result<String, String> {
+    ServiceAddresses::new().add(text)?;
+    Ok(text.to_owned())
 }
 
 /// A `--tls-san`: a DNS name or an IP address.
@@ -246,6 +260,11 @@ impl HubArgs {
             server.audit_with(Arc::new(audit));
         }
         server.authorize_with_rbac(Vec::new()).await?;
+        let mut services = ServiceAddresses::new();
+        for mapping in &self.webhook_services {
+            services.add(mapping).map_err(anyhow::Error::msg)?;
+        }
+        server.admit_dynamically(services).await?;
         install_fleet_api(&server.api).await?;
         let metrics = flotilla_fleet::runtime::Metrics::default();
         metrics.register(

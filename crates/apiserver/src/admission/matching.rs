@@ -81,11 +81,17 @@ impl Rule {
     }
 
     /// Whether the rule takes a write of `resource` (its group, version, plural) by
-    /// `attributes`.
-    fn takes(&self, attributes: &Attributes<'_>, group: &str, version: &str, plural: &str) -> bool {
+    /// `attributes`; of any version if `version` is `None`.
+    fn takes(
+        &self,
+        attributes: &Attributes<'_>,
+        group: &str,
+        version: Option<&str>,
+        plural: &str,
+    ) -> bool {
         any_or(&self.operations, attributes.operation.as_str())
             && any_or(&self.groups, group)
-            && any_or(&self.versions, version)
+            && version.is_none_or(|v| any_or(&self.versions, v))
             && self.resource(plural, attributes.subresource)
             && self.scope(attributes, group, plural)
             && (self.names.is_empty() || self.names.iter().any(|n| n == attributes.name))
@@ -195,7 +201,7 @@ impl Criteria {
         let takes = |rules: &[Rule], rt: &ResourceType| {
             rules
                 .iter()
-                .any(|r| r.takes(attributes, &rt.group, &rt.version, &rt.plural))
+                .any(|r| r.takes(attributes, &rt.group, Some(&rt.version), &rt.plural))
         };
         if takes(&self.exclude, rt) {
             return None;
@@ -206,7 +212,12 @@ impl Criteria {
                 converted: false,
             });
         }
-        if !self.equivalent {
+        // Another version can match only a rule that takes this one but for its version.
+        let other_version = self
+            .rules
+            .iter()
+            .any(|r| r.takes(attributes, &rt.group, None, &rt.plural));
+        if !self.equivalent || !other_version {
             return None;
         }
         // The same resource in the other versions served.
