@@ -60,6 +60,25 @@ pub(crate) fn request(attributes: &Attributes<'_>, matched: &Match, uid: &str) -
     Value::Object(request)
 }
 
+/// The `request` variable of CEL expressions: the [`request`], its fields that are empty
+/// read as empty rather than missing (a typed object in Kubernetes).
+pub(crate) fn cel_request(
+    attributes: &Attributes<'_>,
+    matched: &Match,
+    uid: &str,
+) -> kube_cel::cel::Value {
+    use super::validation::default_field;
+    let mut request = request(attributes, matched, uid);
+    for field in ["name", "namespace", "subResource", "requestSubResource"] {
+        default_field(&mut request, field, json!(""));
+    }
+    let user = &mut request["userInfo"];
+    default_field(user, "uid", json!(""));
+    default_field(user, "groups", json!([]));
+    default_field(user, "extra", json!({}));
+    super::cel::value(&request)
+}
+
 /// The options of the operation (`CreateOptions`, `UpdateOptions`, `DeleteOptions`).
 fn options(attributes: &Attributes<'_>) -> Value {
     let kind = match attributes.operation {

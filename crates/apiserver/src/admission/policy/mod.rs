@@ -249,9 +249,11 @@ async fn evaluate(
     if invocations.is_empty() {
         return Ok(outcome);
     }
+    // A Namespace written has no namespace object (as in Kubernetes).
+    let of_namespace = attributes.rt.group.is_empty() && attributes.rt.plural == "namespaces";
     let namespace = match invocations.iter().any(|i| i.policy.reads_namespace) {
-        true => request.namespace().await?.map(namespace_object),
-        false => None,
+        true if !of_namespace => request.namespace().await?.map(namespace_object),
+        _ => None,
     };
     let uid = crate::registry::object::new_uid();
     cel::with_base(|base| {
@@ -323,8 +325,8 @@ fn inputs<'b>(
     };
     scope.add_variable_from_value("object", object);
     scope.add_variable_from_value("oldObject", old);
-    let request = super::review::request(attributes, matched, uid);
-    scope.add_variable_from_value("request", cel::value(&request));
+    let request = super::review::cel_request(attributes, matched, uid);
+    scope.add_variable_from_value("request", request);
     scope.add_variable_from_value("namespaceObject", namespace.clone().unwrap_or(Cel::Null));
     scope
 }

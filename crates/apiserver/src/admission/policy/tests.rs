@@ -374,7 +374,7 @@ async fn match_conditions_variables_request_and_the_authorizer_are_available() {
                 "operations": ["*"], "resources": ["configmaps"]}]},
             "matchConditions": [{"name": "not-exempt",
                 "expression": "!has(object.metadata.labels) || !('exempt' in object.metadata.labels)"}],
-            "variables": [{"name": "user", "expression": "request.userInfo.username"},
+            "variables": [{"name": "user", "expression": "request.userInfo.username + request.userInfo.uid + request.subResource"},
                 {"name": "mayDelete", "expression": "authorizer.group('').resource('configmaps').namespace(request.namespace).check('delete').allowed()"}],
             "validations": [
                 {"expression": "request.operation != 'DELETE' || variables.mayDelete",

@@ -8,6 +8,7 @@
 //!    ─► each validation's expression and messageExpression, against each kind's schema:
 //!       fields read from object / oldObject / params (and list items, by macros) that the
 //!       schema does not have; a field compared with a literal of another type
+//!       (an expression stored that does not compile: its compilation error)
 //!    ─► status: {observedGeneration, typeChecking: {expressionWarnings: [{fieldRef,
 //!       warning: "apps/v1, Kind=Deployment: ERROR: <input>:1:13: undefined field …"}]}}
 //! ```
@@ -78,9 +79,6 @@ fn types_to_check(spec: &Value, registry: &Registry) -> Vec<Arc<ResourceType>> {
 /// `registry`.
 pub(crate) fn warnings(spec: &Value, registry: &Registry) -> Vec<Value> {
     let types = types_to_check(spec, registry);
-    if types.is_empty() {
-        return Vec::new();
-    }
     let params = spec["paramKind"]["apiVersion"]
         .as_str()
         .and_then(|api_version| {
@@ -112,8 +110,14 @@ pub(crate) fn warnings(spec: &Value, registry: &Registry) -> Vec<Value> {
             let Some(source) = validation[field].as_str().filter(|s| !s.is_empty()) else {
                 continue;
             };
-            let Ok(expression) = Expression::compile(source, declared) else {
-                continue;
+            let expression = match Expression::compile(source, declared) {
+                Ok(expression) => expression,
+                Err(e) => {
+                    // Stored before it could be refused: evaluated as a failure.
+                    out.push(json!({"fieldRef": format!("spec.validations[{i}].{field}"),
+                        "warning": format!("compilation failed: {e}")}));
+                    continue;
+                }
             };
             let mut blocks = Vec::new();
             for rt in &types {
@@ -471,6 +475,17 @@ mod tests {
                 .contains("found no matching overload for '_==_' applied to '(int, string)'"),
             "{}",
             found[3].1
+        );
+        // A stored expression that does not compile says so.
+        let stored = json!({"matchConstraints": spec["matchConstraints"],
+            "validations": [{"expression": "object.spec.replicas <"}]});
+        let broken = super::warnings(&stored, &registry);
+        assert!(
+            broken[0]["warning"]
+                .as_str()
+                .unwrap()
+                .starts_with("compilation failed: ERROR: <input>:1:"),
+            "{broken:?}"
         );
         // Wildcards name no kind: nothing to check against.
         let wildcard = json!({"matchConstraints": {"resourceRules": [{"apiGroups": ["*"],

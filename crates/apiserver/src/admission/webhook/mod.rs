@@ -109,8 +109,8 @@ async fn applies(
         };
         scope.add_variable_from_value("object", object);
         scope.add_variable_from_value("oldObject", old);
-        let review = super::review::request(attributes, matched, &uid);
-        scope.add_variable_from_value("request", cel::value(&review));
+        let review = super::review::cel_request(attributes, matched, &uid);
+        scope.add_variable_from_value("request", review);
         let request = cel::authz::ResourceCheck {
             group: matched.rt.group.clone(),
             resource: matched.rt.plural.clone(),
