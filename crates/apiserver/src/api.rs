@@ -203,7 +203,7 @@ impl Api {
     /// The API of logical cluster `name`, if a `LogicalCluster` of that name exists in the
     /// root cluster: its own registry, OpenAPI documents and garbage collector over the
     /// shared store and watch cache.
-    async fn logical_cluster(&self, name: &str) -> ApiResult<Api> {
+    pub(crate) async fn logical_cluster(&self, name: &str) -> ApiResult<Api> {
         let missing = || {
             ApiError::new(
                 404,
@@ -238,6 +238,16 @@ impl Api {
         view.bootstrap().await?;
         views.insert(name.to_owned(), view.clone());
         Ok(view)
+    }
+
+    /// The logical cluster this API serves ([`ROOT_CLUSTER`] for the root).
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The resource types served in this logical cluster.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// The store's current revision.
@@ -416,16 +426,18 @@ impl Api {
             headers,
             &body,
         );
-        let acting = self.acting_as(user.clone(), path, headers).await;
-        let (response, acting) = match acting {
-            Ok(acting) => {
-                let response = self
-                    .serve_as(&acting, method, path, query, headers, body)
-                    .await;
-                (response, Some(acting))
+        let served = async {
+            match self.acting_as(user.clone(), path, headers).await {
+                Ok(acting) => {
+                    let response = self
+                        .serve_as(&acting, method, path, query, headers, body)
+                        .await;
+                    (response, Some(acting))
+                }
+                Err(e) => (e.into_response(), None),
             }
-            Err(e) => (e.into_response(), None),
         };
+        let (response, acting) = audit::recording(audited.clone(), served).await;
         let Some(audited) = audited else {
             return response;
         };

@@ -206,19 +206,20 @@ impl Report {
 }
 
 /// One HTTPS connection to the hub.
-struct Connection {
+pub(crate) struct Connection {
     sender: SendRequest<Full<Bytes>>,
     token: String,
 }
 
+/// Where the hub is, and how to reach it.
 #[derive(Clone)]
-struct Target {
-    address: std::net::SocketAddr,
-    tls: TlsConnector,
-    token: String,
+pub(crate) struct Target {
+    pub(crate) address: std::net::SocketAddr,
+    pub(crate) tls: TlsConnector,
+    pub(crate) token: String,
 }
 
-fn io(e: impl std::fmt::Display) -> Error {
+pub(crate) fn io(e: impl std::fmt::Display) -> Error {
     Error::Check(format!("http: {e}"))
 }
 
@@ -251,7 +252,7 @@ impl Target {
         ))
     }
 
-    async fn open(&self) -> Result<Connection, Error> {
+    pub(crate) async fn open(&self) -> Result<Connection, Error> {
         let (connection, driver) = self.connect().await?;
         tokio::spawn(async move {
             let _ = driver.await;
@@ -279,7 +280,7 @@ impl Connection {
             .map_err(io)
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &mut self,
         method: Method,
         uri: &str,
@@ -294,7 +295,7 @@ impl Connection {
         Ok((status, body))
     }
 
-    async fn expect(
+    pub(crate) async fn expect(
         &mut self,
         method: Method,
         uri: &str,
@@ -322,16 +323,30 @@ fn store_key(namespace: &str, name: &str) -> Vec<u8> {
 }
 
 /// One API request of a phase: method, URI, body, the status expected.
-type Call = (Method, String, Option<Bytes>, StatusCode);
+pub(crate) type Call = (Method, String, Option<Bytes>, StatusCode);
 
 /// `total` API requests from `clients` connections at once (request `i` made by
 /// `make(i)`); every latency and the overall rate.
-async fn api_phase<M>(
+pub(crate) async fn api_phase<M>(
     target: &Target,
     clients: usize,
     total: usize,
     make: M,
 ) -> Result<(Latency, f64), Error>
+where
+    M: Fn(usize) -> Call + Send + Sync + Clone + 'static,
+{
+    let (samples, rate) = api_samples(target, clients, total, make).await?;
+    Ok((Latency::of(samples), rate))
+}
+
+/// [`api_phase`]'s samples themselves, and the rate.
+pub(crate) async fn api_samples<M>(
+    target: &Target,
+    clients: usize,
+    total: usize,
+    make: M,
+) -> Result<(Vec<std::time::Duration>, f64), Error>
 where
     M: Fn(usize) -> Call + Send + Sync + Clone + 'static,
 {
@@ -359,7 +374,7 @@ where
         samples.extend(task.await??);
     }
     let rate = total as f64 / started.elapsed().as_secs_f64();
-    Ok((Latency::of(samples), rate))
+    Ok((samples, rate))
 }
 
 type StoreOp = Arc<

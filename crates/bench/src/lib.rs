@@ -8,6 +8,8 @@
 //!   store:        raw rusqlite loop (same file system, WAL, synchronous=FULL, same batch
 //!                 sizes) vs SqliteStore (group commit, revision log, watch)
 //!   api:          the hub's API over HTTPS vs the same calls on its store; watch fan-out
+//!   admission:    creates with no policies vs 20 non-matching and 5 matching
+//!                 ValidatingAdmissionPolicies, and a matching webhook on loopback
 //!   propagation:  a template change through the hub to N simulated members vs the bench
 //!                 applying the same object to them itself (bare-apply baseline)
 //!   resync:       P placements × N clusters: the hub restarted, until every Work is in sync
@@ -18,6 +20,7 @@
 //! Each writes `DIR/<scenario>.json` ([`write`]) and SVG charts ([`plot`]), and gives rows
 //! of the one-screen [`summary`].
 
+pub mod admission;
 pub mod api;
 mod harness;
 pub mod memory;

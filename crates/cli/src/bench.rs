@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use flotilla_bench::{
-    Output, Row, api, memory, propagation, resync, store, summary, system, views, write,
+    Output, Row, admission, api, memory, propagation, resync, store, summary, system, views, write,
 };
 use serde_json::json;
 
@@ -18,6 +18,9 @@ pub enum Scenario {
     Store,
     /// The hub's API over HTTPS against the bare store underneath it.
     Api,
+    /// Creates with no policies, 20 non-matching and 5 matching ValidatingAdmission-
+    /// Policies, and a matching webhook on loopback, side by side.
+    Admission,
     /// A template change reaching every member of a simulated fleet, against applying it
     /// directly; the hub's and the simulator's memory.
     Propagation,
@@ -141,6 +144,22 @@ impl BenchArgs {
                         charts: views::api_charts(&report),
                     };
                     (output, report.table(), views::api_summary(&report))
+                }
+                Scenario::Admission => {
+                    let options = if self.quick {
+                        admission::Options::quick(&self.out)
+                    } else {
+                        admission::Options::new(&self.out)
+                    };
+                    let report = runtime.block_on(admission::run(&options))?;
+                    let output = Output {
+                        scenario: "admission",
+                        date,
+                        options: options.json(),
+                        results: report.json(),
+                        charts: report.charts(),
+                    };
+                    (output, report.table(), report.summary())
                 }
                 Scenario::Propagation => {
                     let options = self.propagation_options(binary.clone());
@@ -282,7 +301,7 @@ mod tests {
         assert_eq!(options.clusters, [10, 100]);
         let options = args.resync_options(PathBuf::from("flotilla"));
         assert_eq!((options.placements, options.clusters), (100, 20));
-        assert_eq!(parse(&[]).unwrap().chosen().len(), 5);
+        assert_eq!(parse(&[]).unwrap().chosen().len(), 6);
         assert!(parse(&["--scenario", "fleet"]).is_err());
         assert!(parse(&["--clusters", "0"]).is_err());
     }

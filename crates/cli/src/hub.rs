@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use flotilla_apiserver::admission::webhook::model::ServiceAddresses;
 use flotilla_apiserver::auth::audit::log::{AuditLog, LogConfig};
 use flotilla_apiserver::auth::audit::policy::Policy;
 use flotilla_apiserver::auth::oidc::OidcConfig;
@@ -164,6 +165,19 @@ pub struct HubArgs {
         value_delimiter = ','
     )]
     pub oidc_signing_algs: Vec<String>,
+    /// Where an admission webhook given as a Service is reached (repeatable): the hub runs
+    /// no Services, so a webhook's `service: {namespace, name, port, path}` is called at
+    /// https://NAME.NAMESPACE.svc:PORT/PATH (its certificate must be valid for
+    /// NAME.NAMESPACE.svc) by connecting to HOST[:PORT] given here. A webhook whose
+    /// Service has no address fails as one that is down, under its failurePolicy.
+    #[arg(long = "webhook-service", value_name = "NAMESPACE/NAME=HOST[:PORT]", value_parser = webhook_service)]
+    pub webhook_services: Vec<String>,
+}
+
+/// A `--webhook-service`: `NAMESPACE/NAME=HOST[:PORT]`.
+fn webhook_service(text: &str) -> Result<String, String> {
+    ServiceAddresses::new().add(text)?;
+    Ok(text.to_owned())
 }
 
 /// The algorithms `--oidc-signing-algs` may name (kube-apiserver's: asymmetric only).
@@ -408,12 +422,15 @@ impl HubArgs {
         server.authorize_with_rbac(Vec::new()).await?;
         let identities = self.identities(&server.url)?;
         server.identities(identities)?;
-        // A ClusterSetBinding needs `bind` on its set, as the server's authorizer (RBAC,
-        // set just above) decides.
-        server.api = server
-            .api
-            .clone()
-            .with_admission(access::admission(&server.api));
+        // Dynamic admission after the built-in plugins, among them: a ClusterSetBinding
+        // needs `bind` on its set, as the server's authorizer (RBAC, set just above)
+        // decides.
+        let mut services = ServiceAddresses::new();
+        for mapping in &self.webhook_services {
+            services.add(mapping).map_err(anyhow::Error::msg)?;
+        }
+        let builtin = access::admission(&server.api);
+        server.admit_dynamically(builtin, services).await?;
         install_fleet_api(&server.api).await?;
         // Before the controllers start: their identity's roles, the system namespace, the
         // `default` ClusterSet; then the controller's reads follow the CRDs.

@@ -25,6 +25,9 @@ use std::time::Duration;
 use anyhow::Context;
 use flotilla_apiserver::Api;
 use flotilla_apiserver::Registry;
+use flotilla_apiserver::admission::Admission;
+use flotilla_apiserver::admission::dynamic::Dynamic;
+use flotilla_apiserver::admission::webhook::model::ServiceAddresses;
 use flotilla_apiserver::auth::oidc::{Oidc, OidcConfig};
 use flotilla_apiserver::auth::rbac::Rbac;
 use flotilla_apiserver::auth::serviceaccount::{Issuer, Tokens, controller::TokensController};
@@ -332,6 +335,26 @@ impl ApiServer {
             .await
             .map_err(|e| anyhow::anyhow!("cannot set up the default RBAC roles: {e}"))?;
         info!("authorization: system:masters, then RBAC");
+        Ok(())
+    }
+
+    /// Admits writes also through what is configured in the API, as kube-apiserver does:
+    /// mutating webhooks, ValidatingAdmissionPolicies and validating webhooks of each
+    /// logical cluster. Webhooks given as a `service` are reached at `services`. Returns
+    /// once every configuration is read; each policy's type checking is written into its
+    /// status from then on.
+    pub async fn admit_dynamically(
+        &mut self,
+        builtin: Admission,
+        services: ServiceAddresses,
+    ) -> anyhow::Result<()> {
+        let dynamic = Dynamic::start(self.store.clone(), services).await?;
+        let admission = builtin.with_dynamic(dynamic.clone());
+        self.api = self.api.clone().with_admission(admission);
+        dynamic.check_types_through(&self.api);
+        info!(
+            "admission: built-in plugins, then mutating webhooks; ValidatingAdmissionPolicies, validating webhooks"
+        );
         Ok(())
     }
 

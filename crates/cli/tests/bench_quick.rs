@@ -68,7 +68,14 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
 
     // The summary on stdout, progress on stderr.
     assert!(stdout.starts_with("scenario"), "{stdout}");
-    for scenario in ["store", "api", "propagation", "resync", "memory"] {
+    for scenario in [
+        "store",
+        "api",
+        "admission",
+        "propagation",
+        "resync",
+        "memory",
+    ] {
         assert!(
             stdout.lines().any(|l| l.starts_with(scenario)),
             "{scenario}: {stdout}"
@@ -107,6 +114,23 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
     for (op, lines) in [("create", 5), ("get", 4), ("update", 4)] {
         chart(dir, &format!("api-{op}"), lines);
     }
+
+    // The four configurations side by side; every create of the webhook's reviewed.
+    let admission = results(dir, "admission");
+    let configurations = admission["configurations"].as_array().unwrap();
+    let names: Vec<&str> = configurations
+        .iter()
+        .map(|c| c["configuration"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["none", "vap20", "vap5", "webhook"], "{admission}");
+    for c in configurations {
+        latency(&c["create"], 400);
+        assert!(positive(&c["p50_ratio_to_none"]), "{c}");
+        assert_eq!(c["rounds_p50_ms"].as_array().unwrap().len(), 2, "{c}");
+    }
+    assert_eq!(admission["webhook_calls"], 400, "{admission}");
+    assert!(number(&admission["webhook_added_p50_ms"]).is_finite());
+    chart(dir, "admission-latency", 4);
 
     let propagation = results(dir, "propagation");
     let points = propagation["points"].as_array().unwrap();

@@ -11,17 +11,27 @@
 //! ```
 //!
 //! Admission runs on every create, update (patch and apply included) and delete, at the
-//! point the object is known; a refusal writes nothing. Webhooks and policies are later
-//! implementations of the same two traits.
+//! point the object is known; a refusal writes nothing. Dynamic admission is two more
+//! implementations of the same traits, configured through the API ([`dynamic`]): mutating
+//! webhooks after the built-in mutating plugins, then ValidatingAdmissionPolicies and
+//! validating webhooks after the built-in validating ones, as in Kubernetes.
 
+pub(crate) mod cel;
+pub mod dynamic;
+pub(crate) mod matching;
 pub mod plugins;
+pub mod policy;
+pub(crate) mod review;
 pub(crate) mod schema;
+pub(crate) mod validation;
+pub mod webhook;
 
 pub use schema::FieldValidation;
 
 use std::sync::Arc;
 
-use crate::api::Verdict;
+use crate::api::{Api, Verdict};
+use flotilla_store::Revision;
 use serde_json::Value;
 
 use crate::auth::UserInfo;
@@ -39,17 +49,31 @@ pub enum Operation {
     Delete,
 }
 
+impl Operation {
+    /// The operation as an AdmissionReview and webhook rules spell it (`CREATE`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
 /// What an admission plugin is told about a write.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct Attributes<'a> {
+    /// The API of the logical cluster written to: what a plugin may read beyond the write
+    /// itself (namespaces for selectors, parameter objects, the registry, the authorizer).
+    pub api: &'a Api,
     /// Who writes.
-    pub user: &'a UserInfo,
+    pub user: &'a Arc<UserInfo>,
     /// The logical cluster written to (`ROOT_CLUSTER` for the root API).
     pub cluster: &'a str,
     /// What the write does.
     pub operation: Operation,
     /// The resource written.
-    pub rt: &'a ResourceType,
+    pub rt: &'a Arc<ResourceType>,
     /// The namespace, `""` if cluster-scoped.
     pub namespace: &'a str,
     /// The object's name (`""` on a create with `generateName`).
@@ -58,6 +82,34 @@ pub struct Attributes<'a> {
     pub subresource: &'a str,
     /// What to do with fields the schema does not know (`fieldValidation`).
     pub field_validation: FieldValidation,
+    /// Whether the write is a dry run (nothing will be stored).
+    pub dry_run: bool,
+    /// The request's `fieldManager` parameter, `""` if it has none.
+    pub field_manager: &'a str,
+    /// A delete's options (its body), if it sent any.
+    pub delete_options: Option<&'a Value>,
+}
+
+impl std::fmt::Debug for Attributes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attributes")
+            .field("cluster", &self.api.cluster())
+            .field("user", &self.user.name)
+            .field("operation", &self.operation)
+            .field("resource", &self.rt.plural)
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("subresource", &self.subresource)
+            .field("dry_run", &self.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Attributes<'_> {
+    /// The logical cluster written to.
+    pub fn cluster(&self) -> &str {
+        self.api.cluster()
+    }
 }
 
 /// A plugin that may change the object. Its warnings go back to the client.
@@ -88,6 +140,9 @@ pub trait Validating: Send + Sync {
 pub struct Admission {
     mutating: Vec<Arc<dyn Mutating>>,
     validating: Vec<Arc<dyn Validating>>,
+    /// Dynamic admission, when the chain runs it: writes of its configurations are
+    /// answered once they govern requests.
+    dynamic: Option<Arc<dynamic::Dynamic>>,
 }
 
 impl Default for Admission {
@@ -105,6 +160,29 @@ impl Admission {
                 Arc::new(plugins::StructuralSchema),
                 Arc::new(plugins::Rules),
             ],
+            dynamic: None,
+        }
+    }
+
+    /// Adds dynamic admission (webhooks and ValidatingAdmissionPolicies, configured through
+    /// the API) after the plugins already there: mutating webhooks last among the mutating
+    /// plugins; policies, then validating webhooks, last among the validating ones.
+    pub fn with_dynamic(mut self, dynamic: Arc<dynamic::Dynamic>) -> Self {
+        self.mutating
+            .push(Arc::new(webhook::MutatingWebhooks(dynamic.clone())));
+        self.validating
+            .push(Arc::new(policy::Policies(dynamic.clone())));
+        self.validating
+            .push(Arc::new(webhook::ValidatingWebhooks(dynamic.clone())));
+        self.dynamic = Some(dynamic);
+        self
+    }
+
+    /// Waits until dynamic admission governs requests with every configuration written up
+    /// to `revision` (at once when it does not run).
+    pub(crate) async fn settled(&self, revision: Revision) {
+        if let Some(dynamic) = &self.dynamic {
+            dynamic.settled(revision).await;
         }
     }
 

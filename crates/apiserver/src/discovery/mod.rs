@@ -612,6 +612,7 @@ mod tests {
         assert_eq!(
             groups,
             [
+                "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
                 "apps",
                 "authentication.k8s.io",
@@ -674,7 +675,7 @@ mod tests {
             .find(|i| i["metadata"]["name"] == "autoscaling")
             .unwrap();
         assert_eq!(autoscaling["versions"][0]["version"], "v2");
-        let crds = &items[0]["versions"][0]["resources"][0];
+        let crds = &items[1]["versions"][0]["resources"][0];
         assert_eq!(crds["scope"], "Cluster");
         assert_eq!(crds["shortNames"], json!(["crd", "crds"]));
     }
@@ -828,10 +829,10 @@ mod tests {
         assert_eq!(doc["kind"], "APIGroupList");
         assert_eq!(doc["apiVersion"], "v1");
         let groups = doc["groups"].as_array().unwrap();
-        assert_eq!(groups.len(), 13);
+        assert_eq!(groups.len(), 14);
         assert!(groups.iter().all(|g| g["name"] != ""));
         assert_eq!(
-            groups[1],
+            groups[2],
             json!({
                 "name": "apps",
                 "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
@@ -848,7 +849,7 @@ mod tests {
             ))
             .unwrap();
         assert_eq!(
-            api_group_list(&registry)["groups"][1],
+            api_group_list(&registry)["groups"][2],
             json!({
                 "name": "apps",
                 "versions": [

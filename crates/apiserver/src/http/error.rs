@@ -301,10 +301,23 @@ impl ApiError {
                 d.insert("kind".into(), json!(kind));
             }
             if !details.causes.is_empty() {
+                // Empty fields are left out, as Kubernetes leaves them out.
                 let causes: Vec<Value> = details
                     .causes
                     .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .map(|c| {
+                        let mut cause = serde_json::Map::new();
+                        for (key, value) in [
+                            ("reason", &c.reason),
+                            ("message", &c.message),
+                            ("field", &c.field),
+                        ] {
+                            if !value.is_empty() {
+                                cause.insert(key.into(), json!(value));
+                            }
+                        }
+                        Value::Object(cause)
+                    })
                     .collect();
                 d.insert("causes".into(), Value::Array(causes));
             }

@@ -77,10 +77,12 @@ impl Api {
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
         let dry_run = query.dry_run()?;
-        self.admit(
+        let sent = (!body.is_empty()).then_some(&options);
+        self.admit_with(
             target,
             Operation::Delete,
             query,
+            sent,
             &mut Value::Null,
             Some(&current),
         )

@@ -572,6 +572,11 @@ const BUILTINS: &[Builtin] = &[
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SelfSubjectRulesReview", plural: "selfsubjectrulesreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "SubjectAccessReview", plural: "subjectaccessreviews", short_names: NONE, categories: NONE, namespaced: CLUSTER, subresources: NO_SUB, verbs: CREATE_ONLY },
     Builtin { group: "authorization.k8s.io", version: "v1", kind: "LocalSubjectAccessReview", plural: "localsubjectaccessreviews", short_names: NONE, categories: NONE, namespaced: NS, subresources: NO_SUB, verbs: CREATE_ONLY },
+    // admissionregistration.k8s.io/v1: dynamic admission's configurations
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "MutatingWebhookConfiguration", plural: "mutatingwebhookconfigurations", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: NO_SUB, verbs: VERBS },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingAdmissionPolicy", plural: "validatingadmissionpolicies", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: STATUS, verbs: VERBS },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingAdmissionPolicyBinding", plural: "validatingadmissionpolicybindings", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: NO_SUB, verbs: VERBS },
+    Builtin { group: "admissionregistration.k8s.io", version: "v1", kind: "ValidatingWebhookConfiguration", plural: "validatingwebhookconfigurations", short_names: NONE, categories: &["api-extensions"], namespaced: CLUSTER, subresources: NO_SUB, verbs: VERBS },
     // certificates.k8s.io/v1
     Builtin { group: "certificates.k8s.io", version: "v1", kind: "CertificateSigningRequest", plural: "certificatesigningrequests", short_names: &["csr"], categories: NONE, namespaced: CLUSTER, subresources: APPROVAL_STATUS, verbs: VERBS },
     // apiextensions.k8s.io/v1
@@ -602,6 +607,34 @@ mod tests {
         ("", "v1", "secrets", "Secret", true),
         ("", "v1", "serviceaccounts", "ServiceAccount", true),
         ("", "v1", "services", "Service", true),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            false,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicy",
+            false,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            false,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            false,
+        ),
         (
             "apiextensions.k8s.io",
             "v1",
@@ -945,6 +978,9 @@ mod tests {
                 "v1/limitranges",
                 "v1/secrets",
                 "v1/serviceaccounts",
+                "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                "admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+                "admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
                 "authentication.k8s.io/v1/selfsubjectreviews",
                 "authorization.k8s.io/v1/localsubjectaccessreviews",
                 "authorization.k8s.io/v1/selfsubjectaccessreviews",
@@ -1058,6 +1094,7 @@ mod tests {
             names,
             [
                 "",
+                "admissionregistration.k8s.io",
                 "apiextensions.k8s.io",
                 "apps",
                 "authentication.k8s.io",

@@ -180,7 +180,22 @@ impl Api {
         object: &mut Value,
         old: Option<&Value>,
     ) -> ApiResult<Vec<String>> {
+        self.admit_with(target, operation, query, None, object, old)
+            .await
+    }
+
+    /// [`Api::admit`] with a delete's options.
+    pub(crate) async fn admit_with(
+        &self,
+        target: &Target,
+        operation: Operation,
+        query: &Query,
+        delete_options: Option<&Value>,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> ApiResult<Vec<String>> {
         let field_validation = FieldValidation::parse(query.get("fieldValidation"))?;
+        let dry_run = query.dry_run()?;
         // A create names its object in the body (read before admission may change it).
         let from_body;
         let name = match target.name.as_deref() {
@@ -191,6 +206,7 @@ impl Api {
             }
         };
         let attributes = admission::Attributes {
+            api: self,
             user: &target.user,
             cluster: &self.cluster,
             operation,
@@ -199,8 +215,50 @@ impl Api {
             name,
             subresource: target.sub.as_deref().unwrap_or(""),
             field_validation,
+            dry_run,
+            field_manager: query.get("fieldManager").unwrap_or(""),
+            delete_options,
         };
         self.admission.admit(&attributes, object, old).await
+    }
+
+    /// The objects of `rt` in `namespace` (`""`: cluster-scoped, or every namespace) that
+    /// `selector` takes, read at one revision (objects that cannot be decoded are left
+    /// out, with a warning in the log).
+    pub(crate) async fn select(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        selector: &crate::registry::selector::LabelSelector,
+    ) -> ApiResult<Vec<Value>> {
+        let prefix = keys::prefix(rt, &self.cluster, Some(namespace).filter(|n| !n.is_empty()));
+        let mut found = Vec::new();
+        let (mut revision, mut after) = (None, None);
+        loop {
+            let options = flotilla_store::ListOptions {
+                revision,
+                limit: 500,
+                after,
+            };
+            let page = self.store.list(&prefix, options).await?;
+            for kv in &page.kvs {
+                let Ok(mut object) = serde_json::from_slice::<Value>(&kv.value) else {
+                    Unreadable::new(&kv.key, "not JSON".into());
+                    continue;
+                };
+                if selector.matches(&object) {
+                    rt.strategy().show_on_read(&mut object, rt);
+                    found.push(object::with_resource_version(object, kv.mod_revision.get()));
+                }
+            }
+            match page.next {
+                Some(next) => {
+                    revision = Some(page.revision);
+                    after = Some(next);
+                }
+                None => return Ok(found),
+            }
+        }
     }
 
     /// The stored JSON and revision of the object under `key`, by a consistent read: from

@@ -19,6 +19,9 @@
 //!                              immutable
 //!    CertificateSigningRequest the requesting user written into the spec; spec immutable;
 //!                              `approval` writes Approved/Denied alone, `status` the rest
+//!    Admission(kind)           ValidatingAdmissionPolicies, their bindings, webhook
+//!                              configurations: defaulted, validated (CEL compiled, URLs,
+//!                              caBundles); answered once dynamic admission applies them
 //! ```
 //!
 //! The behaviour is chosen where a type is defined (the built-in table, a CRD's
@@ -64,6 +67,8 @@ pub enum Behaviour {
     CertificateSigningRequest,
     /// `v1` Secrets.
     Secret,
+    /// Admission configurations (`admissionregistration.k8s.io`).
+    Admission(crate::admission::dynamic::Kind),
 }
 
 impl Behaviour {
@@ -90,6 +95,12 @@ impl Behaviour {
                 Some(kind) => Behaviour::Rbac(kind),
                 None => Behaviour::Plain,
             },
+            (crate::admission::dynamic::GROUP, plural) => {
+                match crate::admission::dynamic::Kind::of_plural(plural) {
+                    Some(kind) => Behaviour::Admission(kind),
+                    None => Behaviour::Plain,
+                }
+            }
             _ => Behaviour::Plain,
         }
     }
@@ -110,6 +121,7 @@ impl Behaviour {
             Behaviour::Rbac(Kind::ClusterRoleBinding) => &RbacObjects(Kind::ClusterRoleBinding),
             Behaviour::CertificateSigningRequest => &SigningRequests,
             Behaviour::Secret => &Secrets,
+            Behaviour::Admission(kind) => admission_objects(kind),
         }
     }
 }
@@ -491,5 +503,40 @@ impl Strategy for Secrets {
             object::meta_str(object, "name"),
             causes,
         ))
+    }
+}
+
+/// Admission configurations, of one kind.
+struct AdmissionObjects(crate::admission::dynamic::Kind);
+
+fn admission_objects(kind: crate::admission::dynamic::Kind) -> &'static dyn Strategy {
+    use crate::admission::dynamic::Kind as K;
+    match kind {
+        K::Policy => &AdmissionObjects(K::Policy),
+        K::Binding => &AdmissionObjects(K::Binding),
+        K::Validating => &AdmissionObjects(K::Validating),
+        K::Mutating => &AdmissionObjects(K::Mutating),
+    }
+}
+
+impl Strategy for AdmissionObjects {
+    fn check_write<'a>(
+        &'a self,
+        _api: &'a Api,
+        target: &'a Target,
+        object: &'a mut Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<()>> {
+        let causes = crate::admission::dynamic::default_and_validate(self.0, object, old);
+        if causes.is_empty() {
+            return Verdict::Now(Ok(()));
+        }
+        let name = object::meta_str(object, "name");
+        let rt = &target.rt;
+        Verdict::Now(Err(ApiError::invalid(&rt.group, &rt.kind, name, causes)))
+    }
+
+    fn settle<'a>(&'a self, api: &'a Api, revision: Revision) -> Verdict<'a, ()> {
+        Verdict::Later(Box::pin(api.admission.settled(revision)))
     }
 }

@@ -419,13 +419,13 @@ pub fn render(event: &AuditEvent, out: &mut Vec<u8>) {
         response_status,
         request_object,
         response_object,
+        request_received_timestamp: micro_time(request.received),
+        stage_timestamp: micro_time(event.at),
         annotations: event
             .annotations
             .iter()
-            .map(|(key, value)| (*key, value.as_str()))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect(),
-        request_received_timestamp: micro_time(request.received),
-        stage_timestamp: micro_time(event.at),
     };
     // Serializing these types cannot fail (string keys, no maps of other keys).
     let _ = serde_json::to_writer(&mut *out, &rendered);

@@ -18,7 +18,7 @@ pub mod policy;
 
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -266,6 +266,53 @@ pub struct AuditRequest {
     /// The request's body, if it has one, and its content type (read by the log at
     /// Request level and above, and for the name of an object created).
     pub body: Option<(Bytes, String)>,
+    /// What admission noted about the request (`annotations` of the events after it
+    /// was received), in the order noted; a key keeps its first value.
+    pub annotations: Mutex<Vec<(String, String)>>,
+}
+
+impl AuditRequest {
+    /// Notes `key` = `value`, unless `key` is noted already.
+    pub fn annotate(&self, key: String, value: String) {
+        let mut annotations = self
+            .annotations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !annotations.iter().any(|(k, _)| *k == key) {
+            annotations.push((key, value));
+        }
+    }
+
+    /// The annotations noted so far.
+    pub fn annotations(&self) -> Vec<(String, String)> {
+        self.annotations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+tokio::task_local! {
+    /// The request the task serves, while it is recorded: what admission annotates.
+    static RECORDED: Arc<AuditRequest>;
+}
+
+/// Runs `served` (a request's handling) with `request` as the one [`annotate`] notes on.
+pub(crate) async fn recording<F: Future>(
+    request: Option<Arc<AuditRequest>>,
+    served: F,
+) -> F::Output {
+    match request {
+        Some(request) => RECORDED.scope(request, served).await,
+        None => served.await,
+    }
+}
+
+/// Notes an annotation on the audit events of the request being served (Kubernetes'
+/// `AddAnnotation` of admission: policies' audit annotations and validation failures,
+/// webhooks' annotations and mutations); nothing when it is not recorded.
+pub fn annotate(key: String, value: String) {
+    let _ = RECORDED.try_with(|request| request.annotate(key, value));
 }
 
 /// Annotations a handler gives the audit event of its answer (an extension of the
@@ -348,6 +395,7 @@ fn gather(
         user_agent: text(header::USER_AGENT).map(str::to_owned),
         source_ips: source_ips(headers, peer),
         body: (!body.is_empty()).then(|| (body.clone(), media_type.to_owned())),
+        annotations: Mutex::default(),
     })
 }
 
@@ -389,7 +437,7 @@ pub(crate) fn unauthenticated(
         impersonated: None,
         code: Some(401),
         response: Some(answer),
-        annotations: vec![(AUTHENTICATION_FAILURE, reason.to_owned())],
+        annotations: vec![(AUTHENTICATION_FAILURE.to_owned(), reason.to_owned())],
     });
 }
 
@@ -404,11 +452,15 @@ pub(crate) async fn answered(
     mut response: Response,
 ) -> Response {
     let code = response.status().as_u16();
-    let annotations = response
-        .extensions_mut()
-        .remove::<Annotations>()
-        .unwrap_or_default()
-        .0;
+    let mut annotations = request.annotations();
+    let answer = response.extensions_mut().remove::<Annotations>();
+    annotations.extend(
+        answer
+            .unwrap_or_default()
+            .0
+            .into_iter()
+            .map(|(key, value)| (key.to_owned(), value)),
+    );
     let omit = request.recording.omit;
     let level = request.recording.level;
     let event = |stage, response| AuditEvent {
@@ -544,8 +596,9 @@ pub struct AuditEvent {
     /// The answer's body, when it is JSON and was kept: at level RequestResponse (not a
     /// stream), and for a failure (its `Status`).
     pub response: Option<Bytes>,
-    /// The event's `annotations` (such as why a request's credentials were refused).
-    pub annotations: Vec<(&'static str, String)>,
+    /// The event's `annotations`: what admission noted about the request (none when it
+    /// was received), and such as why a request's credentials were refused.
+    pub annotations: Vec<(String, String)>,
 }
 
 /// Records requests. Called on the request's path, so an implementation must not block:

@@ -30,6 +30,7 @@ fn request(level: Level, method: Method, uri: &str, body: Option<Value>) -> Arc<
         user_agent: Some("kubectl/v1.32.2 (linux/amd64)".into()),
         source_ips: vec!["127.0.0.1".parse().unwrap()],
         body: body.map(|b| (Bytes::from(b.to_string()), "application/json".into())),
+        annotations: Default::default(),
     })
 }
 
