@@ -188,7 +188,7 @@ fn classify(what: &str, name: &str, e: etcd_client::Error) -> Fault {
             if message.contains("required revision is a future revision") {
                 return Fault::Future;
             }
-            let text = format!("{what} on etcd {name}");
+            let text = format!("{what} on {name}");
             Fault::Other(match status.code() as i32 {
                 UNAVAILABLE | DEADLINE_EXCEEDED | CANCELLED | ABORTED | UNKNOWN => {
                     Error::unavailable(text, e)
@@ -203,9 +203,9 @@ fn classify(what: &str, name: &str, e: etcd_client::Error) -> Fault {
             })
         }
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
-            Fault::Other(Error::unavailable(format!("{what} on etcd {name}"), e))
+            Fault::Other(Error::unavailable(format!("{what} on {name}"), e))
         }
-        _ => Fault::Other(Error::backend(format!("{what} on etcd {name}"), e)),
+        _ => Fault::Other(Error::backend(format!("{what} on {name}"), e)),
     }
 }
 
@@ -220,13 +220,27 @@ mod tonic_code {
     pub const UNAVAILABLE: i32 = 14;
 }
 
+/// An error and its causes, as one line (`a: b: c`), each cause once.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(next) = cause {
+        let more = next.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = next.source();
+    }
+    text
+}
+
 /// Why opening failed, naming the endpoints.
 fn open_error(name: &str, e: Error) -> Error {
     match e {
         Error::Unavailable { message, source } => Error::Open {
             path: name.into(),
             reason: OpenFailure::Unreachable(match source {
-                Some(source) => format!("{message}: {source}"),
+                Some(source) => format!("{message}: {}", chain(&*source)),
                 None => message,
             }),
             source: None,
@@ -236,7 +250,7 @@ fn open_error(name: &str, e: Error) -> Error {
             source: Some(source),
         } => Error::Open {
             path: name.into(),
-            reason: OpenFailure::Refused(format!("{message}: {source}")),
+            reason: OpenFailure::Refused(format!("{message}: {}", chain(&*source))),
             source: None,
         },
         other => other,
@@ -259,7 +273,7 @@ impl EtcdStore {
 
     /// Connects, and claims the prefix or checks that it is a Flotilla store's.
     pub async fn open_with(config: Config) -> Result<Self> {
-        let name = format!("{}{}", config.endpoints.join(","), config.prefix);
+        let name = format!("etcd://{}{}", config.endpoints.join(","), config.prefix);
         let scheme = if config.tls.any() { "https" } else { "http" };
         let endpoints: Vec<String> = config
             .endpoints
@@ -417,7 +431,7 @@ impl EtcdStore {
         header
             .map(|h| self.to_store(h.revision()))
             .ok_or_else(|| Error::Backend {
-                message: format!("etcd {} answered without a header", self.name),
+                message: format!("{} answered without a header", self.name),
                 source: None,
             })
     }
@@ -505,14 +519,14 @@ impl EtcdStore {
                 }
             }
             Err(Error::Unavailable {
-                message: format!("etcd {} ended a watch", self.name),
+                message: format!("{} ended a watch", self.name),
                 source: None,
             })
         };
         let compacted = tokio::time::timeout(Duration::from_secs(10), wait)
             .await
             .map_err(|_| Error::Unavailable {
-                message: format!("etcd {} did not say its compacted revision", self.name),
+                message: format!("{} did not say its compacted revision", self.name),
                 source: None,
             })??;
         self.compacted.fetch_max(compacted, Ordering::AcqRel);
@@ -562,7 +576,7 @@ async fn claim(mut client: Client, root: &[u8], name: &str) -> Result<i64> {
         let response = client.txn(txn).await.map_err(fail)?;
         if response.succeeded() {
             let header = response.header().ok_or_else(|| Error::Backend {
-                message: format!("etcd {name} answered without a header"),
+                message: format!("{name} answered without a header"),
                 source: None,
             })?;
             debug!(store = %name, revision = header.revision(), "prefix claimed");
@@ -586,7 +600,7 @@ async fn claim(mut client: Client, root: &[u8], name: &str) -> Result<i64> {
         }
     }
     Err(Error::Unavailable {
-        message: format!("etcd {name}: the prefix could not be claimed"),
+        message: format!("{name}: the prefix could not be claimed"),
         source: None,
     })
 }
@@ -712,7 +726,7 @@ impl Store for EtcdStore {
         match self.txn(key, when, delete).await? {
             Written::Done(revision, Some(deleted)) => Ok((revision, deleted)),
             Written::Done(revision, None) => Err(Error::Backend {
-                message: format!("etcd {} deleted nothing at {revision}", self.name),
+                message: format!("{} deleted nothing at {revision}", self.name),
                 source: None,
             }),
             Written::Refused(None) => Err(Error::NotFound {

@@ -38,7 +38,10 @@
 //! **Compaction** records the compacted revision under the same lock (reads below it
 //! are refused at once), then deletes superseded rows and tombstones in steps of
 //! `compaction_step` revisions, each its own transaction, recording its progress so that
-//! a compaction interrupted by a crash is finished at the next open.
+//! a compaction interrupted by a crash is finished at the next open. The deletes wait
+//! (a few seconds at most) for this process's watch feed to have published the revisions
+//! they cover; a feed that still reads a deleted row finds a hole, published as such,
+//! and the watchers behind it end with `Compacted` (410) rather than skip it.
 
 mod conn;
 mod error;
@@ -144,12 +147,26 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+/// An error and its causes, as one line (`a: b: c`), each cause once.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(next) = cause {
+        let more = next.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = next.source();
+    }
+    text
+}
+
 /// Why opening failed, as the store's open error naming the server.
 fn open_failure(location: &str, e: Error) -> Error {
     match e {
         Error::Unavailable { message, source } => {
             let why = match source {
-                Some(source) => format!("{message}: {source}"),
+                Some(source) => format!("{message}: {}", chain(&*source)),
                 None => message,
             };
             Error::Open {
@@ -163,7 +180,7 @@ fn open_failure(location: &str, e: Error) -> Error {
             source: Some(source),
         } => Error::Open {
             path: location.into(),
-            reason: OpenFailure::Refused(format!("{message}: {source}")),
+            reason: OpenFailure::Refused(format!("{message}: {}", chain(&*source))),
             source: None,
         },
         other => other,
@@ -309,7 +326,16 @@ impl History for Inner {
     ) -> Result<Vec<WatchEvent>> {
         let (start, end) = range(prefix);
         let mut conn = self.conn().await?;
-        read::events(&mut conn, start, end.as_deref(), after, up_to, limit).await
+        read::events(
+            &mut conn,
+            start,
+            end.as_deref(),
+            after,
+            up_to,
+            limit,
+            read::Compaction::Refuse,
+        )
+        .await
     }
 }
 
@@ -468,6 +494,12 @@ async fn compact_steps(inner: &Inner) -> Result<()> {
         let target: i64 = row.try_get(1).map_err(decode)?;
         if done >= target {
             return Ok(());
+        }
+        // Let this process's watch feed publish what is about to go first (a feed
+        // behind a delete leaves its watchers a hole, and them a 410).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while inner.tail.head() < read::from_sql(target) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let step = i64::try_from(inner.compaction_step).unwrap_or(i64::MAX);
         let to = done.saturating_add(step).min(target);

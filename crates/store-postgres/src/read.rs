@@ -200,8 +200,18 @@ LEFT JOIN flotilla_log p ON p.revision = l.prev_revision AND l.prev_revision <> 
 WHERE m.id = 1
 ORDER BY l.revision";
 
+/// Whether [`events`] refuses a start below the compacted revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compaction {
+    /// A watcher's catch-up: [`Error::Compacted`] if `after` is below it.
+    Refuse,
+    /// The tail: whatever rows are still there (compaction deletes in steps, after it is
+    /// recorded); a row already deleted leaves a hole the tail's readers notice.
+    Ignore,
+}
+
 /// The changes to keys from `start` to `end` in `(after, up_to]`, at most `limit`, with
-/// their previous values; [`Error::Compacted`] if `after` is below the compacted revision.
+/// their previous values.
 pub async fn events(
     conn: &mut Conn,
     start: &[u8],
@@ -209,6 +219,7 @@ pub async fn events(
     after: Revision,
     up_to: Revision,
     limit: usize,
+    compaction: Compaction,
 ) -> Result<Vec<WatchEvent>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = conn
@@ -219,7 +230,7 @@ pub async fn events(
         )
         .await?;
     let bounds = Bounds::of(rows.first().ok_or(Error::Closed)?)?;
-    if after < bounds.compacted {
+    if compaction == Compaction::Refuse && after < bounds.compacted {
         return Err(Error::Compacted {
             requested: after,
             compacted: bounds.compacted,
@@ -242,6 +253,9 @@ pub async fn events(
                 create_revision: from_sql(prev_create),
                 mod_revision: from_sql(prev_revision),
             }),
+            // The tail reading past a compaction's deletes: the rows it replaced are gone,
+            // and so are their watchers' chances to see them (a hole before, then 410).
+            _ if prev_revision != 0 && compaction == Compaction::Ignore => None,
             _ if prev_revision != 0 => {
                 return Err(Error::Backend {
                     message: format!(

@@ -7,9 +7,10 @@
 //!  flotilla_write(ops, keys, values, expected) → one row per write, in order
 //! ```
 //!
-//! `flotilla_write` runs a whole batch of writes in one statement: it locks the meta row
-//! (`FOR UPDATE`: the single sequencer), checks each write's precondition against the
-//! key's newest row, appends a row at `head + 1` for each write that holds, moves `head`,
+//! `flotilla_write` runs a whole batch of writes (of distinct keys) in one call: it locks
+//! the meta row (`FOR UPDATE`: the single sequencer), then in one set-based statement
+//! checks each write's precondition against its key's newest row and appends a row at
+//! `head + 1, + 2, …` for each write that holds, in the batch's order; then moves `head`
 //! and `NOTIFY`s the watchers of every process. The lock is held until the transaction
 //! commits, so revisions commit in order (see the crate's doc).
 
@@ -67,55 +68,64 @@ CREATE TABLE flotilla_log (
 CREATE INDEX flotilla_log_key ON flotilla_log (key, revision DESC);
 ";
 
-/// The batch write. Every statement in a volatile PL/pgSQL function takes a new snapshot
-/// (READ COMMITTED), so after the meta row's lock is granted each read sees every batch
-/// committed before.
+/// The batch write: the keys of one batch are distinct (the writer sees to it), so the
+/// whole batch is decided and appended by one set-based statement. The sequencer's lock is
+/// taken by the statement before it: every statement of a volatile PL/pgSQL function
+/// takes a new snapshot (READ COMMITTED), so once the lock is granted the batch's reads
+/// see every batch committed before. (Taken inside the same statement, the lock would
+/// come after that statement's snapshot, and the reads could be stale.)
 const CREATE_FUNCTION: &str = r#"
 CREATE OR REPLACE FUNCTION flotilla_write(ops smallint[], keys bytea[], vals bytea[], expects bigint[])
 RETURNS TABLE (o_status smallint, o_revision bigint, o_value bytea, o_create bigint, o_mod bigint)
 LANGUAGE plpgsql AS $fn$
-#variable_conflict use_column
 DECLARE
     h bigint;
-    start bigint;
-    cur record;
-    live boolean;
+    last bigint;
 BEGIN
     SELECT m.head INTO h FROM flotilla_meta m WHERE m.id = 1 FOR UPDATE;
-    start := h;
-    FOR i IN 1 .. coalesce(array_length(ops, 1), 0) LOOP
-        SELECT l.revision, l.create_revision, l.deleted, l.value INTO cur
-            FROM flotilla_log l WHERE l.key = keys[i] ORDER BY l.revision DESC LIMIT 1;
-        live := FOUND AND NOT cur.deleted;
-        o_value := NULL; o_create := NULL; o_mod := NULL; o_revision := NULL;
-        IF live THEN
-            o_value := cur.value; o_create := cur.create_revision; o_mod := cur.revision;
-        END IF;
-        IF ops[i] = 0 THEN
-            IF live THEN
-                o_status := 1;
-            ELSE
-                h := h + 1;
-                INSERT INTO flotilla_log (revision, key, create_revision, prev_revision, deleted, value)
-                    VALUES (h, keys[i], h, 0, false, vals[i]);
-                o_status := 0; o_revision := h;
-            END IF;
-        ELSIF NOT live THEN
-            o_status := 2;
-        ELSIF expects[i] IS NOT NULL AND expects[i] <> cur.revision THEN
-            o_status := 3;
-        ELSE
-            h := h + 1;
-            INSERT INTO flotilla_log (revision, key, create_revision, prev_revision, deleted, value)
-                VALUES (h, keys[i], cur.create_revision, cur.revision, ops[i] = 2,
-                        CASE WHEN ops[i] = 2 THEN '\x'::bytea ELSE vals[i] END);
-            o_status := 0; o_revision := h;
-        END IF;
-        RETURN NEXT;
-    END LOOP;
-    IF h > start THEN
-        UPDATE flotilla_meta SET head = h WHERE id = 1;
-        PERFORM pg_notify('flotilla_store', h::text);
+    RETURN QUERY
+    WITH input AS (
+        SELECT t.op, t.key, t.val, t.expect, t.i
+        FROM unnest(ops, keys, vals, expects) WITH ORDINALITY AS t(op, key, val, expect, i)
+    ), cur AS (
+        SELECT input.*, l.revision AS c_rev, l.create_revision AS c_create, l.value AS c_value,
+               coalesce(NOT l.deleted, false) AS live
+        FROM input LEFT JOIN LATERAL (
+            SELECT f.revision, f.create_revision, f.deleted, f.value FROM flotilla_log f
+            WHERE f.key = input.key ORDER BY f.key, f.revision DESC LIMIT 1
+        ) l ON true
+    ), decided AS (
+        SELECT cur.*, (CASE
+            WHEN cur.op = 0 THEN CASE WHEN cur.live THEN 1 ELSE 0 END
+            WHEN NOT cur.live THEN 2
+            WHEN cur.expect IS NOT NULL AND cur.expect <> cur.c_rev THEN 3
+            ELSE 0 END)::smallint AS status
+        FROM cur
+    ), numbered AS (
+        SELECT decided.*,
+               CASE WHEN decided.status = 0 THEN
+                   h + count(*) FILTER (WHERE decided.status = 0) OVER (ORDER BY decided.i)
+               END AS rev
+        FROM decided
+    ), inserted AS (
+        INSERT INTO flotilla_log (revision, key, create_revision, prev_revision, deleted, value)
+        SELECT n.rev, n.key,
+               CASE WHEN n.op = 0 THEN n.rev ELSE n.c_create END,
+               CASE WHEN n.op = 0 THEN 0 ELSE n.c_rev END,
+               n.op = 2,
+               CASE WHEN n.op = 2 THEN '\x'::bytea ELSE n.val END
+        FROM numbered n WHERE n.status = 0
+        RETURNING 1
+    )
+    SELECT n.status, n.rev,
+           CASE WHEN n.live AND (n.status <> 0 OR n.op = 2) THEN n.c_value END,
+           CASE WHEN n.live THEN n.c_create END,
+           CASE WHEN n.live THEN n.c_rev END
+    FROM numbered n ORDER BY n.i;
+    SELECT max(f.revision) INTO last FROM flotilla_log f WHERE f.revision > h;
+    IF last IS NOT NULL THEN
+        UPDATE flotilla_meta SET head = last WHERE id = 1;
+        PERFORM pg_notify('flotilla_store', last::text);
     END IF;
 END
 $fn$;

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use flotilla_store::watch::EventBus;
-use flotilla_store::{Error, Revision};
+use flotilla_store::{Error, Revision, WatchEvent};
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, warn};
 
@@ -93,31 +93,52 @@ pub async fn run(target: Target, tail: Arc<Tail>, poll: Duration, connect_timeou
     }
 }
 
-/// Publishes every committed row after `published`.
+/// Publishes every committed row after `published`: each run of consecutive revisions
+/// as one batch, so that a row a compaction deleted before the feed read it is a hole in
+/// front of a batch, which the watchers behind it fill from the history (and so end with
+/// `Compacted`), never a change skipped silently inside a batch.
 async fn catch_up(conn: &mut Conn, tail: &Tail) -> Result<(), Error> {
     loop {
         let after = tail.head();
-        let events = match read::events(conn, b"", None, after, Revision::new(u64::MAX), PAGE).await
-        {
-            Ok(events) => events,
-            Err(Error::Compacted { compacted, .. }) => {
-                // Left behind a compaction while the database was away: the watchers
-                // behind it learn so from the history (410), never a partial stream.
-                let head = read::bounds(conn).await?.head.max(compacted);
-                warn!(%after, %compacted, "the watch feed was compacted past; jumping ahead");
-                tail.published.store(head.get(), Ordering::Release);
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        };
-        let Some(last) = events.last().map(|e| e.revision()) else {
-            return Ok(());
-        };
+        let events = read::events(
+            conn,
+            b"",
+            None,
+            after,
+            Revision::new(u64::MAX),
+            PAGE,
+            read::Compaction::Ignore,
+        )
+        .await?;
         let full = events.len() >= PAGE;
-        tail.published.store(last.get(), Ordering::Release);
-        tail.bus.publish(events);
+        let mut run: Vec<WatchEvent> = Vec::new();
+        for event in events {
+            if let Some(last) = run.last()
+                && event.revision() != last.revision().next()
+            {
+                publish(tail, std::mem::take(&mut run));
+            }
+            run.push(event);
+        }
+        publish(tail, run);
         if !full {
             return Ok(());
         }
+    }
+}
+
+/// Publishes one run of consecutive revisions, after recording it as published.
+fn publish(tail: &Tail, run: Vec<WatchEvent>) {
+    if let Some(last) = run.last() {
+        if run[0].revision() != tail.head().next() {
+            warn!(
+                after = %tail.head(),
+                next = %run[0].revision(),
+                "the watch feed found revisions compacted away before it read them"
+            );
+        }
+        tail.published
+            .store(last.revision().get(), Ordering::Release);
+        tail.bus.publish(run);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  create/update/delete ──► queue ──► writer task: take what is queued (≤ max_batch,
-//!                                     ≤ max_batch_bytes) ──► SELECT flotilla_write(…)
+//!                                     ≤ max_batch_bytes, up to a key seen twice: it
+//!                                     starts the next batch) ──► SELECT flotilla_write(…)
 //!                                     ──► reply to each caller ──► poke the tail
 //! ```
 //!
@@ -11,6 +12,7 @@
 //! timer. Several processes each have their own writer; their batches take turns on the
 //! meta row's lock.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use flotilla_store::{Bytes, Error, KeyValue, Result, Revision};
@@ -113,10 +115,16 @@ pub async fn run(
             },
         };
         let mut bytes = first.op.size();
+        // A batch's keys are distinct: the statement decides every write against the
+        // state before the batch.
+        let mut keys = HashSet::from([first.op.key().clone()]);
         let mut batch = vec![first];
         while batch.len() < limits.max_batch {
             match queue.try_recv() {
-                Ok(request) if bytes + request.op.size() > limits.max_batch_bytes => {
+                Ok(request)
+                    if bytes + request.op.size() > limits.max_batch_bytes
+                        || !keys.insert(request.op.key().clone()) =>
+                {
                     carried = Some(request);
                     break;
                 }
