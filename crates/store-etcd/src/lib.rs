@@ -93,7 +93,8 @@ pub struct Config {
     pub tls: TlsFiles,
     /// How long connecting and each request may take.
     pub timeout: Duration,
-    /// The largest value accepted, in bytes (etcd's own limit is 1.5 MiB by default).
+    /// The largest value accepted, in bytes (etcd refuses values past its own
+    /// `--max-request-bytes`, 1.5 MiB by default, too).
     pub max_value_size: usize,
 }
 
@@ -141,7 +142,7 @@ impl Config {
             prefix: prefix.to_owned(),
             tls: TlsFiles::default(),
             timeout: Duration::from_secs(10),
-            max_value_size: 1536 * 1024,
+            max_value_size: 16 << 20,
         })
     }
 }

@@ -213,3 +213,104 @@ async fn compaction_deletes_superseded_rows_in_steps() {
     assert!(page.kvs.iter().all(|kv| kv.value == "99"));
     assert_eq!(store.count(b"/gone/").await.unwrap(), 0);
 }
+
+/// A certificate for 127.0.0.1 and its key (PEM), self-signed: its own CA.
+fn self_signed() -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let cert = params.self_signed(&key).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_as_sslmode_asks() {
+    let (cert, key) = self_signed();
+    let server = tokio::task::spawn_blocking(move || PgServer::start_tls(&cert, &key))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = server.data_dir();
+    let ca = dir.path().join("ca.pem");
+    std::fs::copy(data.join("server.crt"), &ca).unwrap();
+    let (other, _) = self_signed();
+    let wrong = dir.path().join("other-ca.pem");
+    std::fs::write(&wrong, other).unwrap();
+    let base = format!("postgres://flotilla@127.0.0.1:{}/postgres", server.port());
+    let open = |query: String| {
+        let mut config = Config::new(format!("{base}?{query}"));
+        config.connect_timeout = Duration::from_secs(10);
+        PostgresStore::open_with(config)
+    };
+    // Encrypted, checked against the CA and the host name; then the chain alone; then
+    // encrypted unchecked, as libpq's modes do.
+    let client = raw(&server.url()).await;
+    let encrypted = || async {
+        let row = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE ssl), count(*) FILTER (WHERE NOT ssl)
+                 FROM pg_stat_ssl JOIN pg_stat_activity USING (pid)
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    };
+    assert_eq!(encrypted().await, (0, 0));
+    for (n, query) in [
+        format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+        format!("sslmode=verify-ca&sslrootcert={}", ca.display()),
+        "sslmode=require".to_owned(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let store = open(query.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"));
+        let key = format!("/tls/{n}");
+        store
+            .create(key.as_bytes(), Bytes::from(query.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"));
+        assert_eq!(
+            store
+                .get(key.as_bytes(), None)
+                .await
+                .unwrap()
+                .unwrap()
+                .value,
+            query
+        );
+        // Every connection the store holds (its writer, its watch feed, its reads) is
+        // encrypted, and none is not.
+        let (tls, plain) = encrypted().await;
+        assert!(
+            tls >= 2 && plain == 0,
+            "{query}: {tls} encrypted, {plain} plain"
+        );
+        drop(store);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while encrypted().await != (0, 0) {
+            assert!(
+                Instant::now() < deadline,
+                "the store's connections stayed open"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // A server whose certificate another CA signed is refused, in one line naming it.
+    let e = open(format!(
+        "sslmode=verify-full&sslrootcert={}",
+        wrong.display()
+    ))
+    .await
+    .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(&e, Error::Open { .. }) && text.contains(&format!("127.0.0.1:{}", server.port())),
+        "{e:?}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+}

@@ -32,6 +32,8 @@ pub struct PgServer {
     watchdog: Option<Child>,
     starts: u32,
     as_nobody: bool,
+    /// More `-c name=value` settings.
+    settings: Vec<String>,
 }
 
 /// The directory of PostgreSQL's server binaries.
@@ -80,6 +82,32 @@ fn is_root() -> bool {
 impl PgServer {
     /// Initialises a cluster and starts it.
     pub fn start() -> PgServer {
+        let mut server = PgServer::init();
+        server.restart();
+        server
+    }
+
+    /// Initialises a cluster and starts it with TLS on (`ssl=on`), serving this
+    /// certificate (PEM) and key.
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> PgServer {
+        let mut server = PgServer::init();
+        let data = server.data_dir();
+        for (name, text) in [("server.crt", cert_pem), ("server.key", key_pem)] {
+            let path = data.join(name);
+            std::fs::write(&path, text).expect("write a TLS file");
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("chmod a TLS file");
+            if server.as_nobody {
+                chown_nobody(&path);
+            }
+        }
+        server.settings.push("ssl=on".into());
+        server.restart();
+        server
+    }
+
+    /// Initialises a cluster, not started.
+    fn init() -> PgServer {
         let dir = tempfile::Builder::new()
             .prefix("flotilla-pg-")
             .tempdir()
@@ -111,7 +139,7 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let mut server = PgServer {
+        PgServer {
             dir,
             bin,
             port: free_port(),
@@ -119,9 +147,8 @@ impl PgServer {
             watchdog: None,
             starts: 0,
             as_nobody,
-        };
-        server.restart();
-        server
+            settings: Vec::new(),
+        }
     }
 
     /// The server's URL, for database `postgres` as the superuser `flotilla`.
@@ -173,6 +200,7 @@ impl PgServer {
             .args(["-c", "max_connections=200"])
             .args(["-c", "shared_buffers=16MB"])
             .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("the log file"))
             .stderr(log_file);
