@@ -94,6 +94,10 @@ pub struct Limits {
     pub connect_timeout: Duration,
 }
 
+/// How many times the writer yields for more writes before committing a batch smaller
+/// than the last one (a yield costs microseconds; a commit, a round trip and an fsync).
+const LINGER_TURNS: usize = 3;
+
 const WRITE: &str = "SELECT o_status, o_revision, o_value, o_create, o_mod
                      FROM flotilla_write($1, $2, $3, $4)";
 
@@ -106,6 +110,7 @@ pub async fn run(
 ) {
     let mut conn: Option<Conn> = None;
     let mut carried: Option<Request> = None;
+    let mut last_batch = 0;
     loop {
         let first = match carried.take() {
             Some(request) => request,
@@ -119,22 +124,29 @@ pub async fn run(
         // state before the batch.
         let mut keys = HashSet::from([first.op.key().clone()]);
         let mut batch = vec![first];
-        while batch.len() < limits.max_batch {
+        // The writers the last batch answered are queueing their next writes as this
+        // task runs: give them a turn or two to join, while fewer are here than then.
+        let mut turns = 0;
+        while batch.len() < limits.max_batch && carried.is_none() {
             match queue.try_recv() {
                 Ok(request)
                     if bytes + request.op.size() > limits.max_batch_bytes
                         || !keys.insert(request.op.key().clone()) =>
                 {
                     carried = Some(request);
-                    break;
                 }
                 Ok(request) => {
                     bytes += request.op.size();
                     batch.push(request);
                 }
+                Err(_) if turns < LINGER_TURNS && batch.len() < last_batch => {
+                    turns += 1;
+                    tokio::task::yield_now().await;
+                }
                 Err(_) => break,
             }
         }
+        last_batch = batch.len();
         let result = match conn.as_mut().filter(|c| !c.is_closed()) {
             Some(c) => commit(c, &batch).await,
             None => match connect(&target, limits.connect_timeout, None).await {
