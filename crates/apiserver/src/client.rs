@@ -303,6 +303,10 @@ fn error_of(status: StatusCode, body: &[u8]) -> ApiError {
             group: text("group"),
             kind: text("kind"),
             causes,
+            retry_after_seconds: details
+                .get("retryAfterSeconds")
+                .and_then(Value::as_u64)
+                .and_then(|s| u32::try_from(s).ok()),
         }));
     }
     error
@@ -322,6 +326,7 @@ fn reason_of_code(code: u16) -> Reason {
         415 => Reason::UnsupportedMediaType,
         422 => Reason::Invalid,
         408 | 504 => Reason::Timeout,
+        503 => Reason::ServiceUnavailable,
         507 => Reason::InsufficientStorage,
         _ => Reason::InternalError,
     }

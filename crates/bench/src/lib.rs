@@ -27,6 +27,7 @@ pub mod memory;
 pub mod plot;
 pub mod propagation;
 pub mod resync;
+pub mod server_store;
 pub mod store;
 pub mod system;
 pub mod views;

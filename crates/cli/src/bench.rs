@@ -7,7 +7,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use flotilla_bench::{
-    Output, Row, admission, api, memory, propagation, resync, store, summary, system, views, write,
+    Output, Row, admission, api, memory, propagation, resync, server_store, store, summary, system,
+    views, write,
 };
 use serde_json::json;
 
@@ -50,6 +51,10 @@ pub struct BenchArgs {
     /// The resync scenario's placements instead of the default (1000; quick: 20).
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..))]
     pub placements: Option<u32>,
+    /// The store scenario on a database server instead of SQLite: the PostgreSQL or etcd
+    /// store against its raw engine on the same server (postgres://… or etcd://…).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<crate::serve::StoreUrl>,
     /// The resync scenario's clusters instead of the default (100; quick: 5).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub resync_clusters: Option<u32>,
@@ -113,6 +118,50 @@ impl BenchArgs {
         for scenario in self.chosen() {
             let (date, started) = (system::now_utc(), Instant::now());
             let (output, table, summary_rows) = match scenario {
+                Scenario::Store
+                    if self
+                        .store
+                        .as_ref()
+                        .is_some_and(|s| !matches!(s, crate::serve::StoreUrl::Sqlite(_))) =>
+                {
+                    let url = match &self.store {
+                        Some(
+                            crate::serve::StoreUrl::Postgres(url)
+                            | crate::serve::StoreUrl::Etcd(url),
+                        ) => url.clone(),
+                        _ => unreachable!("checked by the guard"),
+                    };
+                    let options = server_store::Options {
+                        url,
+                        quick: self.quick,
+                        value_size: 1024,
+                    };
+                    let report = runtime.block_on(server_store::run(&options))?;
+                    let ratio = report.ratio_64().unwrap_or_default();
+                    let rows = vec![
+                        Row::new(
+                            "store",
+                            format!("{} store / raw, 64 writers", report.engine_name()),
+                            format!("{ratio:.2}"),
+                            "share of the raw engine",
+                        ),
+                        Row::new(
+                            "store",
+                            "watch, write → watcher p99 (64 writers)".to_owned(),
+                            format!("{:.1} ms", report.watch_end_to_end.p99_ms),
+                            "< 20 ms",
+                        ),
+                    ];
+                    let output = Output {
+                        scenario: "store",
+                        date,
+                        options: json!({"quick": options.quick, "value_size": options.value_size,
+                            "store": self.store.as_ref().map(ToString::to_string)}),
+                        results: report.json(),
+                        charts: Vec::new(),
+                    };
+                    (output, report.table(), rows)
+                }
                 Scenario::Store => {
                     let mut options = store::Options::new(&self.out);
                     options.quick = self.quick;

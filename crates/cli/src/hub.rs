@@ -18,29 +18,7 @@ use tracing::{debug, info};
 use crate::access;
 use crate::serve::{self, ApiServer, LogFormat, parse_duration};
 
-/// Where the hub keeps its objects.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoreUrl {
-    /// `sqlite://PATH`: the embedded store in one file.
-    Sqlite(PathBuf),
-}
-
-impl std::str::FromStr for StoreUrl {
-    type Err = String;
-
-    fn from_str(url: &str) -> Result<Self, String> {
-        match url.split_once("://") {
-            Some(("sqlite", path)) if !path.is_empty() => Ok(StoreUrl::Sqlite(PathBuf::from(path))),
-            Some(("sqlite", _)) => {
-                Err("sqlite:// needs a file path, e.g. sqlite://flotilla-data/hub.db".into())
-            }
-            Some((scheme @ ("postgres" | "postgresql" | "etcd"), _)) => Err(format!(
-                "the {scheme} store is not available in this version; use sqlite://PATH"
-            )),
-            _ => Err(format!("unknown store URL {url:?}; expected sqlite://PATH")),
-        }
-    }
-}
+pub use crate::serve::StoreUrl;
 
 /// `flotilla hub [--data-dir DIR] [--listen ADDR] [--store URL] [--tls-san NAME]…`
 #[derive(Debug, Parser)]
@@ -51,9 +29,25 @@ pub struct HubArgs {
     /// The address to serve HTTPS on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6443")]
     pub listen: SocketAddr,
-    /// The store: sqlite://PATH (default: sqlite://DIR/hub.db).
+    /// The store: sqlite://PATH (default: sqlite://DIR/hub.db),
+    /// postgres://USER:PASS@HOST:PORT/DB?sslmode=disable|prefer|require|verify-ca|verify-full
+    /// (sslrootcert=, sslcert=, sslkey= name PEM files), or etcd://HOST:PORT,…[/PREFIX]
+    /// (default prefix /flotilla).
     #[arg(long, value_name = "URL")]
     pub store: Option<StoreUrl>,
+    /// How long connecting to the store's server may take; the hub gives up at start
+    /// after it.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub store_timeout: Duration,
+    /// The CA certificate (PEM) of an etcd store's servers; the endpoints are then HTTPS.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_cafile: Option<PathBuf>,
+    /// The client certificate (PEM) the hub presents to etcd; needs --etcd-keyfile.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_certfile: Option<PathBuf>,
+    /// The private key (PEM) of --etcd-certfile.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_keyfile: Option<PathBuf>,
     /// The log format.
     #[arg(long, value_enum, default_value = "plain")]
     pub log_format: LogFormat,
@@ -240,6 +234,17 @@ impl HubArgs {
             ),
             _ => {}
         }
+        let etcd_files = self.etcd_cafile.is_some()
+            || self.etcd_certfile.is_some()
+            || self.etcd_keyfile.is_some();
+        if etcd_files && !matches!(self.store, Some(StoreUrl::Etcd(_))) {
+            anyhow::bail!(
+                "--etcd-cafile, --etcd-certfile and --etcd-keyfile need --store etcd://…"
+            );
+        }
+        if self.etcd_certfile.is_some() != self.etcd_keyfile.is_some() {
+            anyhow::bail!("--etcd-certfile and --etcd-keyfile go together");
+        }
         if self.audit_policy_file.is_some() && self.audit_log_path.is_none() {
             anyhow::bail!("--audit-policy-file needs --audit-log-path");
         }
@@ -390,6 +395,12 @@ impl HubArgs {
                 .clone()
                 .zip(self.tls_private_key_file.clone()),
             advertise: self.advertise_address.clone(),
+            store_timeout: self.store_timeout,
+            etcd_tls: flotilla_store_etcd::TlsFiles {
+                ca: self.etcd_cafile.clone(),
+                cert: self.etcd_certfile.clone(),
+                key: self.etcd_keyfile.clone(),
+            },
         }
     }
 
@@ -406,13 +417,13 @@ impl HubArgs {
     }
 
     async fn serve(self, policy: Option<Policy>) -> anyhow::Result<()> {
-        let StoreUrl::Sqlite(path) = self
+        let store = self
             .store
             .clone()
             .unwrap_or_else(|| StoreUrl::Sqlite(self.data_dir.join("hub.db")));
         let options = self.open_options();
         let mut server =
-            ApiServer::open("hub", &self.data_dir, self.listen, &path, &options).await?;
+            ApiServer::open("hub", &self.data_dir, self.listen, &store, &options).await?;
         // Before the hub's own first requests, which are recorded as any other.
         if let (Some(policy), Some(log)) = (policy, &self.audit_log_path) {
             let audit = AuditLog::open(policy, self.audit_log_config(log))?;
@@ -610,13 +621,41 @@ mod tests {
     fn store_urls() {
         let args = parse(&["--store", "sqlite:///var/lib/hub.db"]).unwrap();
         assert_eq!(args.store, Some(StoreUrl::Sqlite("/var/lib/hub.db".into())));
-        let e = parse(&["--store", "postgres://db/hub"])
+        let args = parse(&["--store", "postgres://hub:pw@db:5432/hub?sslmode=require"]).unwrap();
+        assert_eq!(
+            args.store,
+            Some(StoreUrl::Postgres(
+                "postgres://hub:pw@db:5432/hub?sslmode=require".into()
+            ))
+        );
+        let args = parse(&["--store", "etcd://e1:2379,e2:2379/hubs/a"]).unwrap();
+        assert_eq!(
+            args.store,
+            Some(StoreUrl::Etcd("etcd://e1:2379,e2:2379/hubs/a".into()))
+        );
+        assert_eq!(args.store_timeout, Duration::from_secs(10));
+        let e = parse(&["--store", "postgres://db/hub?sslmode=maybe"])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("postgres store is not available"), "{e}");
+        assert!(e.contains("sslmode=maybe"), "{e}");
+        let e = parse(&["--store", "etcd://e1"]).unwrap_err().to_string();
+        assert!(e.contains("HOST:PORT"), "{e}");
         let e = parse(&["--store", "mysql://x"]).unwrap_err().to_string();
         assert!(e.contains("unknown store URL"), "{e}");
         assert!(parse(&["--store", "sqlite://"]).is_err());
+        assert!(parse(&["--store-timeout", "0"]).is_err());
+        let e = parse(&["--etcd-cafile", "/ca.pem"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("need --store etcd://"), "{e}");
+        let e = parse(&["--store", "etcd://e:2379", "--etcd-certfile", "/c.pem"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("go together"), "{e}");
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub struct Args {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the hub: a Kubernetes-compatible API server over the embedded store.
+    /// Serve the hub: a Kubernetes-compatible API server over its store (SQLite,
+    /// PostgreSQL or etcd).
     Hub(Box<hub::HubArgs>),
     /// Measure Flotilla against the limits underneath it, side by side in one run.
     Bench(bench::BenchArgs),

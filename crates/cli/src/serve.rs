@@ -1,9 +1,10 @@
 //! What `flotilla hub` and `flotilla sim` share: logging, durations on the command line,
-//! and an API server over SQLite, served over HTTPS until SIGTERM or SIGINT.
+//! and an API server over its store (SQLite, PostgreSQL or etcd), served over HTTPS until
+//! SIGTERM or SIGINT.
 //!
 //! ```text
-//!  ApiServer::open(role, DIR, ADDR, store file, options)  data dir (0700, files the
-//!        │        process creates 0600: umask 077); the store (its lock
+//!  ApiServer::open(role, DIR, ADDR, store URL, options)  data dir (0700, files the
+//!        │        process creates 0600: umask 077); the store (SQLite: its lock
 //!        │        first, then its pages checked; an empty store where a server was
 //!        │        refused without --init); then the TLS identity (flotilla-pki): issued
 //!        │        for ADDR + --tls-san + --advertise-address, or the user's own files;
@@ -102,7 +103,54 @@ pub fn block_on<F: Future<Output = anyhow::Result<()>>>(serve: F) -> anyhow::Res
     runtime.block_on(serve)
 }
 
-/// A Kubernetes-compatible API server over an SQLite store, set up but not yet serving.
+/// Where a server keeps its objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreUrl {
+    /// `sqlite://PATH`: the embedded store in one file.
+    Sqlite(PathBuf),
+    /// `postgres://…` (or `postgresql://`): a PostgreSQL database.
+    Postgres(String),
+    /// `etcd://HOST:PORT,…[/PREFIX]`: a prefix of an etcd cluster.
+    Etcd(String),
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = String;
+
+    fn from_str(url: &str) -> Result<Self, String> {
+        match url.split_once("://") {
+            Some(("sqlite", path)) if !path.is_empty() => Ok(StoreUrl::Sqlite(PathBuf::from(path))),
+            Some(("sqlite", _)) => {
+                Err("sqlite:// needs a file path, e.g. sqlite://flotilla-data/hub.db".into())
+            }
+            Some(("postgres" | "postgresql", _)) => {
+                flotilla_store_postgres::url::parse(url).map_err(|e| e.to_string())?;
+                Ok(StoreUrl::Postgres(url.to_owned()))
+            }
+            Some(("etcd", _)) => {
+                flotilla_store_etcd::Config::from_url(url).map_err(|e| e.to_string())?;
+                Ok(StoreUrl::Etcd(url.to_owned()))
+            }
+            _ => Err(format!(
+                "unknown store URL {:?}; expected sqlite://PATH, postgres://… or etcd://HOST:PORT",
+                flotilla_store_postgres::url::redact(url)
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreUrl {
+    /// The URL without a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
+            StoreUrl::Postgres(url) => f.write_str(&flotilla_store_postgres::url::redact(url)),
+            StoreUrl::Etcd(url) => f.write_str(url),
+        }
+    }
+}
+
+/// A Kubernetes-compatible API server over a store, set up but not yet serving.
 pub struct ApiServer {
     /// The API of the root logical cluster.
     pub api: Api,
@@ -116,7 +164,7 @@ pub struct ApiServer {
     identity: HubIdentity,
     listen: SocketAddr,
     data_dir: PathBuf,
-    store_path: PathBuf,
+    store_url: StoreUrl,
     /// Who besides the admin may use the server (the hub's [`ApiServer::identities`]).
     identities: Option<Authentication>,
 }
@@ -154,6 +202,10 @@ pub struct OpenOptions {
     /// The URL the admin kubeconfig points at (`https://HOST[:PORT]`) instead of the
     /// listening address; its host is added to the issued certificate's names.
     pub advertise: Option<String>,
+    /// How long connecting to a store's server may take (PostgreSQL, etcd); zero: 10 s.
+    pub store_timeout: Duration,
+    /// The TLS files of an etcd store.
+    pub etcd_tls: flotilla_store_etcd::TlsFiles,
 }
 
 /// Whether a store file holds nothing: missing or 0 bytes, and no write-ahead log with
@@ -178,44 +230,11 @@ impl ApiServer {
         role: &'static str,
         data_dir: &Path,
         listen: SocketAddr,
-        store_path: &Path,
+        store_url: &StoreUrl,
         options: &OpenOptions,
     ) -> anyhow::Result<ApiServer> {
         private_data_dir(data_dir)?;
-        let existed = [flotilla_pki::CA_CERT_FILE, flotilla_pki::ADMIN_TOKEN_FILE]
-            .iter()
-            .all(|file| data_dir.join(file).exists());
-        if existed && !options.init && store_is_empty(store_path) {
-            let state = if store_path.exists() {
-                "empty"
-            } else {
-                "missing"
-            };
-            anyhow::bail!(
-                "the store {} is {state}, but {} held a {role} before (its CA and token are \
-                 there): refusing to start it empty; restore the store, or pass --init to \
-                 start over with an empty one",
-                store_path.display(),
-                data_dir.display()
-            );
-        }
-        let started = std::time::Instant::now();
-        let config = flotilla_store_sqlite::Config {
-            check_pages: !options.skip_store_check,
-            ..flotilla_store_sqlite::Config::new(store_path)
-        };
-        let store: Arc<dyn Store> = match SqliteStore::open_with(config).await {
-            Ok(store) => Arc::new(store),
-            Err(e) => return Err(store_open_error(role, data_dir, e)),
-        };
-        // Under its lock: a second server on the directory touches nothing.
-        private_store_files(store_path);
-        info!(
-            store = %store_path.display(),
-            seconds = started.elapsed().as_secs_f64(),
-            checked = !options.skip_store_check,
-            "store open"
-        );
+        let store = open_store(role, data_dir, store_url, options).await?;
         let host = if listen.ip().is_unspecified() {
             "127.0.0.1".to_owned()
         } else {
@@ -256,7 +275,7 @@ impl ApiServer {
             identity,
             listen,
             data_dir: data_dir.to_owned(),
-            store_path: store_path.to_owned(),
+            store_url: store_url.clone(),
             identities: None,
         })
     }
@@ -424,7 +443,7 @@ impl ApiServer {
         let app = server::router_with(self.api, auth, ready.clone(), self.metrics);
         ready.store(true, Ordering::Release);
         let role = self.role;
-        info!(url = %self.url, kubeconfig = %kubeconfig.display(), store = %self.store_path.display(), "{role} serving");
+        info!(url = %self.url, kubeconfig = %kubeconfig.display(), store = %self.store_url, "{role} serving");
         server::serve_tls(listener, tls, app, shutdown_signal()).await;
         info!("{role} stopped");
         Ok(())
@@ -469,6 +488,87 @@ fn private_store_files(store: &Path) {
         {
             let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
         }
+    }
+}
+
+/// Opens the server's store: SQLite (its lock first; an empty store where a server
+/// existed before is refused without `--init`), PostgreSQL or etcd (within the store
+/// timeout: an unreachable server is one line naming it).
+async fn open_store(
+    role: &str,
+    data_dir: &Path,
+    url: &StoreUrl,
+    options: &OpenOptions,
+) -> anyhow::Result<Arc<dyn Store>> {
+    let started = std::time::Instant::now();
+    let timeout = match options.store_timeout {
+        Duration::ZERO => Duration::from_secs(10),
+        timeout => timeout,
+    };
+    let store: Arc<dyn Store> = match url {
+        StoreUrl::Sqlite(path) => {
+            let existed = [flotilla_pki::CA_CERT_FILE, flotilla_pki::ADMIN_TOKEN_FILE]
+                .iter()
+                .all(|file| data_dir.join(file).exists());
+            if existed && !options.init && store_is_empty(path) {
+                let state = if path.exists() { "empty" } else { "missing" };
+                anyhow::bail!(
+                    "the store {} is {state}, but {} held a {role} before (its CA and token are \
+                     there): refusing to start it empty; restore the store, or pass --init to \
+                     start over with an empty one",
+                    path.display(),
+                    data_dir.display()
+                );
+            }
+            let config = flotilla_store_sqlite::Config {
+                check_pages: !options.skip_store_check,
+                ..flotilla_store_sqlite::Config::new(path)
+            };
+            let store = match SqliteStore::open_with(config).await {
+                Ok(store) => Arc::new(store),
+                Err(e) => return Err(store_open_error(role, data_dir, e)),
+            };
+            // Under its lock: a second server on the directory touches nothing.
+            private_store_files(path);
+            store
+        }
+        StoreUrl::Postgres(text) => {
+            let config = flotilla_store_postgres::Config {
+                connect_timeout: timeout,
+                ..flotilla_store_postgres::Config::new(text.clone())
+            };
+            let open = flotilla_store_postgres::PostgresStore::open_with(config);
+            Arc::new(within(timeout, url, open).await?)
+        }
+        StoreUrl::Etcd(text) => {
+            let config = flotilla_store_etcd::Config {
+                timeout,
+                tls: options.etcd_tls.clone(),
+                ..flotilla_store_etcd::Config::from_url(text)?
+            };
+            let open = flotilla_store_etcd::EtcdStore::open_with(config);
+            Arc::new(within(timeout, url, open).await?)
+        }
+    };
+    info!(
+        store = %url,
+        seconds = started.elapsed().as_secs_f64(),
+        checked = !options.skip_store_check,
+        "store open"
+    );
+    Ok(store)
+}
+
+/// A store's open, given up a little after `timeout` whatever the backend does.
+async fn within<S>(
+    timeout: Duration,
+    url: &StoreUrl,
+    open: impl Future<Output = flotilla_store::Result<S>>,
+) -> anyhow::Result<S> {
+    match tokio::time::timeout(timeout + Duration::from_secs(1), open).await {
+        Ok(Ok(store)) => Ok(store),
+        Ok(Err(e)) => Err(anyhow::Error::from(e)),
+        Err(_) => anyhow::bail!("cannot open store {url}: no answer within {timeout:?}"),
     }
 }
 

@@ -134,6 +134,7 @@ impl SimArgs {
             init: true,
             ..crate::serve::OpenOptions::default()
         };
+        let store = crate::serve::StoreUrl::Sqlite(store);
         let server = ApiServer::open("sim", &self.data_dir, self.listen, &store, &options).await?;
         info!(clusters = members.len(), "setting up the member clusters");
         let nodes = NodeShape {

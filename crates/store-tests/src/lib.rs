@@ -68,6 +68,22 @@ pub trait Harness: Send + Sync + Sized + 'static {
     fn at(location: &str) -> Self;
 }
 
+/// A store served by a server process the harness runs (PostgreSQL, etcd), which the
+/// server cases kill with SIGKILL and start again, and open from several processes.
+#[async_trait::async_trait]
+pub trait ServerHarness: Harness {
+    /// A fresh, empty store location on a server of its own, which the case may kill
+    /// (where [`Harness::new`] may share one server between the stores of a process).
+    async fn new_server() -> Self;
+
+    /// Kills the server with SIGKILL (every process of it), as a crash would.
+    async fn kill_server(&self);
+
+    /// Starts the killed server again on the same data and address; returns once it
+    /// serves.
+    async fn restart_server(&self);
+}
+
 /// Emits the conformance suite for a [`Harness`] as named tests.
 ///
 /// * `conformance!(MyHarness)`: every case that holds for any backend, each as a
@@ -77,6 +93,9 @@ pub trait Harness: Send + Sync + Sized + 'static {
 ///   `reopen_preserves_everything`, `kill9_acknowledged_writes_survive`, and the ignored
 ///   `kill9_child` that the latter runs as a child process. The harness must say
 ///   `DURABLE = true`.
+/// * `conformance!(MyHarness, durable, server)`: those, plus the cases of a store on a
+///   server ([`ServerHarness`]): `server_kill9_acknowledged_writes_survive` and
+///   `writers_in_several_processes` (with its ignored child `writers_child`).
 ///
 /// Invoke it once per module, at module level.
 #[macro_export]
@@ -116,6 +135,26 @@ macro_rules! conformance {
             concurrent_writers_get_distinct_gap_free_revisions,
         );
         $crate::__conformance_cases!(sync $harness; model_based_random_operations);
+    };
+    ($harness:ty, durable, server) => {
+        $crate::conformance!($harness, durable);
+        $crate::__conformance_cases!(async $harness; server_kill9_acknowledged_writes_survive);
+
+        #[$crate::__private::tokio::test(
+            flavor = "multi_thread",
+            worker_threads = 2,
+            crate = "__flotilla_store_tests::tokio"
+        )]
+        async fn writers_in_several_processes() {
+            let child = $crate::__private::child_test_name(::core::module_path!(), "writers_child");
+            $crate::cases::writers_in_several_processes::<$harness>(&child).await
+        }
+
+        #[test]
+        #[ignore = "child process of writers_in_several_processes"]
+        fn writers_child() {
+            $crate::cases::writers_child::<$harness>()
+        }
     };
     ($harness:ty, durable) => {
         const _: () = ::core::assert!(

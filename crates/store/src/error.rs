@@ -89,6 +89,19 @@ pub enum Error {
     #[error("store is closed")]
     Closed,
 
+    /// The store's server cannot be reached now (connection refused or lost, a timeout,
+    /// no leader): a retry later may succeed. A write that fails so may or may not have
+    /// been applied (its reply was lost), as with etcd; conditional writes make a retry
+    /// safe.
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// What failed, naming the server.
+        message: String,
+        /// The backend's error.
+        #[source]
+        source: Option<Source>,
+    },
+
     /// Any other failure of the backend (I/O, connection, internal); the write, if any,
     /// was not applied.
     #[error("storage backend failure: {message}")]
@@ -114,6 +127,19 @@ impl Error {
     }
 }
 
+impl Error {
+    /// An [`Error::Unavailable`] from a message and a source error.
+    pub fn unavailable(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Unavailable {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
 /// Why a store could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -133,6 +159,14 @@ pub enum OpenFailure {
     NotAStore,
     /// The file or its directory could not be read or created.
     Io,
+    /// The store's server could not be reached (or did not answer in time): why.
+    Unreachable(String),
+    /// The server refused the connection (credentials, TLS, no such database): why.
+    Refused(String),
+    /// The location (an etcd key prefix) holds keys that are not a Flotilla store's.
+    Foreign,
+    /// The location is malformed (a URL, a prefix, a file it names): why.
+    Invalid(String),
 }
 
 impl fmt::Display for OpenFailure {
@@ -142,10 +176,16 @@ impl fmt::Display for OpenFailure {
             OpenFailure::Locked => f.write_str("the file is locked by another process"),
             OpenFailure::NewerSchema { found, supported } => write!(
                 f,
-                "the file has schema version {found}, newer than the supported version {supported}; upgrade Flotilla"
+                "the store has schema version {found}, newer than the supported version {supported}; upgrade Flotilla"
             ),
             OpenFailure::NotAStore => f.write_str("the file is a database of another application"),
             OpenFailure::Io => f.write_str("the file cannot be read or created"),
+            OpenFailure::Unreachable(why) => write!(f, "the server cannot be reached: {why}"),
+            OpenFailure::Refused(why) => write!(f, "the server refused the connection: {why}"),
+            OpenFailure::Foreign => f.write_str(
+                "the prefix holds keys that are not a Flotilla store's; use another prefix",
+            ),
+            OpenFailure::Invalid(why) => f.write_str(why),
         }
     }
 }

@@ -3,13 +3,19 @@
 //! ```text
 //!   apiserver ──► dyn Store ──► store-sqlite (embedded default)
 //!                         └──► store-memory (reference, test double)
-//!                         └──► store-postgres / store-etcd (later)
+//!                         └──► store-postgres (log table, one sequencer, LISTEN/NOTIFY)
+//!                         └──► store-etcd (etcd's revisions under a key prefix)
 //! ```
 //!
 //! The semantics are etcd's, shaped by what a Kubernetes API server needs:
 //!
-//! * one global, strictly increasing [`Revision`]; every successful write gets the next one
-//!   and a failed write consumes none, so the history has no holes;
+//! * one global, strictly increasing [`Revision`]; every successful write gets a revision
+//!   above every earlier one and a failed write consumes none. A store that has its engine
+//!   to itself numbers its writes consecutively (each gets the current revision + 1), so
+//!   its history has no holes; a store that shares its engine's counter with writers
+//!   outside it (several hubs under their own prefixes of one etcd) skips the numbers
+//!   their writes took. A watch is gap-free in either case: it misses no change of the
+//!   store, whatever the numbers between them;
 //! * reads at the latest revision or at any revision not yet compacted;
 //! * lists by key prefix, paginated, where every page is read at one [`Revision`] so a
 //!   paginated list is a consistent snapshot;
@@ -36,7 +42,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A position in the store's single global history.
 ///
-/// Revision 0 is the empty store before any write; the first write gets revision 1.
+/// Revision 0 is the empty store before any write; the first write gets revision 1 (the
+/// first write of a store whose engine is shared gets the engine's next one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Revision(u64);
 

@@ -15,6 +15,9 @@ pub struct Details {
     pub kind: Option<String>,
     /// Field-level causes.
     pub causes: Vec<Cause>,
+    /// When the client should try again (`retryAfterSeconds`, and the `Retry-After`
+    /// header of the answer).
+    pub retry_after_seconds: Option<u32>,
 }
 
 /// One cause of a failure, usually a field.
@@ -58,6 +61,8 @@ pub enum Reason {
     Timeout,
     /// 500: the server failed.
     InternalError,
+    /// 503: the store cannot be reached now; retry later.
+    ServiceUnavailable,
     /// 507: the store is full.
     InsufficientStorage,
 }
@@ -79,6 +84,7 @@ impl Reason {
             Reason::Invalid => "Invalid",
             Reason::Timeout => "Timeout",
             Reason::InternalError => "InternalError",
+            Reason::ServiceUnavailable => "ServiceUnavailable",
             Reason::InsufficientStorage => "InsufficientStorage",
         }
     }
@@ -86,7 +92,7 @@ impl Reason {
 
 impl Reason {
     /// Every reason, in the order of their codes.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::BadRequest,
         Reason::Unauthorized,
         Reason::Forbidden,
@@ -100,6 +106,7 @@ impl Reason {
         Reason::Invalid,
         Reason::Timeout,
         Reason::InternalError,
+        Reason::ServiceUnavailable,
         Reason::InsufficientStorage,
     ];
 
@@ -260,6 +267,17 @@ impl ApiError {
         Self::new(500, Reason::InternalError, message)
     }
 
+    /// 503 ServiceUnavailable: the store cannot be reached now; the client is asked to
+    /// retry after `seconds` (kube-apiserver answers so while etcd is down).
+    pub fn unavailable(message: impl Into<String>, seconds: u32) -> Self {
+        let mut error = Self::new(503, Reason::ServiceUnavailable, message);
+        error.details = Some(Box::new(Details {
+            retry_after_seconds: Some(seconds),
+            ..Details::default()
+        }));
+        error
+    }
+
     /// 504 Timeout for a resourceVersion ahead of the server.
     pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
         let mut error = Self::new(
@@ -321,6 +339,9 @@ impl ApiError {
                     .collect();
                 d.insert("causes".into(), Value::Array(causes));
             }
+            if let Some(seconds) = details.retry_after_seconds {
+                d.insert("retryAfterSeconds".into(), json!(seconds));
+            }
             status["details"] = Value::Object(d);
         }
         status
@@ -345,9 +366,17 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let Some(seconds) = self.details.as_ref().and_then(|d| d.retry_after_seconds) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }
+
+/// The `Retry-After` of an answer made while the store cannot be reached.
+pub const STORE_RETRY_AFTER_SECONDS: u32 = 1;
 
 impl From<flotilla_store::Error> for ApiError {
     fn from(e: flotilla_store::Error) -> Self {
@@ -364,6 +393,10 @@ impl From<flotilla_store::Error> for ApiError {
             }
             E::InvalidArgument(message) => ApiError::bad_request(message),
             E::NoSpace { .. } => ApiError::new(507, Reason::InsufficientStorage, e.to_string()),
+            E::Unavailable { .. } => ApiError::unavailable(
+                format!("the store is unavailable, retry later: {e}"),
+                STORE_RETRY_AFTER_SECONDS,
+            ),
             other => ApiError::internal(other.to_string()),
         }
     }
@@ -422,6 +455,7 @@ mod tests {
                 | Reason::Invalid
                 | Reason::Timeout
                 | Reason::InternalError
+                | Reason::ServiceUnavailable
                 | Reason::InsufficientStorage => {}
             }
         }
@@ -446,5 +480,15 @@ mod tests {
             e.status()["details"]["causes"][0]["reason"],
             "ResourceVersionTooLarge"
         );
+        let lost = flotilla_store::Error::Unavailable {
+            message: "connection to 127.0.0.1:5432 refused".into(),
+            source: None,
+        };
+        let e = ApiError::from(lost);
+        assert_eq!((e.code, e.reason), (503, Reason::ServiceUnavailable));
+        assert_eq!(e.status()["details"]["retryAfterSeconds"], 1);
+        let response = e.into_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     }
 }

@@ -162,7 +162,7 @@ pub async fn concurrent_writers_get_distinct_gap_free_revisions<H: Harness>() {
 
 /// Updates `key` to `value` by compare-and-swap, retrying with the value a conflict
 /// reports until it wins.
-async fn cas_update(store: &dyn Store, key: &[u8], value: Bytes) -> Revision {
+pub(crate) async fn cas_update(store: &dyn Store, key: &[u8], value: Bytes) -> Revision {
     let mut expected = store
         .get(key, None)
         .await

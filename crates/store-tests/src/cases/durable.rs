@@ -121,7 +121,7 @@ const CHILD_SILENCE: Duration = Duration::from_secs(120);
 const CHILD_WRITES_PER_TASK: usize = 50_000;
 
 /// The value of a key the child creates.
-fn derived(key: &[u8]) -> Bytes {
+pub(crate) fn derived(key: &[u8]) -> Bytes {
     [b"value of ".as_slice(), key, b"\x00\xff"].concat().into()
 }
 
@@ -134,13 +134,13 @@ fn counter_value(value: &[u8]) -> u64 {
 
 /// One acknowledged write reported by the child.
 #[derive(Debug)]
-struct Ack {
-    key: Bytes,
-    revision: Revision,
-    value: Bytes,
+pub(crate) struct Ack {
+    pub(crate) key: Bytes,
+    pub(crate) revision: Revision,
+    pub(crate) value: Bytes,
 }
 
-fn parse_ack(text: &str) -> Option<Ack> {
+pub(crate) fn parse_ack(text: &str) -> Option<Ack> {
     let mut parts = text.split(' ');
     let ack = Ack {
         key: unhex(parts.next()?)?.into(),
@@ -333,7 +333,7 @@ pub async fn kill9_acknowledged_writes_survive<H: Harness>(child_test: &str) {
 }
 
 /// Prints one line to the real standard output, flushed; exits if the parent is gone.
-fn say(line: std::fmt::Arguments<'_>) {
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
     let mut out = std::io::stdout().lock();
     if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
         std::process::exit(1);

@@ -10,6 +10,7 @@ mod concurrency;
 mod durable;
 mod list;
 mod model;
+mod server;
 mod watch;
 
 pub use basic::*;
@@ -18,4 +19,5 @@ pub use concurrency::*;
 pub use durable::*;
 pub use list::*;
 pub use model::*;
+pub use server::*;
 pub use watch::*;

@@ -1,0 +1,156 @@
+//! An etcd server of a test's own: Debian's `etcd` with its data in a temporary
+//! directory, on free loopback ports, stopped (SIGKILL) when dropped, also when the test
+//! panics. Included by path by the other crates whose tests need one.
+//!
+//! ```text
+//!  EtcdServer::start ─► etcd --data-dir DIR/data (client and peer ports on 127.0.0.1)
+//!                    ─► "ready to serve client requests" in its log
+//!                    ─► watchdog: kills it if the test process dies without dropping
+//!  kill9 ─► SIGKILL (a crash)     restart ─► the same data and ports again
+//! ```
+//!
+//! The binary is `$FLOTILLA_ETCD`, else `etcd` on `PATH` (Debian's etcd-server package).
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start.
+const START: Duration = Duration::from_secs(60);
+
+/// A running (or killed) etcd server.
+pub struct EtcdServer {
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+    watchdog: Option<Child>,
+    starts: u32,
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+impl EtcdServer {
+    /// Starts a new single-member etcd.
+    pub fn start() -> EtcdServer {
+        let dir = tempfile::Builder::new()
+            .prefix("flotilla-etcd-")
+            .tempdir()
+            .expect("a temporary directory");
+        let mut server = EtcdServer {
+            dir,
+            client_port: free_port(),
+            peer_port: free_port(),
+            child: None,
+            watchdog: None,
+            starts: 0,
+        };
+        server.restart();
+        server
+    }
+
+    /// `127.0.0.1:PORT`, the client endpoint.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// The store URL of `prefix` (which starts with `/`).
+    pub fn url(&self, prefix: &str) -> String {
+        format!("etcd://{}{prefix}", self.endpoint())
+    }
+
+    /// Starts the server (again) on the same data and ports; waits until it serves.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the server is running");
+        self.starts += 1;
+        let log = self.dir.path().join(format!("etcd.{}.log", self.starts));
+        let log_file = std::fs::File::create(&log).expect("the server's log file");
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let binary = std::env::var_os("FLOTILLA_ETCD").unwrap_or_else(|| "etcd".into());
+        let child = Command::new(&binary)
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(["--name", "test"])
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("the log file"))
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {} ({e}): apt-get install etcd-server, or set FLOTILLA_ETCD",
+                    PathBuf::from(&binary).display()
+                )
+            });
+        self.watchdog = Some(watchdog(child.id(), self.dir.path()));
+        self.child = Some(child);
+        let deadline = Instant::now() + START;
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("ready to serve client requests") {
+                return;
+            }
+            if let Some(child) = &mut self.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                panic!("etcd exited ({status}) at start:\n{text}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not start within {START:?}:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server with SIGKILL and waits for it to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A shell that kills the server once this test process is gone (a test killed by its
+/// runner never runs `Drop`).
+fn watchdog(pid: u32, dir: &std::path::Path) -> Child {
+    let script = format!(
+        "while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill -KILL {pid} 2>/dev/null; \
+         rm -rf '{dir}'",
+        parent = std::process::id(),
+        dir = dir.display(),
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start the watchdog")
+}

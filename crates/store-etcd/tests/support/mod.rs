@@ -1,0 +1,3 @@
+//! What the etcd store's tests share: a server of their own.
+
+pub mod etcd;

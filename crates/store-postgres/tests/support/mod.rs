@@ -1,0 +1,3 @@
+//! What the PostgreSQL store's tests share: a server of their own.
+
+pub mod postgres;
