@@ -10,7 +10,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::sync::Arc;
 
 use base64::Engine as _;

@@ -1,7 +1,7 @@
-//! RBAC on a real `flotilla hub` with the real kubectl, as several users. Until the hub
-//! issues credentials other than the admin's, the other users are the admin impersonating
-//! them (`kubectl --as alice --as-group team-a`, `--as system:serviceaccount:shop:ci`):
-//! the request then runs as that user through every later stage.
+//! RBAC on a real `flotilla hub` with the real kubectl, as several users: here the admin
+//! impersonating them (`kubectl --as alice --as-group team-a`, `--as
+//! system:serviceaccount:shop:ci`), so that the request runs as that user through every
+//! later stage. `access.rs` does the same with the users' own credentials.
 
 mod support;
 
