@@ -7,16 +7,8 @@ mod support;
 use std::path::Path;
 
 use serde_json::Value;
+use support::audit::{events, summary};
 use support::{Hub, eventually};
-
-/// Every event in the log so far.
-fn events(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
 
 /// The admin's events (not the hub's own in-process requests).
 fn admin_events(log: &Path) -> Vec<Value> {
@@ -24,18 +16,6 @@ fn admin_events(log: &Path) -> Vec<Value> {
         .into_iter()
         .filter(|e| e["user"]["username"] == "flotilla:admin")
         .collect()
-}
-
-/// An event's verb, resource, namespace, name and code, to compare.
-fn summary(event: &Value) -> (String, String, String, String, i64) {
-    let text = |v: &Value| v.as_str().unwrap_or("").to_owned();
-    (
-        text(&event["verb"]),
-        text(&event["objectRef"]["resource"]),
-        text(&event["objectRef"]["namespace"]),
-        text(&event["objectRef"]["name"]),
-        event["responseStatus"]["code"].as_i64().unwrap_or(0),
-    )
 }
 
 fn expected(

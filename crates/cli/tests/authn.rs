@@ -10,61 +10,16 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde_json::{Value, json};
-use support::{Hub, eventually, kubectl_command};
-
-/// A kubeconfig like the admin's but with `user` as its credentials, and its server's
-/// path followed by `suffix` (`/clusters/east`, or nothing).
-fn kubeconfig_with(hub: &Hub, name: &str, user: Value, suffix: &str) -> PathBuf {
-    let mut config: Value =
-        serde_json::from_slice(&std::fs::read(hub.kubeconfig()).unwrap()).unwrap();
-    config["users"][0]["user"] = user;
-    let server = config["clusters"][0]["cluster"]["server"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    config["clusters"][0]["cluster"]["server"] = json!(format!("{server}{suffix}"));
-    let path = hub.dir.path().join(format!("{name}.kubeconfig"));
-    std::fs::write(&path, config.to_string()).unwrap();
-    path
-}
-
-fn token_kubeconfig(hub: &Hub, name: &str, token: &str) -> PathBuf {
-    kubeconfig_with(hub, name, json!({"token": token}), "")
-}
-
-fn run(kubeconfig: &Path, args: &[&str]) -> Output {
-    kubectl_command(kubeconfig).args(args).output().unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// `kubectl auth whoami` with `kubeconfig`: the user, or kubectl's error.
-fn whoami(kubeconfig: &Path) -> Result<Value, String> {
-    let out = run(kubeconfig, &["auth", "whoami", "-o", "json"]);
-    if !out.status.success() {
-        return Err(stderr(&out));
-    }
-    let review: Value = serde_json::from_slice(&out.stdout).unwrap();
-    Ok(review["status"]["userInfo"].clone())
-}
-
-fn unauthorized(kubeconfig: &Path) -> bool {
-    whoami(kubeconfig).is_err_and(|e| e.contains("Unauthorized"))
-}
-
-fn token(hub: &Hub, args: &[&str]) -> String {
-    let mut all = vec!["create", "token"];
-    all.extend(args);
-    hub.ok(&all).trim().to_owned()
-}
+use support::identity::{
+    CLIENT, certificate_request, csr_manifest, kubeconfig_with, run, stderr, token,
+    token_kubeconfig, unauthorized, whoami,
+};
+use support::{Hub, condition, eventually};
 
 #[test]
 fn a_service_account_token_names_its_account_until_the_account_is_deleted() {
@@ -387,38 +342,6 @@ fn a_token_of_a_logical_cluster_is_valid_there_alone() {
     );
     assert!(unauthorized(&elsewhere));
 }
-
-/// A PEM CSR for a new key with common name `cn` and organization `org`, and the key.
-fn certificate_request(cn: &str, org: &str) -> (String, rcgen::KeyPair) {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, org);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, cn);
-    let csr = params.serialize_request(&key).unwrap().pem().unwrap();
-    (csr, key)
-}
-
-fn csr_manifest(name: &str, request: &str, signer: &str, usages: &[&str]) -> String {
-    json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-        "metadata": {"name": name},
-        "spec": {"request": STANDARD.encode(request), "signerName": signer,
-            "expirationSeconds": 86400, "usages": usages,
-            "username": "mallory", "groups": ["system:masters"]}})
-    .to_string()
-}
-
-fn condition<'a>(csr: &'a Value, kind: &str) -> Option<&'a Value> {
-    csr["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-}
-
-const CLIENT: &str = "kubernetes.io/kube-apiserver-client";
 
 #[test]
 fn an_approved_csr_gives_alice_a_certificate_that_names_her() {

@@ -1,12 +1,11 @@
-//! RBAC on a real `flotilla hub` with the real kubectl, as several users. Until the hub
-//! issues credentials other than the admin's, the other users are the admin impersonating
-//! them (`kubectl --as alice --as-group team-a`, `--as system:serviceaccount:shop:ci`):
-//! the request then runs as that user through every later stage.
-
-use std::process::Output;
+//! RBAC on a real `flotilla hub` with the real kubectl, as several users: here the admin
+//! impersonating them (`kubectl --as alice --as-group team-a`, `--as
+//! system:serviceaccount:shop:ci`), so that the request runs as that user through every
+//! later stage. `access.rs` does the same with the users' own credentials.
 
 mod support;
 
+use support::identity::{assert_forbidden, text};
 use support::{Hub, eventually};
 
 /// kubectl as `user` in `groups`.
@@ -19,14 +18,6 @@ fn as_user<'a>(user: &'a str, groups: &[&'a str], args: &[&'a str]) -> Vec<&'a s
     all
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// Runs kubectl, which must succeed; its stdout.
 fn ok(hub: &Hub, args: &[&str]) -> String {
     let out = hub.kubectl(args);
@@ -34,22 +25,9 @@ fn ok(hub: &Hub, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Runs kubectl, which must be refused with 403 (a Forbidden `Status`, which kubectl shows
-/// as `Error from server (Forbidden): …`, or `error: failed to create …: …` for its
-/// `create` commands); its stderr.
+/// Runs kubectl, which must be refused with 403; its stderr.
 fn forbidden(hub: &Hub, args: &[&str]) -> String {
-    let out = hub.kubectl(args);
-    let said = text(&out);
-    assert!(
-        !out.status.success(),
-        "kubectl {args:?} should be refused: {said}"
-    );
-    assert!(
-        said.contains("Error from server (Forbidden)") || said.contains("failed to create"),
-        "kubectl {args:?}: {said}"
-    );
-    assert!(said.contains(" forbidden: "), "kubectl {args:?}: {said}");
-    String::from_utf8(out.stderr).unwrap()
+    assert_forbidden(args, &hub.kubectl(args))
 }
 
 /// `kubectl auth can-i …`: whether the answer is yes.

@@ -29,8 +29,13 @@ impl Query {
             .filter(|v| !v.is_empty())
     }
 
+    /// Whether `key` is set true, as Go's `strconv.ParseBool` reads it (the Python
+    /// client sends `watch=True`).
     pub(crate) fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1"))
+        matches!(
+            self.get(key),
+            Some("true" | "1" | "t" | "T" | "TRUE" | "True")
+        )
     }
 
     pub(crate) fn dry_run(&self) -> ApiResult<bool> {
@@ -236,6 +241,23 @@ pub(crate) fn decode(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flag_is_true_as_go_parses_true() {
+        for yes in ["true", "True", "TRUE", "t", "T", "1"] {
+            assert!(
+                Query::parse(Some(&format!("&watch={yes}"))).flag("watch"),
+                "{yes}"
+            );
+        }
+        for no in ["false", "False", "0", "f", "", "yes"] {
+            assert!(
+                !Query::parse(Some(&format!("watch={no}"))).flag("watch"),
+                "{no}"
+            );
+        }
+        assert!(!Query::parse(None).flag("watch"));
+    }
 
     #[test]
     fn an_apply_configuration_reads_the_same_as_json_or_as_yaml() {

@@ -13,6 +13,8 @@
 //!  every write: conditions have a type and status True/False/Unknown (default True), at
 //!            most one each of Approved, Denied, Failed; Approved and Denied never together;
 //!            an Approved or Denied condition is never removed; times filled in
+//!  approval  also needs verb `approve` on `signers` (certificates.k8s.io) named by the
+//!            request's signerName, or its domain's wildcard (`kubernetes.io/*`): else 403
 //! ```
 //!
 //! The hub signs approved requests of `kubernetes.io/kube-apiserver-client`
@@ -24,8 +26,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use crate::auth::UserInfo;
-use crate::http::error::{ApiError, ApiResult, Cause};
+use crate::api::Api;
+use crate::auth::{Attributes, Decision, UserInfo};
+use crate::http::error::{ApiError, ApiResult, Cause, Reason};
 use crate::registry::object::{self, meta_str};
 
 /// The API group.
@@ -277,6 +280,59 @@ pub(crate) fn admit_update(
         ));
     }
     refuse(object, causes)
+}
+
+/// Refuses (403) an approval or denial of `object` (a write through its `approval`
+/// subresource) by `user` in logical cluster `cluster` unless the user may `approve` its
+/// signer, as Kubernetes' `certificates/approval` admission plugin does: verb `approve`
+/// on `signers` of `certificates.k8s.io` named by `spec.signerName`, or by its domain's
+/// wildcard (`kubernetes.io/*`).
+pub(crate) async fn check_approver(
+    api: &Api,
+    user: &UserInfo,
+    cluster: &str,
+    object: &Value,
+) -> ApiResult<()> {
+    let signer = object["spec"]["signerName"].as_str().unwrap_or("");
+    if may_sign_as(api, user, cluster, "approve", signer).await {
+        return Ok(());
+    }
+    let name = meta_str(object, "name");
+    tracing::debug!(user = %user.name, %name, %signer, "approval refused: approve on the signer missing");
+    Err(ApiError::new(
+        403,
+        Reason::Forbidden,
+        format!(
+            "certificatesigningrequests.{GROUP} {name:?} is forbidden: user not permitted to approve requests with signerName {signer:?}"
+        ),
+    )
+    .on(GROUP, "certificatesigningrequests", name))
+}
+
+/// Whether `user` may do `verb` on signer `signer`, or on every signer of its domain
+/// (Kubernetes' `IsAuthorizedForSignerName`).
+async fn may_sign_as(api: &Api, user: &UserInfo, cluster: &str, verb: &str, signer: &str) -> bool {
+    let domain = signer.split('/').next().unwrap_or("");
+    let wildcard = format!("{domain}/*");
+    for name in [signer, wildcard.as_str()] {
+        let attributes = Attributes {
+            cluster,
+            user,
+            verb,
+            resource_request: true,
+            group: GROUP,
+            version: "*",
+            resource: "signers",
+            subresource: "",
+            namespace: "",
+            name,
+            path: "",
+        };
+        if api.stages.authorizer.authorize(&attributes).await == Decision::Allow {
+            return true;
+        }
+    }
+    false
 }
 
 fn is_certificate_pem(b64: &str) -> bool {

@@ -18,7 +18,8 @@
 //!    Secret                    a ServiceAccount token Secret names its account; type
 //!                              immutable
 //!    CertificateSigningRequest the requesting user written into the spec; spec immutable;
-//!                              `approval` writes Approved/Denied alone, `status` the rest
+//!                              `approval` writes Approved/Denied alone (and needs
+//!                              `approve` on the signer), `status` the rest
 //!    Admission(kind)           ValidatingAdmissionPolicies, their bindings, webhook
 //!                              configurations: defaulted, validated (CEL compiled, URLs,
 //!                              caBundles); answered once dynamic admission applies them
@@ -456,6 +457,26 @@ impl Strategy for SigningRequests {
         } else {
             certificates::admit_update(sub, object, current, requested)
         }
+    }
+
+    /// An approval or denial needs `approve` on the request's signer.
+    fn check_write<'a>(
+        &'a self,
+        api: &'a Api,
+        target: &'a Target,
+        object: &'a mut Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<()>> {
+        if old.is_none() || target.sub.as_deref() != Some("approval") {
+            return Verdict::Now(Ok(()));
+        }
+        let object = &*object;
+        Verdict::Later(Box::pin(certificates::check_approver(
+            api,
+            &target.user,
+            &api.cluster,
+            object,
+        )))
     }
 }
 

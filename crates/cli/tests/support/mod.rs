@@ -2,6 +2,9 @@
 
 #![allow(dead_code)] // Each test file uses a different part of it.
 
+pub mod audit;
+pub mod identity;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -234,7 +237,12 @@ fn kubectl_command_of(kubectl: &Path, kubeconfig: &Path) -> Command {
 }
 
 /// Runs kubectl with a kubeconfig, `stdin` as its input; its output.
-fn run_kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+pub(crate) fn run_kubectl(
+    kubectl: &Path,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Output {
     let mut command = kubectl_command_of(kubectl, kubeconfig);
     command
         .args(args)

@@ -366,6 +366,17 @@ pub fn kubernetes() -> Vec<Value> {
                 ],
             )],
         ),
+        // Who may approve client certificates of the API server (`approve` on the
+        // signer, which an approval needs besides its own update).
+        cluster_role(
+            "system:certificates.k8s.io:kube-apiserver-client-approver",
+            &bootstrapping,
+            vec![
+                Rule::resources(&["approve"], &["certificates.k8s.io"], &["signers"])
+                    .named(&["kubernetes.io/kube-apiserver-client"])
+                    .to_json(),
+            ],
+        ),
         aggregated("admin", &bootstrapping, TO_ADMIN),
         aggregated("edit", &labelled(TO_ADMIN), TO_EDIT),
         aggregated("view", &labelled(TO_EDIT), TO_VIEW),

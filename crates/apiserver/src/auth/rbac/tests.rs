@@ -1157,3 +1157,156 @@ async fn logical_clusters_get_the_defaults_and_their_own_bindings_govern_there()
     let (code, _) = call(&api, &alice, Method::GET, "/api/v1/configmaps", Value::Null).await;
     assert_eq!(code, 403, "c1's binding grants nothing in the root cluster");
 }
+
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
+/// A CertificateSigningRequest `name` for the API server's client signer.
+fn signing_request(name: &str) -> Value {
+    use base64::Engine as _;
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem),
+            "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}})
+}
+
+/// `user` approves (or denies) CSR `name` through its `approval` subresource, as
+/// `kubectl certificate approve|deny` does: the status code and the answer.
+async fn decide(api: &Api, user: &UserInfo, name: &str, kind: &str) -> (u16, Value) {
+    let (code, mut csr) = call(
+        api,
+        &admin(),
+        Method::GET,
+        &format!("{CSRS}/{name}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{csr}");
+    csr["status"]["conditions"] = json!([{"type": kind, "status": "True",
+        "reason": "KubectlApprove", "message": "by the test"}]);
+    call(
+        api,
+        user,
+        Method::PUT,
+        &format!("{CSRS}/{name}/approval"),
+        csr,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn approving_a_csr_needs_approve_on_its_signer_besides_the_approval_update() {
+    let (api, _) = rbac_api().await;
+    create(&api, CSRS, signing_request("one")).await;
+    create(&api, CSRS, signing_request("two")).await;
+    // carol may update approvals (and read requests), nothing on signers yet.
+    create(
+        &api,
+        &format!("{RBAC}/clusterroles"),
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "ClusterRole", "metadata": {"name": "csr-approval"},
+            "rules": [
+                {"verbs": ["get", "list"], "apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"]},
+                {"verbs": ["update"], "apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"]},
+            ]}),
+    )
+    .await;
+    let carol = user("carol", &[AUTHENTICATED]);
+    let to_carol = json!([{"kind": "User", "name": "carol", "apiGroup": GROUP}]);
+    let cluster_binding = |name: &str, role: &str| {
+        let mut b = role_binding(name, "ClusterRole", role, to_carol.clone());
+        b["kind"] = json!("ClusterRoleBinding");
+        b
+    };
+    create(
+        &api,
+        &format!("{RBAC}/clusterrolebindings"),
+        cluster_binding("carol-approval", "csr-approval"),
+    )
+    .await;
+    let (code, status) = decide(&api, &carol, "one", "Approved").await;
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(
+        status["message"],
+        "certificatesigningrequests.certificates.k8s.io \"one\" is forbidden: user not permitted to approve requests with signerName \"kubernetes.io/kube-apiserver-client\""
+    );
+    let (code, status) = decide(&api, &carol, "one", "Denied").await;
+    assert_eq!(code, 403, "denying is approving's verb too: {status}");
+    let (_, stored) = call(
+        &api,
+        &admin(),
+        Method::GET,
+        &format!("{CSRS}/one"),
+        Value::Null,
+    )
+    .await;
+    assert!(
+        stored["status"]["conditions"].is_null(),
+        "nothing written: {stored}"
+    );
+
+    // `approve` on another domain's signers: still refused.
+    let signer_role = |name: &str, signer: &str| {
+        json!({"apiVersion": format!("{GROUP}/v1"), "kind": "ClusterRole", "metadata": {"name": name},
+            "rules": [{"verbs": ["approve"], "apiGroups": ["certificates.k8s.io"],
+                "resources": ["signers"], "resourceNames": [signer]}]})
+    };
+    create(
+        &api,
+        &format!("{RBAC}/clusterroles"),
+        signer_role("example-signers", "example.com/*"),
+    )
+    .await;
+    create(
+        &api,
+        &format!("{RBAC}/clusterrolebindings"),
+        cluster_binding("carol-example", "example-signers"),
+    )
+    .await;
+    let (code, _) = decide(&api, &carol, "one", "Approved").await;
+    assert_eq!(code, 403);
+
+    // The domain's wildcard suffices (Kubernetes asks for `kubernetes.io/*` too).
+    create(
+        &api,
+        &format!("{RBAC}/clusterroles"),
+        signer_role("k8s-signers", "kubernetes.io/*"),
+    )
+    .await;
+    create(
+        &api,
+        &format!("{RBAC}/clusterrolebindings"),
+        cluster_binding("carol-k8s", "k8s-signers"),
+    )
+    .await;
+    let (code, approved) = decide(&api, &carol, "one", "Approved").await;
+    assert_eq!(code, 200, "{approved}");
+    assert_eq!(approved["status"]["conditions"][0]["type"], "Approved");
+
+    // So does the signer by name: the default role upstream has for it.
+    let dave = user("dave", &[AUTHENTICATED]);
+    let mut to_dave = cluster_binding("dave-approval", "csr-approval");
+    to_dave["subjects"] = json!([{"kind": "User", "name": "dave", "apiGroup": GROUP}]);
+    create(&api, &format!("{RBAC}/clusterrolebindings"), to_dave).await;
+    let (code, _) = decide(&api, &dave, "two", "Denied").await;
+    assert_eq!(code, 403);
+    let mut approver = cluster_binding(
+        "dave-signer",
+        "system:certificates.k8s.io:kube-apiserver-client-approver",
+    );
+    approver["subjects"] = json!([{"kind": "User", "name": "dave", "apiGroup": GROUP}]);
+    create(&api, &format!("{RBAC}/clusterrolebindings"), approver).await;
+    let (code, denied) = decide(&api, &dave, "two", "Denied").await;
+    assert_eq!(code, 200, "{denied}");
+    assert_eq!(denied["status"]["conditions"][0]["type"], "Denied");
+
+    // The admin (system:masters) needs no grant.
+    create(&api, CSRS, signing_request("three")).await;
+    let (code, _) = decide(&api, &admin(), "three", "Approved").await;
+    assert_eq!(code, 200);
+}
