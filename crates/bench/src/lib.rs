@@ -8,6 +8,8 @@
 //!   store:        raw rusqlite loop (same file system, WAL, synchronous=FULL, same batch
 //!                 sizes) vs SqliteStore (group commit, revision log, watch)
 //!   api:          the hub's API over HTTPS vs the same calls on its store; watch fan-out
+//!   rbac:         a service account's requests vs the admin's on a hub holding a large
+//!                 RBAC policy; the policy's idle RSS
 //!   propagation:  a template change through the hub to N simulated members vs the bench
 //!                 applying the same object to them itself (bare-apply baseline)
 //!   resync:       P placements × N clusters: the hub restarted, until every Work is in sync
@@ -23,6 +25,7 @@ mod harness;
 pub mod memory;
 pub mod plot;
 pub mod propagation;
+pub mod rbac;
 pub mod resync;
 pub mod store;
 pub mod system;

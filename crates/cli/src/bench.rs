@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use flotilla_bench::{
-    Output, Row, api, memory, propagation, resync, store, summary, system, views, write,
+    Output, Row, api, memory, propagation, rbac, resync, store, summary, system, views, write,
 };
 use serde_json::json;
 
@@ -18,6 +18,9 @@ pub enum Scenario {
     Store,
     /// The hub's API over HTTPS against the bare store underneath it.
     Api,
+    /// A service account's requests against the admin's on a hub holding 1,000
+    /// ClusterRoles and 10,000 RoleBindings; the policy's idle RSS.
+    Rbac,
     /// A template change reaching every member of a simulated fleet, against applying it
     /// directly; the hub's and the simulator's memory.
     Propagation,
@@ -141,6 +144,23 @@ impl BenchArgs {
                         charts: views::api_charts(&report),
                     };
                     (output, report.table(), views::api_summary(&report))
+                }
+                Scenario::Rbac => {
+                    let options = if self.quick {
+                        rbac::Options::quick(&self.out, binary.clone())
+                    } else {
+                        rbac::Options::new(&self.out, binary.clone())
+                    };
+                    let report = runtime.block_on(rbac::run(&options))?;
+                    let output = Output {
+                        scenario: "rbac",
+                        date,
+                        options: json!({"quick": self.quick, "clients": options.clients,
+                            "requests": options.requests, "rounds": options.rounds}),
+                        results: report.json(),
+                        charts: Vec::new(),
+                    };
+                    (output, report.table(), report.summary())
                 }
                 Scenario::Propagation => {
                     let options = self.propagation_options(binary.clone());
@@ -282,7 +302,7 @@ mod tests {
         assert_eq!(options.clusters, [10, 100]);
         let options = args.resync_options(PathBuf::from("flotilla"));
         assert_eq!((options.placements, options.clusters), (100, 20));
-        assert_eq!(parse(&[]).unwrap().chosen().len(), 5);
+        assert_eq!(parse(&[]).unwrap().chosen().len(), 6);
         assert!(parse(&["--scenario", "fleet"]).is_err());
         assert!(parse(&["--clusters", "0"]).is_err());
     }
