@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::harness::LoneHub;
 use crate::{Error, Latency};
 
 /// What to run.
@@ -211,7 +212,7 @@ pub(crate) struct Connection {
     token: String,
 }
 
-/// Where the hub is, and how to reach it.
+/// Where connections go, and the bearer token they present.
 #[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) address: std::net::SocketAddr,
@@ -895,41 +896,9 @@ async fn store_fan_out(store: &Arc<dyn Store>, options: &Options) -> Result<Late
 }
 
 /// Starts `flotilla hub` in a process of its own, waits until it serves, and reads its
-/// resident memory.
+/// resident memory once it is idle.
 async fn idle_rss(binary: &Path, dir: &Path) -> Result<f64, Error> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let mut child = tokio::process::Command::new(binary)
-        .args(["hub", "--data-dir"])
-        .arg(dir)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child
-        .id()
-        .ok_or_else(|| Error::Check("the hub exited at once".into()))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).await.is_err()
-        || !dir.join("admin.kubeconfig").exists()
-    {
-        if Instant::now() > deadline {
-            return Err(Error::Check("the hub process did not start serving".into()));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Let it settle, as an idle hub would.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let _ = child.kill().await;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| Error::Check("no VmRSS in /proc status".into()))?;
-    Ok(kib / 1024.0)
+    LoneHub::start(binary, dir).await?.idle_rss_mib().await
 }
 
 #[cfg(test)]

@@ -322,3 +322,101 @@ impl Processes {
         Ok(())
     }
 }
+
+/// A hub process alone (no simulator), on a data directory of its own, that can be
+/// stopped and started again on it.
+pub(crate) struct LoneHub {
+    binary: PathBuf,
+    dir: PathBuf,
+    args: Vec<String>,
+    port: u16,
+    child: Child,
+    starts: usize,
+}
+
+impl LoneHub {
+    /// Starts `flotilla hub` on data directory `dir` (created if missing) and a free port,
+    /// and waits until it serves.
+    pub(crate) async fn start(binary: &Path, dir: &Path) -> Result<Self, Error> {
+        std::fs::create_dir_all(dir)?;
+        let port = free_port()?;
+        let args: Vec<String> = vec![
+            "hub".into(),
+            "--data-dir".into(),
+            dir.join("data").to_string_lossy().into_owned(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ];
+        let child = spawn(binary, &args, &dir.join("hub-1.log"))?;
+        let hub = LoneHub {
+            binary: binary.to_owned(),
+            dir: dir.to_owned(),
+            args,
+            port,
+            child,
+            starts: 1,
+        };
+        hub.wait_until_serving().await?;
+        Ok(hub)
+    }
+
+    /// Its data directory (CA, admin token, store).
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Where it listens.
+    pub(crate) fn address(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> Result<u32, Error> {
+        pid(&self.child, "hub")
+    }
+
+    /// Its resident memory once idle: read half a second after it began to serve, as an
+    /// idle hub would have settled.
+    pub(crate) async fn idle_rss_mib(&self) -> Result<f64, Error> {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        crate::system::rss_mib(self.pid()?)
+    }
+
+    async fn wait_until_serving(&self) -> Result<(), Error> {
+        wait_for(&self.data_dir().join("admin.kubeconfig")).await?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while tokio::net::TcpStream::connect(self.address())
+            .await
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                return Err(Error::Check("the hub process did not start serving".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Stops it with SIGTERM (SIGKILL after a minute) and starts it again on the same data
+    /// directory and port; waits until it serves.
+    pub(crate) async fn restart(&mut self) -> Result<(), Error> {
+        let pid = self.pid()?;
+        let status = Command::new("kill")
+            .args(["-s", "TERM", &pid.to_string()])
+            .status()
+            .await?;
+        if !status.success() {
+            return Err(Error::Check(format!("kill -s TERM {pid} failed: {status}")));
+        }
+        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
+            .await
+            .is_err()
+        {
+            self.child.kill().await?;
+        }
+        self.starts += 1;
+        let log = self.dir.join(format!("hub-{}.log", self.starts));
+        self.child = spawn(&self.binary, &self.args, &log)?;
+        self.wait_until_serving().await
+    }
+}

@@ -10,6 +10,8 @@
 //!   api:          the hub's API over HTTPS vs the same calls on its store; watch fan-out
 //!   admission:    creates with no policies vs 20 non-matching and 5 matching
 //!                 ValidatingAdmissionPolicies, and a matching webhook on loopback
+//!   rbac:         a service account's requests vs the admin's on a hub holding a large
+//!                 RBAC policy; the policy's idle RSS
 //!   propagation:  a template change through the hub to N simulated members vs the bench
 //!                 applying the same object to them itself (bare-apply baseline)
 //!   resync:       P placements × N clusters: the hub restarted, until every Work is in sync
@@ -26,6 +28,7 @@ mod harness;
 pub mod memory;
 pub mod plot;
 pub mod propagation;
+pub mod rbac;
 pub mod resync;
 pub mod server_store;
 pub mod store;

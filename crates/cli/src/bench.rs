@@ -7,8 +7,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use flotilla_bench::{
-    Output, Row, admission, api, memory, propagation, resync, server_store, store, summary, system,
-    views, write,
+    Output, Row, admission, api, memory, propagation, rbac, resync, server_store, store, summary,
+    system, views, write,
 };
 use serde_json::json;
 
@@ -22,6 +22,9 @@ pub enum Scenario {
     /// Creates with no policies, 20 non-matching and 5 matching ValidatingAdmission-
     /// Policies, and a matching webhook on loopback, side by side.
     Admission,
+    /// A service account's requests against the admin's on a hub holding 1,000
+    /// ClusterRoles and 10,000 RoleBindings; the policy's idle RSS.
+    Rbac,
     /// A template change reaching every member of a simulated fleet, against applying it
     /// directly; the hub's and the simulator's memory.
     Propagation,
@@ -210,6 +213,23 @@ impl BenchArgs {
                     };
                     (output, report.table(), report.summary())
                 }
+                Scenario::Rbac => {
+                    let options = if self.quick {
+                        rbac::Options::quick(&self.out, binary.clone())
+                    } else {
+                        rbac::Options::new(&self.out, binary.clone())
+                    };
+                    let report = runtime.block_on(rbac::run(&options))?;
+                    let output = Output {
+                        scenario: "rbac",
+                        date,
+                        options: json!({"quick": self.quick, "clients": options.clients,
+                            "requests": options.requests, "rounds": options.rounds}),
+                        results: report.json(),
+                        charts: Vec::new(),
+                    };
+                    (output, report.table(), report.summary())
+                }
                 Scenario::Propagation => {
                     let options = self.propagation_options(binary.clone());
                     let report = runtime.block_on(propagation::run(&options))?;
@@ -350,7 +370,7 @@ mod tests {
         assert_eq!(options.clusters, [10, 100]);
         let options = args.resync_options(PathBuf::from("flotilla"));
         assert_eq!((options.placements, options.clusters), (100, 20));
-        assert_eq!(parse(&[]).unwrap().chosen().len(), 6);
+        assert_eq!(parse(&[]).unwrap().chosen().len(), 7);
         assert!(parse(&["--scenario", "fleet"]).is_err());
         assert!(parse(&["--clusters", "0"]).is_err());
     }

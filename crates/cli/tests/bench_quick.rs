@@ -72,6 +72,7 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         "store",
         "api",
         "admission",
+        "rbac",
         "propagation",
         "resync",
         "memory",
@@ -131,6 +132,23 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
     assert_eq!(admission["webhook_calls"], 400, "{admission}");
     assert!(number(&admission["webhook_added_p50_ms"]).is_finite());
     chart(dir, "admission-latency", 4);
+
+    // The service account's requests against the admin's, every one answered, on a hub
+    // holding the policy the quick run loads; its idle memory before and after.
+    let rbac = results(dir, "rbac");
+    assert_eq!(rbac["loaded"]["cluster_roles"], 100, "{rbac}");
+    assert_eq!(rbac["loaded"]["role_bindings"], 1_000, "{rbac}");
+    let ops = rbac["ops"].as_array().unwrap();
+    let names: Vec<&str> = ops.iter().map(|o| o["op"].as_str().unwrap()).collect();
+    assert_eq!(names, ["get", "create"], "{rbac}");
+    for op in ops {
+        latency(&op["admin"], 400);
+        latency(&op["service_account"], 400);
+        assert!(number(&op["overhead"]).is_finite(), "{op}");
+        assert_eq!(op["rounds_p50_ms"].as_array().unwrap().len(), 2, "{op}");
+    }
+    assert!(positive(&rbac["idle_rss_empty_mib"]), "{rbac}");
+    assert!(positive(&rbac["idle_rss_loaded_mib"]), "{rbac}");
 
     let propagation = results(dir, "propagation");
     let points = propagation["points"].as_array().unwrap();

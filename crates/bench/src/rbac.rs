@@ -1,0 +1,483 @@
+//! The rbac scenario: what authorization costs a request when the hub holds a large RBAC
+//! policy, measured against the admin (`system:masters`, allowed before RBAC is asked) in
+//! the same run, on the same hub process.
+//!
+//! ```text
+//!  flotilla hub (a process of its own, DIR/rbac/data)
+//!    idle RSS, empty ─► load: N namespaces, C ClusterRoles, B RoleBindings (subjects: G
+//!    groups and a user each) ─► restart ─► idle RSS, loaded
+//!    ServiceAccount `bench` in ns-0, RoleBinding to `edit`; its token (TokenRequest)
+//!    rounds × (admin, service account): GET and create of ConfigMaps in ns-0, K clients
+//! ```
+//!
+//! The admin and the service account take turns, round after round, so that both see the
+//! same machine; each latency is the median of its rounds' medians. The service account's
+//! requests pay for its token's verification and for RBAC; the admin's for neither.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::{Method, StatusCode};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use serde_json::{Value, json};
+use tokio_rustls::TlsConnector;
+
+use crate::api::{Call, Target, api_phase, io};
+use crate::harness::LoneHub;
+use crate::{Error, Latency};
+
+/// What to load and measure.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where the hub's data directory goes (`DIR/rbac`, emptied first).
+    pub dir: PathBuf,
+    /// The `flotilla` binary whose hub is measured.
+    pub hub_binary: PathBuf,
+    /// Namespaces the RoleBindings are spread over.
+    pub namespaces: usize,
+    /// ClusterRoles.
+    pub cluster_roles: usize,
+    /// RoleBindings.
+    pub role_bindings: usize,
+    /// Groups the RoleBindings name.
+    pub groups: usize,
+    /// Concurrent clients of each measured phase.
+    pub clients: usize,
+    /// Requests of each phase.
+    pub requests: usize,
+    /// Rounds, each measuring the admin then the service account.
+    pub rounds: usize,
+}
+
+impl Options {
+    /// The issue's sizes: 1,000 ClusterRoles, 10,000 RoleBindings over 1,000 namespaces,
+    /// 100 groups; 16 clients.
+    pub fn new(dir: impl Into<PathBuf>, hub_binary: PathBuf) -> Self {
+        Options {
+            dir: dir.into(),
+            hub_binary,
+            namespaces: 1_000,
+            cluster_roles: 1_000,
+            role_bindings: 10_000,
+            groups: 100,
+            clients: 16,
+            requests: 4_000,
+            rounds: 5,
+        }
+    }
+
+    /// A smoke run: a tenth of the policy, fewer requests.
+    pub fn quick(dir: impl Into<PathBuf>, hub_binary: PathBuf) -> Self {
+        Options {
+            namespaces: 100,
+            cluster_roles: 100,
+            role_bindings: 1_000,
+            groups: 10,
+            clients: 4,
+            requests: 400,
+            rounds: 2,
+            ..Options::new(dir, hub_binary)
+        }
+    }
+}
+
+/// One operation's latency as each identity.
+#[derive(Clone, Debug, Default)]
+pub struct Pair {
+    /// `get` or `create`.
+    pub op: &'static str,
+    /// As the admin: the median round.
+    pub admin: Latency,
+    /// As the service account: the median round.
+    pub service_account: Latency,
+    /// Every round's p50, admin then service account, in milliseconds.
+    pub rounds_p50_ms: Vec<(f64, f64)>,
+}
+
+impl Pair {
+    /// The service account's p50 over the admin's, less one: what authorization adds.
+    pub fn overhead(&self) -> f64 {
+        crate::ratio(self.service_account.p50_ms, self.admin.p50_ms) - 1.0
+    }
+}
+
+/// The results of the rbac scenario.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// What was loaded: namespaces, ClusterRoles, RoleBindings, groups.
+    pub loaded: (usize, usize, usize, usize),
+    /// Seconds the load took through the API.
+    pub load_seconds: f64,
+    /// Concurrent clients of the measured phases.
+    pub clients: usize,
+    /// GET and create, as each identity.
+    pub ops: Vec<Pair>,
+    /// The idle hub's resident memory on an empty store, in MiB.
+    pub idle_rss_empty_mib: f64,
+    /// The idle hub's resident memory restarted on the loaded store, in MiB.
+    pub idle_rss_loaded_mib: f64,
+}
+
+impl Report {
+    /// The report as JSON.
+    pub fn json(&self) -> Value {
+        let (namespaces, cluster_roles, role_bindings, groups) = self.loaded;
+        json!({
+            "loaded": {"namespaces": namespaces, "cluster_roles": cluster_roles,
+                "role_bindings": role_bindings, "groups": groups},
+            "load_seconds": self.load_seconds,
+            "clients": self.clients,
+            "ops": self.ops.iter().map(|p| json!({
+                "op": p.op, "admin": p.admin.json(), "service_account": p.service_account.json(),
+                "overhead": p.overhead(), "rounds_p50_ms": p.rounds_p50_ms,
+            })).collect::<Vec<_>>(),
+            "idle_rss_empty_mib": self.idle_rss_empty_mib,
+            "idle_rss_loaded_mib": self.idle_rss_loaded_mib,
+            "idle_rss_growth_mib": self.idle_rss_loaded_mib - self.idle_rss_empty_mib,
+        })
+    }
+
+    /// The summary's rows: what authorization adds to each operation (target ≤ 10 %), and
+    /// the idle RSS the policy costs (target < 10 MiB).
+    pub fn summary(&self) -> Vec<crate::Row> {
+        let mut rows: Vec<crate::Row> = self
+            .ops
+            .iter()
+            .map(|p| {
+                crate::Row::new(
+                    "rbac",
+                    format!(
+                        "{} p50, service account vs admin, {} clients",
+                        p.op, self.clients
+                    ),
+                    format!("{:+.1} %", p.overhead() * 100.0),
+                    "≤ +10 %",
+                )
+            })
+            .collect();
+        rows.push(crate::Row::new(
+            "rbac",
+            "idle hub RSS with the policy loaded",
+            format!(
+                "{:+.1} MiB",
+                self.idle_rss_loaded_mib - self.idle_rss_empty_mib
+            ),
+            "< 10 MiB",
+        ));
+        rows
+    }
+
+    /// The report as a table.
+    pub fn table(&self) -> String {
+        let (namespaces, cluster_roles, role_bindings, groups) = self.loaded;
+        let mut out = format!(
+            "rbac: {cluster_roles} ClusterRoles, {role_bindings} RoleBindings over {namespaces} \
+             namespaces, {groups} groups (loaded in {:.1} s); {} clients\n\
+             op       admin p50 / p99 ms      service account p50 / p99 ms   added (p50)\n",
+            self.load_seconds, self.clients
+        );
+        for p in &self.ops {
+            out.push_str(&format!(
+                "{:<8} {:>8.3} / {:>8.3}        {:>8.3} / {:>8.3}              {:>+6.1} %\n",
+                p.op,
+                p.admin.p50_ms,
+                p.admin.p99_ms,
+                p.service_account.p50_ms,
+                p.service_account.p99_ms,
+                p.overhead() * 100.0
+            ));
+        }
+        out.push_str(&format!(
+            "idle hub RSS: {:.1} MiB empty, {:.1} MiB with the policy loaded ({:+.1} MiB)\n",
+            self.idle_rss_empty_mib,
+            self.idle_rss_loaded_mib,
+            self.idle_rss_loaded_mib - self.idle_rss_empty_mib
+        ));
+        out
+    }
+}
+
+/// A client configuration that trusts the hub's CA (its `ca.crt`).
+fn trusting(ca_file: &std::path::Path) -> Result<TlsConnector, Error> {
+    let ca = CertificateDer::from_pem_file(ca_file).map_err(io)?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).map_err(io)?;
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(io)?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// `calls` sent from `clients` connections at once, each answered as it expects.
+async fn send_all(target: &Target, clients: usize, calls: Vec<Call>) -> Result<(), Error> {
+    let calls = Arc::new(calls);
+    let total = calls.len();
+    api_phase(target, clients, total, move |i| calls[i].clone()).await?;
+    Ok(())
+}
+
+fn post(path: &str, object: Value) -> Call {
+    (
+        Method::POST,
+        path.to_owned(),
+        Some(Bytes::from(object.to_string())),
+        StatusCode::CREATED,
+    )
+}
+
+/// The policy: namespaces, ClusterRoles with a few rules each (some naming objects), and
+/// RoleBindings spread over the namespaces, each binding a ClusterRole to a group and a
+/// user of its own.
+fn policy(options: &Options) -> (Vec<Call>, Vec<Call>, Vec<Call>) {
+    let namespaces = (0..options.namespaces)
+        .map(|n| {
+            post(
+                "/api/v1/namespaces",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}")}}),
+            )
+        })
+        .collect();
+    let cluster_roles = (0..options.cluster_roles)
+        .map(|r| {
+            post(
+                "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": format!("role-{r}")},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                        "resourceNames": [format!("cm-{r}")]},
+                    {"apiGroups": ["apps"], "resources": ["deployments", "deployments/scale"],
+                        "verbs": ["get", "list", "watch"]},
+                    {"apiGroups": ["flotilla.io"], "resources": ["placements"],
+                        "verbs": ["get", "list"]},
+                ]}),
+            )
+        })
+        .collect();
+    let role_bindings = (0..options.role_bindings)
+        .map(|b| {
+            let namespace = format!("ns-{}", b % options.namespaces.max(1));
+            post(
+                &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"),
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": format!("binding-{b}"), "namespace": namespace},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": format!("role-{}", b % options.cluster_roles.max(1))},
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                        "name": format!("group-{}", b % options.groups.max(1))},
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                        "name": format!("user-{b}")},
+                ]}),
+            )
+        })
+        .collect();
+    (namespaces, cluster_roles, role_bindings)
+}
+
+/// Runs the scenario.
+pub async fn run(options: &Options) -> Result<Report, Error> {
+    let progress = |what: &str| eprintln!("rbac: {what}");
+    let dir = options.dir.join("rbac");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut hub = LoneHub::start(&options.hub_binary, &dir).await?;
+    let mut report = Report {
+        loaded: (
+            options.namespaces,
+            options.cluster_roles,
+            options.role_bindings,
+            options.groups,
+        ),
+        clients: options.clients,
+        ..Report::default()
+    };
+    report.idle_rss_empty_mib = hub.idle_rss_mib().await?;
+
+    let data = hub.data_dir();
+    let admin = Target {
+        address: hub.address(),
+        tls: trusting(&data.join(flotilla_pki::CA_CERT_FILE))?,
+        token: std::fs::read_to_string(data.join(flotilla_pki::ADMIN_TOKEN_FILE))?
+            .trim()
+            .to_owned(),
+    };
+    progress("loading the policy");
+    let started = std::time::Instant::now();
+    let (namespaces, cluster_roles, role_bindings) = policy(options);
+    let loaders = options.clients.max(16);
+    send_all(&admin, loaders, namespaces).await?;
+    send_all(&admin, loaders, cluster_roles).await?;
+    send_all(&admin, loaders, role_bindings).await?;
+    report.load_seconds = started.elapsed().as_secs_f64();
+
+    progress("restarting the hub on the loaded store");
+    hub.restart().await?;
+    report.idle_rss_loaded_mib = hub.idle_rss_mib().await?;
+
+    // The service account, bound to `edit` in ns-0, and its token.
+    let mut connection = admin.open().await?;
+    for call in [
+        post(
+            "/api/v1/namespaces/ns-0/serviceaccounts",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bench"}}),
+        ),
+        post(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/ns-0/rolebindings",
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "bench-edit"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"kind": "ServiceAccount", "name": "bench", "namespace": "ns-0"}]}),
+        ),
+        post(
+            "/api/v1/namespaces/ns-0/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "read"},
+                "data": {"payload": "x".repeat(1024)}}),
+        ),
+    ] {
+        let (method, uri, body, code) = call;
+        connection.expect(method, &uri, body, code).await?;
+    }
+    let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}});
+    let answer = connection
+        .expect(
+            Method::POST,
+            "/api/v1/namespaces/ns-0/serviceaccounts/bench/token",
+            Some(Bytes::from(request.to_string())),
+            StatusCode::CREATED,
+        )
+        .await?;
+    let answer: Value = serde_json::from_slice(&answer).map_err(io)?;
+    let token = answer["status"]["token"]
+        .as_str()
+        .ok_or_else(|| Error::Check("the TokenRequest answered no token".into()))?;
+    let service_account = Target {
+        token: token.to_owned(),
+        ..admin.clone()
+    };
+    // Authorization is what is measured: the service account must be allowed, and must
+    // not be the admin.
+    let mut probe = service_account.open().await?;
+    probe
+        .expect(
+            Method::GET,
+            "/api/v1/namespaces/ns-0/configmaps/read",
+            None,
+            StatusCode::OK,
+        )
+        .await?;
+    probe
+        .expect(
+            Method::GET,
+            "/api/v1/namespaces/ns-1/configmaps/read",
+            None,
+            StatusCode::FORBIDDEN,
+        )
+        .await?;
+
+    let mut gets: [Vec<Latency>; 2] = [Vec::new(), Vec::new()];
+    let mut creates: [Vec<Latency>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..options.rounds {
+        for (who, target) in [&admin, &service_account].into_iter().enumerate() {
+            progress(&format!(
+                "round {} of {}, {}",
+                round + 1,
+                options.rounds,
+                ["admin", "service account"][who]
+            ));
+            let get = |_| {
+                (
+                    Method::GET,
+                    "/api/v1/namespaces/ns-0/configmaps/read".to_owned(),
+                    None,
+                    StatusCode::OK,
+                )
+            };
+            let (latency, _) = api_phase(target, options.clients, options.requests, get).await?;
+            gets[who].push(latency);
+            let create = move |i: usize| {
+                post(
+                    "/api/v1/namespaces/ns-0/configmaps",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": format!("r{round}-{who}-{i}")},
+                        "data": {"payload": "x".repeat(1024)}}),
+                )
+            };
+            let (latency, _) = api_phase(target, options.clients, options.requests, create).await?;
+            creates[who].push(latency);
+        }
+    }
+    for (op, rounds) in [("get", gets), ("create", creates)] {
+        let [admin, service_account] = rounds;
+        report.ops.push(Pair {
+            op,
+            rounds_p50_ms: admin
+                .iter()
+                .zip(&service_account)
+                .map(|(a, s)| (a.p50_ms, s.p50_ms))
+                .collect(),
+            admin: median_round(admin),
+            service_account: median_round(service_account),
+        });
+    }
+    Ok(report)
+}
+
+/// The round whose p50 is the median of the rounds'.
+fn median_round(mut rounds: Vec<Latency>) -> Latency {
+    rounds.sort_by(|a, b| a.p50_ms.total_cmp(&b.p50_ms));
+    rounds.get(rounds.len() / 2).copied().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_spreads_bindings_over_namespaces_roles_and_groups() {
+        let options = Options {
+            namespaces: 3,
+            cluster_roles: 2,
+            role_bindings: 7,
+            groups: 2,
+            ..Options::quick("x", "flotilla".into())
+        };
+        let (namespaces, roles, bindings) = policy(&options);
+        assert_eq!((namespaces.len(), roles.len(), bindings.len()), (3, 2, 7));
+        let body = |call: &Call| -> Value {
+            serde_json::from_slice(call.2.as_deref().unwrap_or_default()).unwrap()
+        };
+        let last = body(&bindings[6]);
+        assert_eq!(last["metadata"]["namespace"], "ns-0");
+        assert_eq!(last["roleRef"]["name"], "role-0");
+        assert_eq!(last["subjects"][0]["name"], "group-0");
+        assert_eq!(last["subjects"][1]["name"], "user-6");
+        assert_eq!(
+            bindings[4].1,
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/ns-1/rolebindings"
+        );
+        assert_eq!(body(&roles[1])["rules"][0]["resourceNames"][0], "cm-1");
+    }
+
+    #[test]
+    fn the_median_round_is_taken_by_p50() {
+        let at = |p50_ms| Latency {
+            p50_ms,
+            ..Latency::default()
+        };
+        assert_eq!(median_round(vec![at(3.0), at(1.0), at(2.0)]).p50_ms, 2.0);
+        let pair = Pair {
+            op: "get",
+            admin: at(2.0),
+            service_account: at(2.2),
+            rounds_p50_ms: Vec::new(),
+        };
+        assert!((pair.overhead() - 0.1).abs() < 1e-9);
+    }
+}
