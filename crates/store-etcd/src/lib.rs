@@ -10,8 +10,9 @@
 //!  update  txn: mod_revision(ROOT+K) = BASE+expected  ? put             : get
 //!  delete  txn: mod_revision = … (or exists)         ? delete(prev_kv) : get
 //!  list    range [ROOT+P, end(ROOT+P)) at a revision, limit, `more` for the next page
-//!  watch   etcd watch of the range from BASE+since+1 with prev_kv; resumed after a lost
-//!          connection from the last revision delivered
+//!  watch   etcd watch of the range from BASE+since+1 with prev_kv, created in etcd before
+//!          watch() returns; resumed after a lost connection from the last revision
+//!          delivered
 //!  compact etcd compact(BASE+R)
 //! ```
 //!
@@ -160,6 +161,8 @@ pub struct EtcdStore {
     /// `host:port,…/prefix`, for messages.
     name: Arc<str>,
     max_value_size: usize,
+    /// How long connecting and each request may take (a watch's creation too).
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -354,6 +357,7 @@ impl EtcdStore {
             compacted: Arc::new(AtomicI64::new(0)),
             name: name.into(),
             max_value_size: config.max_value_size,
+            timeout: config.timeout,
         })
     }
 
@@ -767,15 +771,39 @@ impl Store for EtcdStore {
             }
         }
         let (start, end) = self.range(prefix);
-        let feed = Feed {
+        let mut feed = Feed {
             store: self.clone(),
             start,
             end,
             delivered: since,
             stream: None,
             buf: std::collections::VecDeque::new(),
+            failure: None,
             done: false,
         };
+        // Created in etcd now, not when the stream is first polled: etcd then follows the
+        // watch from here on, and a compaction after this call does not end it (a watch
+        // created later, once writes went past `since`, would have to be caught up from
+        // the history, and a compaction meanwhile ends it).
+        match tokio::time::timeout(self.timeout, feed.start()).await {
+            Err(_) => {
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "watch on {}: not created within {:?}",
+                        self.name, self.timeout
+                    ),
+                    source: None,
+                });
+            }
+            Ok(Err(e)) => return Err(self.fail("watch", e)),
+            Ok(Ok(Started::Following)) => {}
+            Ok(Ok(Started::Ended(reason))) => {
+                return Err(feed.failure.take().unwrap_or_else(|| Error::Backend {
+                    message: format!("watch on {}: etcd cancelled it: {reason}", self.name),
+                    source: None,
+                }));
+            }
+        }
         Ok(Box::pin(futures_util::stream::unfold(
             feed,
             |mut feed| async move { feed.next().await.map(|item| (item, feed)) },
@@ -836,7 +864,17 @@ struct Feed {
     delivered: Revision,
     stream: Option<etcd_client::WatchStream>,
     buf: std::collections::VecDeque<WatchEvent>,
+    /// The error that ends the stream once `buf` is delivered.
+    failure: Option<Error>,
     done: bool,
+}
+
+/// What became of a watch [`Feed::start`] asked etcd for.
+enum Started {
+    /// etcd created it and follows it.
+    Following,
+    /// etcd ended it at once (with the reason it gave); a compaction sets `failure`.
+    Ended(String),
 }
 
 impl Feed {
@@ -847,53 +885,40 @@ impl Feed {
                 self.delivered = event.revision();
                 return Some(Ok(event));
             }
+            if let Some(e) = self.failure.take() {
+                self.done = true;
+                return Some(Err(e));
+            }
             if self.done {
                 return None;
             }
-            if self.stream.is_none() {
-                let options = WatchOptions::new()
-                    .with_range(self.end.clone())
-                    .with_start_revision(self.store.to_etcd(self.delivered).saturating_add(1))
-                    .with_prev_key();
-                match self
-                    .store
-                    .client
-                    .watch_client()
-                    .watch(self.start.clone(), Some(options))
-                    .await
-                {
-                    Ok(stream) => self.stream = Some(stream),
-                    Err(e) => {
+            let Some(stream) = self.stream.as_mut() else {
+                match tokio::time::timeout(self.store.timeout, self.start()).await {
+                    Ok(Ok(Started::Following)) => {}
+                    Ok(Ok(Started::Ended(reason))) => {
+                        if self.failure.is_none() {
+                            debug!(%reason, "etcd cancelled the watch; retrying");
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(2));
+                        }
+                    }
+                    Ok(Err(e)) => {
                         // Unreachable: try again until it is back (the watcher waits).
                         debug!(error = %e, "etcd watch could not start; retrying");
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(Duration::from_secs(2));
-                        continue;
+                    }
+                    Err(_) => {
+                        debug!("etcd watch not created in time; retrying");
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
                     }
                 }
-            }
-            let Some(stream) = self.stream.as_mut() else {
                 continue;
             };
             match stream.next().await {
                 Some(Ok(response)) => {
-                    if response.compact_revision() > 0 {
-                        self.done = true;
-                        return Some(Err(Error::Compacted {
-                            requested: self.delivered,
-                            compacted: self.store.to_store(response.compact_revision()),
-                        }));
-                    }
-                    if response.canceled() {
+                    if !self.absorb(&response) {
                         self.stream = None;
-                        continue;
-                    }
-                    for event in response.events() {
-                        if let Some(event) = self.event(event)
-                            && event.revision() > self.delivered
-                        {
-                            self.buf.push_back(event);
-                        }
                     }
                 }
                 Some(Err(e)) => {
@@ -908,6 +933,59 @@ impl Feed {
                 }
             }
         }
+    }
+
+    /// Asks etcd for a watch from the revision after the last one delivered, and waits
+    /// until etcd has created it: from then on etcd follows it and sends its changes,
+    /// whether or not the stream is polled.
+    async fn start(&mut self) -> Result<Started, etcd_client::Error> {
+        let options = WatchOptions::new()
+            .with_range(self.end.clone())
+            .with_start_revision(self.store.to_etcd(self.delivered).saturating_add(1))
+            .with_prev_key();
+        let mut stream = self
+            .store
+            .client
+            .watch_client()
+            .watch(self.start.clone(), Some(options))
+            .await?;
+        loop {
+            let Some(response) = stream.message().await? else {
+                return Err(etcd_client::Error::WatchError(
+                    "etcd closed the watch before creating it".into(),
+                ));
+            };
+            if !self.absorb(&response) {
+                return Ok(Started::Ended(response.cancel_reason().to_owned()));
+            }
+            if response.created() {
+                self.stream = Some(stream);
+                return Ok(Started::Following);
+            }
+        }
+    }
+
+    /// Takes in one response of etcd's watch: queues its changes; false if etcd ended the
+    /// watch (with `failure` set if for a compaction).
+    fn absorb(&mut self, response: &etcd_client::WatchResponse) -> bool {
+        if response.compact_revision() > 0 {
+            self.failure = Some(Error::Compacted {
+                requested: self.delivered,
+                compacted: self.store.to_store(response.compact_revision()),
+            });
+            return false;
+        }
+        if response.canceled() {
+            return false;
+        }
+        for event in response.events() {
+            if let Some(event) = self.event(event)
+                && event.revision() > self.delivered
+            {
+                self.buf.push_back(event);
+            }
+        }
+        true
     }
 
     fn event(&self, event: &etcd_client::Event) -> Option<WatchEvent> {

@@ -6,8 +6,14 @@
 //!  EtcdServer::start ─► etcd --data-dir DIR/data (client and peer ports on 127.0.0.1)
 //!                    ─► "ready to serve client requests" in its log
 //!                    ─► watchdog: kills it if the test process dies without dropping
+//!                    ─► a port taken meanwhile: new ports, and again
 //!  kill9 ─► SIGKILL (a crash)     restart ─► the same data and ports again
 //! ```
+//!
+//! A free port is only free when it is chosen: other tests (their etcd, PostgreSQL or hub
+//! processes, slow to start on a loaded machine) choose ports the same way and may bind
+//! one of ours before etcd does, and etcd then exits at once. A start retries with new
+//! ports; a restart, which must keep its ports, waits for them within its deadline.
 //!
 //! The binary is `$FLOTILLA_ETCD`, else `etcd` on `PATH` (Debian's etcd-server package).
 
@@ -20,6 +26,12 @@ use std::time::{Duration, Instant};
 
 /// How long a server may take to start.
 const START: Duration = Duration::from_secs(60);
+
+/// How many times a start picks new ports after a port was taken before etcd bound it.
+const PORT_ATTEMPTS: u32 = 10;
+
+/// What etcd logs when it cannot listen on a port.
+const PORT_TAKEN: &str = "address already in use";
 
 /// A running (or killed) etcd server.
 pub struct EtcdServer {
@@ -48,14 +60,34 @@ impl EtcdServer {
             .expect("a temporary directory");
         let mut server = EtcdServer {
             dir,
-            client_port: free_port(),
-            peer_port: free_port(),
+            client_port: 0,
+            peer_port: 0,
             child: None,
             watchdog: None,
             starts: 0,
         };
-        server.restart();
-        server
+        let deadline = Instant::now() + START;
+        for attempt in 1..=PORT_ATTEMPTS {
+            server.client_port = free_port();
+            server.peer_port = loop {
+                let port = free_port();
+                if port != server.client_port {
+                    break port;
+                }
+            };
+            match server.launch(deadline) {
+                Ok(()) => return server,
+                // Nothing was written yet: start afresh on new ports.
+                Err(log) if attempt < PORT_ATTEMPTS => {
+                    eprintln!("etcd could not listen ({}), new ports", port_error(&log));
+                    let _ = std::fs::remove_dir_all(server.dir.path().join("data"));
+                }
+                Err(log) => {
+                    panic!("etcd found a port taken at each of {PORT_ATTEMPTS} starts:\n{log}")
+                }
+            }
+        }
+        unreachable!("every attempt returns or panics")
     }
 
     /// `127.0.0.1:PORT`, the client endpoint.
@@ -68,8 +100,22 @@ impl EtcdServer {
         format!("etcd://{}{prefix}", self.endpoint())
     }
 
-    /// Starts the server (again) on the same data and ports; waits until it serves.
+    /// Starts the server (again) on the same data and ports; waits until it serves. A
+    /// port taken meanwhile is waited for, up to the start's deadline.
     pub fn restart(&mut self) {
+        let deadline = Instant::now() + START;
+        while let Err(log) = self.launch(deadline) {
+            assert!(
+                Instant::now() < deadline,
+                "etcd could not listen on its ports within {START:?}:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs etcd and waits until it serves; `Err` with its log if it exited because one of
+    /// its ports was taken. Panics if it fails otherwise or is not serving by `deadline`.
+    fn launch(&mut self, deadline: Instant) -> Result<(), String> {
         assert!(self.child.is_none(), "the server is running");
         self.starts += 1;
         let log = self.dir.path().join(format!("etcd.{}.log", self.starts));
@@ -98,16 +144,20 @@ impl EtcdServer {
             });
         self.watchdog = Some(watchdog(child.id(), self.dir.path()));
         self.child = Some(child);
-        let deadline = Instant::now() + START;
         loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             if text.contains("ready to serve client requests") {
-                return;
+                return Ok(());
             }
             if let Some(child) = &mut self.child
                 && let Ok(Some(status)) = child.try_wait()
             {
-                self.child = None;
+                self.kill9();
+                // What it wrote before it exited.
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains(PORT_TAKEN) {
+                    return Err(text);
+                }
                 panic!("etcd exited ({status}) at start:\n{text}");
             }
             assert!(
@@ -129,6 +179,13 @@ impl EtcdServer {
             let _ = watchdog.wait();
         }
     }
+}
+
+/// The line of etcd's log that says which port was taken.
+fn port_error(log: &str) -> &str {
+    log.lines()
+        .find(|line| line.contains(PORT_TAKEN))
+        .unwrap_or(PORT_TAKEN)
 }
 
 impl Drop for EtcdServer {
