@@ -92,6 +92,12 @@ pub(crate) fn open_writer(config: &Config) -> Result<(Connection, State)> {
     )
     .map_err(|e| sql_open_error(path, e))?;
     configure(&conn).map_err(|e| sql_open_error(path, e))?;
+    // The page check and the key index read every page once, in order: through a small
+    // cache, so that an idle server does not keep a copy of its store in memory (memory
+    // the C allocator would not give back once freed). The writer's own cache is set
+    // once they are done.
+    conn.execute_batch(STARTUP_CACHE)
+        .map_err(|e| sql_open_error(path, e))?;
     if let Some(pages) = config.max_page_count {
         conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
             .map_err(|e| sql_open_error(path, e))?;
@@ -139,6 +145,8 @@ pub(crate) fn open_writer(config: &Config) -> Result<(Connection, State)> {
         })?;
     }
     let state = read_state(&conn).map_err(|e| sql_open_error(path, e))?;
+    conn.execute_batch(WRITER_CACHE)
+        .map_err(|e| sql_open_error(path, e))?;
     Ok((conn, state))
 }
 
@@ -221,8 +229,14 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
             Some(format!("cannot switch to WAL mode (got {mode})")),
         ));
     }
-    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA cache_size = -32768;")
+    conn.execute_batch("PRAGMA synchronous = FULL;")
 }
+
+/// The writer's page cache while the store opens: 2 MiB.
+const STARTUP_CACHE: &str = "PRAGMA cache_size = -2048;";
+
+/// The writer's page cache once open: 32 MiB.
+const WRITER_CACHE: &str = "PRAGMA cache_size = -32768;";
 
 fn read_state(conn: &Connection) -> rusqlite::Result<State> {
     let meta = |name: &str| -> rusqlite::Result<i64> {
