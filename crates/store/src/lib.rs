@@ -174,6 +174,27 @@ pub trait Store: Send + Sync + 'static {
     /// page is full.
     async fn list(&self, prefix: &[u8], options: ListOptions) -> Result<ListPage>;
 
+    /// Every key starting with `prefix` at the latest revision, read page by page at one
+    /// revision, and that revision: what a controller reads before it watches from there.
+    async fn list_all(&self, prefix: &[u8]) -> Result<(Vec<KeyValue>, Revision)> {
+        let mut options = ListOptions {
+            limit: 1000,
+            ..ListOptions::default()
+        };
+        let mut all = Vec::new();
+        loop {
+            let page = self.list(prefix, options.clone()).await?;
+            all.extend(page.kvs);
+            match page.next {
+                Some(next) => {
+                    options.revision = Some(page.revision);
+                    options.after = Some(next);
+                }
+                None => return Ok((all, page.revision)),
+            }
+        }
+    }
+
     /// How many keys start with `prefix` at the latest revision.
     async fn count(&self, prefix: &[u8]) -> Result<u64>;
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use flotilla_store::{EventKind, ListOptions, Revision, Store, WatchEvent};
+use flotilla_store::{EventKind, Revision, Store, WatchEvent};
 use futures_util::StreamExt;
 use serde_json::Value;
 use tracing::Instrument;
@@ -387,32 +387,20 @@ impl Dynamic {
     }
 }
 
-/// Reads every configuration into `index`, page by page at one revision; that revision,
-/// and the policies due for type checking.
+/// Reads every configuration into `index` at one revision; that revision, and the
+/// policies due for type checking.
 async fn load(
     store: &dyn Store,
     index: &mut Index,
     services: &ServiceAddresses,
 ) -> Result<(Revision, HashSet<(Arc<str>, String)>), flotilla_store::Error> {
     let prefix = keys::group_prefix(GROUP);
-    let revision = store.current_revision().await?;
+    let (listed, revision) = store.list_all(&prefix).await?;
     let mut unchecked = HashSet::new();
-    let mut after = None;
-    loop {
-        let options = ListOptions {
-            revision: Some(revision),
-            limit: 1000,
-            after,
-        };
-        let page = store.list(&prefix, options).await?;
-        for kv in &page.kvs {
-            unchecked.extend(index.apply(&kv.key, Some(&kv.value), services));
-        }
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok((revision, unchecked)),
-        }
+    for kv in &listed {
+        unchecked.extend(index.apply(&kv.key, Some(&kv.value), services));
     }
+    Ok((revision, unchecked))
 }
 
 /// Follows the changes of configurations after `revision` for as long as dynamic

@@ -20,7 +20,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use flotilla_pki::{CertificateRequest, HubIdentity};
-use flotilla_store::{EventKind, KeyValue, ListOptions, Store};
+use flotilla_store::{EventKind, KeyValue, Store};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -41,7 +41,6 @@ const ALLOWED_USAGES: [&str; 3] = ["client auth", "digital signature", "key enci
 
 const FIELD_MANAGER: &str = "flotilla-csr-signer";
 const RESTART_PAUSE: Duration = Duration::from_secs(1);
-const PAGE: usize = 500;
 
 /// Signs approved client certificate requests with the hub's CA.
 pub struct Signer {
@@ -88,23 +87,10 @@ impl Signer {
 
     async fn follow(&self) -> Result<(), flotilla_store::Error> {
         let prefix = keys::resource_prefix_of(certificates::GROUP, "certificatesigningrequests");
-        let mut options = ListOptions {
-            limit: PAGE,
-            ..ListOptions::default()
-        };
-        let revision = loop {
-            let page = self.store.list(&prefix, options.clone()).await?;
-            for kv in &page.kvs {
-                self.changed(&prefix, kv).await;
-            }
-            match page.next {
-                Some(next) => {
-                    options.revision = Some(page.revision);
-                    options.after = Some(next);
-                }
-                None => break page.revision,
-            }
-        };
+        let (listed, revision) = self.store.list_all(&prefix).await?;
+        for kv in &listed {
+            self.changed(&prefix, kv).await;
+        }
         let mut events = self.store.watch(&prefix, revision).await?;
         info!("following CertificateSigningRequests");
         while let Some(event) = events.next().await {

@@ -179,6 +179,10 @@ pub async fn list_pagination_is_a_consistent_snapshot<H: Harness>() {
     assert!(pages.iter().all(|p| p.revision == rev(21)));
     let joined: Vec<KeyValue> = pages.iter().flat_map(|p| p.kvs.clone()).collect();
     assert_eq!(joined, latest.kvs);
+    // What a controller reads before it watches: every key at the latest revision.
+    let (every, at_latest) = s.list_all(b"p/").await.unwrap();
+    assert_eq!(every, latest.kvs);
+    assert_eq!(at_latest, rev(21));
 }
 
 /// A list without limit returns every key of the prefix in one page, and `count` counts

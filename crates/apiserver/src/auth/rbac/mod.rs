@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, Weak};
 use std::time::Duration;
 
-use flotilla_store::{EventKind, ListOptions, Revision, Store, WatchEvent};
+use flotilla_store::{EventKind, Revision, Store, WatchEvent};
 use futures_util::StreamExt;
 use serde_json::Value;
 use tracing::Instrument;
@@ -217,28 +217,16 @@ fn put(index: &mut Index, kind: Kind, place: keys::Place<'_>, key: &[u8], value:
     }
 }
 
-/// Reads every role and binding into `index`, page by page at one revision; that revision.
+/// Reads every role and binding into `index` at one revision; that revision.
 async fn load(store: &dyn Store, index: &mut Index) -> Result<Revision, flotilla_store::Error> {
     let prefix = keys::group_prefix(GROUP);
-    let revision = store.current_revision().await?;
-    let mut after = None;
-    loop {
-        let options = ListOptions {
-            revision: Some(revision),
-            limit: 1000,
-            after,
-        };
-        let page = store.list(&prefix, options).await?;
-        for kv in &page.kvs {
-            if let Some((kind, place)) = locate(&kv.key) {
-                put(index, kind, place, &kv.key, &kv.value);
-            }
-        }
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(revision),
+    let (listed, revision) = store.list_all(&prefix).await?;
+    for kv in &listed {
+        if let Some((kind, place)) = locate(&kv.key) {
+            put(index, kind, place, &kv.key, &kv.value);
         }
     }
+    Ok(revision)
 }
 
 /// Follows the changes of roles and bindings after `revision` for as long as the

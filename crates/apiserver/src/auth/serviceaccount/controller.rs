@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use flotilla_store::{EventKind, KeyValue, ListOptions, Store, WatchEvent};
+use flotilla_store::{EventKind, KeyValue, Store, WatchEvent};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::{Value, json};
@@ -45,9 +45,6 @@ const FIELD_MANAGER: &str = "flotilla-tokens-controller";
 
 /// How long to wait before listing and watching again after a failure.
 const RESTART_PAUSE: Duration = Duration::from_secs(1);
-
-/// Keys read per page of the initial list.
-const PAGE: usize = 500;
 
 /// Keeps long-lived token Secrets filled.
 pub struct TokensController {
@@ -96,7 +93,7 @@ impl TokensController {
     async fn follow(&self) -> Result<(), Stopped> {
         let secrets = keys::resource_prefix_of("", "secrets");
         let accounts = keys::resource_prefix_of("", "serviceaccounts");
-        let (listed, revision) = self.list(&secrets).await?;
+        let (listed, revision) = self.store.list_all(&secrets).await?;
         for kv in &listed {
             self.secret_changed(&secrets, kv).await;
         }
@@ -125,29 +122,6 @@ impl TokensController {
             }
         }
         Err(Stopped::WatchEnded)
-    }
-
-    /// Every key under `prefix`, and the revision they were read at.
-    async fn list(
-        &self,
-        prefix: &[u8],
-    ) -> Result<(Vec<KeyValue>, flotilla_store::Revision), Stopped> {
-        let mut options = ListOptions {
-            limit: PAGE,
-            ..ListOptions::default()
-        };
-        let mut all = Vec::new();
-        loop {
-            let page = self.store.list(prefix, options.clone()).await?;
-            all.extend(page.kvs);
-            match page.next {
-                Some(next) => {
-                    options.revision = Some(page.revision);
-                    options.after = Some(next);
-                }
-                None => return Ok((all, page.revision)),
-            }
-        }
     }
 
     /// A Secret was written: fills it, or deletes it when its ServiceAccount is gone.
@@ -293,7 +267,7 @@ impl TokensController {
             .and_then(|sa| sa["metadata"]["uid"].as_str().map(str::to_owned))
             .unwrap_or_default();
         let secrets = keys::prefix_of("", "secrets", place.cluster, Some(namespace));
-        let Ok((listed, _)) = self.list(&secrets).await else {
+        let Ok((listed, _)) = self.store.list_all(&secrets).await else {
             return;
         };
         for kv in listed {
