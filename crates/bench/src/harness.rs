@@ -17,6 +17,11 @@ use futures_util::{StreamExt, TryStreamExt};
 use kube::Client;
 use tokio::process::{Child, Command};
 
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use tokio_rustls::TlsConnector;
+
+use crate::api::io;
 use crate::{Error, Progress, check};
 
 /// How long the hub may take to stop on SIGTERM before it is killed.
@@ -334,6 +339,9 @@ pub(crate) struct LoneHub {
     starts: usize,
 }
 
+/// How long an idle hub's resident memory must not fall to count as settled.
+const SETTLED: Duration = Duration::from_secs(15);
+
 impl LoneHub {
     /// Starts `flotilla hub` on data directory `dir` (created if missing) and a free port,
     /// and waits until it serves.
@@ -375,11 +383,27 @@ impl LoneHub {
         pid(&self.child, "hub")
     }
 
-    /// Its resident memory once idle: read half a second after it began to serve, as an
-    /// idle hub would have settled.
+    /// Its resident memory once idle and settled: sampled every half second from when it
+    /// began to serve, until it has not fallen for [`SETTLED`] (the allocator hands back
+    /// what startup freed, such as the pages of the lists that built its indexes, only
+    /// after its decay time of about ten seconds) or a minute has passed; the last sample.
     pub(crate) async fn idle_rss_mib(&self) -> Result<f64, Error> {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        crate::system::rss_mib(self.pid()?)
+        let pid = self.pid()?;
+        let started = Instant::now();
+        let mut lowest = crate::system::rss_mib(pid)?;
+        let mut fell_at = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let rss = crate::system::rss_mib(pid)?;
+            // A fall of a quarter MiB or more is the allocator still handing pages back.
+            if rss < lowest - 0.25 {
+                fell_at = Instant::now();
+            }
+            lowest = lowest.min(rss);
+            if fell_at.elapsed() >= SETTLED || started.elapsed() >= Duration::from_secs(60) {
+                return Ok(rss);
+            }
+        }
     }
 
     async fn wait_until_serving(&self) -> Result<(), Error> {
@@ -419,4 +443,19 @@ impl LoneHub {
         self.child = spawn(&self.binary, &self.args, &log)?;
         self.wait_until_serving().await
     }
+}
+
+/// A client configuration that trusts the hub's CA (its `ca.crt`).
+pub(crate) fn trusting(ca_file: &Path) -> Result<TlsConnector, Error> {
+    let ca = CertificateDer::from_pem_file(ca_file).map_err(io)?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).map_err(io)?;
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(io)?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(TlsConnector::from(std::sync::Arc::new(config)))
 }

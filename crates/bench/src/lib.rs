@@ -12,6 +12,8 @@
 //!                 ValidatingAdmissionPolicies, and a matching webhook on loopback
 //!   rbac:         a service account's requests vs the admin's on a hub holding a large
 //!                 RBAC policy; the policy's idle RSS
+//!   baseline:     this binary's hub vs another binary's (a previous commit's), both running,
+//!                 in alternating rounds: GET and create at 1, 16, 64 clients; idle RSS
 //!   propagation:  a template change through the hub to N simulated members vs the bench
 //!                 applying the same object to them itself (bare-apply baseline)
 //!   resync:       P placements × N clusters: the hub restarted, until every Work is in sync
@@ -24,6 +26,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod baseline;
 mod harness;
 pub mod memory;
 pub mod plot;
@@ -110,6 +113,26 @@ pub fn ratio(measured: f64, limit: f64) -> f64 {
         measured / limit
     } else {
         f64::NAN
+    }
+}
+
+/// The median over pairs `(baseline, measured)` taken side by side (one round each) of
+/// `measured / baseline`: a round in which the machine was busier moves both of its figures,
+/// and the median leaves out the rounds a burst hit on one side only. NaN with no pairs.
+pub fn paired_ratio(pairs: &[(f64, f64)]) -> f64 {
+    let mut ratios: Vec<f64> = pairs
+        .iter()
+        .map(|(baseline, measured)| ratio(*measured, *baseline))
+        .collect();
+    if ratios.is_empty() {
+        return f64::NAN;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let middle = ratios.len() / 2;
+    if ratios.len().is_multiple_of(2) {
+        (ratios[middle - 1] + ratios[middle]) / 2.0
+    } else {
+        ratios[middle]
     }
 }
 

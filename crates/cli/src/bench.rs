@@ -7,8 +7,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use flotilla_bench::{
-    Output, Row, admission, api, memory, propagation, rbac, resync, server_store, store, summary,
-    system, views, write,
+    Output, Row, admission, api, baseline, memory, propagation, rbac, resync, server_store, store,
+    summary, system, views, write,
 };
 use serde_json::json;
 
@@ -25,6 +25,10 @@ pub enum Scenario {
     /// A service account's requests against the admin's on a hub holding 1,000
     /// ClusterRoles and 10,000 RoleBindings; the policy's idle RSS.
     Rbac,
+    /// This binary's hub against another binary's (`--baseline`), both running, in
+    /// alternating rounds: GET and create at 1, 16 and 64 clients, idle RSS. Runs only
+    /// when `--baseline` is given.
+    Baseline,
     /// A template change reaching every member of a simulated fleet, against applying it
     /// directly; the hub's and the simulator's memory.
     Propagation,
@@ -61,19 +65,40 @@ pub struct BenchArgs {
     /// The resync scenario's clusters instead of the default (100; quick: 5).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub resync_clusters: Option<u32>,
+    /// Another `flotilla` binary (a previous commit's) whose hub the baseline scenario
+    /// measures this one against.
+    #[arg(long, value_name = "BINARY")]
+    pub baseline: Option<PathBuf>,
 }
 
 impl BenchArgs {
     /// The scenarios to run, in order, each once.
-    fn chosen(&self) -> Vec<Scenario> {
+    /// The scenarios to run, in order, each once; the baseline scenario only with a
+    /// baseline binary, which it must have when asked for.
+    fn chosen(&self) -> anyhow::Result<Vec<Scenario>> {
         let mut scenarios = if self.scenarios.is_empty() {
-            Scenario::value_variants().to_vec()
+            Scenario::value_variants()
+                .iter()
+                .copied()
+                .filter(|s| *s != Scenario::Baseline || self.baseline.is_some())
+                .collect()
         } else {
             self.scenarios.clone()
         };
+        if scenarios.contains(&Scenario::Baseline) {
+            match &self.baseline {
+                None => anyhow::bail!(
+                    "--scenario baseline needs --baseline BINARY (the flotilla binary to compare with)"
+                ),
+                Some(binary) if !binary.is_file() => {
+                    anyhow::bail!("--baseline {}: no such file", binary.display())
+                }
+                Some(_) => {}
+            }
+        }
         scenarios.sort();
         scenarios.dedup();
-        scenarios
+        Ok(scenarios)
     }
 
     fn propagation_options(&self, binary: PathBuf) -> propagation::Options {
@@ -118,7 +143,7 @@ impl BenchArgs {
         let mut files = Vec::new();
         let mut propagation_report = None;
         let mut resync_report = None;
-        for scenario in self.chosen() {
+        for scenario in self.chosen()? {
             let (date, started) = (system::now_utc(), Instant::now());
             let (output, table, summary_rows) = match scenario {
                 Scenario::Store
@@ -225,6 +250,25 @@ impl BenchArgs {
                         date,
                         options: json!({"quick": self.quick, "clients": options.clients,
                             "requests": options.requests, "rounds": options.rounds}),
+                        results: report.json(),
+                        charts: Vec::new(),
+                    };
+                    (output, report.table(), report.summary())
+                }
+                Scenario::Baseline => {
+                    let Some(theirs) = self.baseline.clone() else {
+                        anyhow::bail!("--scenario baseline needs --baseline BINARY");
+                    };
+                    let options = if self.quick {
+                        baseline::Options::quick(&self.out, binary.clone(), theirs)
+                    } else {
+                        baseline::Options::new(&self.out, binary.clone(), theirs)
+                    };
+                    let report = runtime.block_on(baseline::run(&options))?;
+                    let output = Output {
+                        scenario: "baseline",
+                        date,
+                        options: options.json(),
                         results: report.json(),
                         charts: Vec::new(),
                     };
@@ -365,14 +409,51 @@ mod tests {
             "20",
         ])
         .unwrap();
-        assert_eq!(args.chosen(), [Scenario::Propagation, Scenario::Memory]);
+        assert_eq!(
+            args.chosen().unwrap(),
+            [Scenario::Propagation, Scenario::Memory]
+        );
         let options = args.propagation_options(PathBuf::from("flotilla"));
         assert_eq!(options.clusters, [10, 100]);
         let options = args.resync_options(PathBuf::from("flotilla"));
         assert_eq!((options.placements, options.clusters), (100, 20));
-        assert_eq!(parse(&[]).unwrap().chosen().len(), 7);
+        assert_eq!(parse(&[]).unwrap().chosen().unwrap().len(), 7);
         assert!(parse(&["--scenario", "fleet"]).is_err());
         assert!(parse(&["--clusters", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_baseline_scenario_runs_only_with_a_baseline_binary() {
+        let err = parse(&["--scenario", "baseline"])
+            .unwrap()
+            .chosen()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs --baseline BINARY"), "{err}");
+        let err = parse(&[
+            "--scenario",
+            "baseline",
+            "--baseline",
+            "/nonexistent/flotilla",
+        ])
+        .unwrap()
+        .chosen()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("/nonexistent/flotilla: no such file"), "{err}");
+        let binary = std::env::current_exe().unwrap();
+        let binary = binary.to_str().unwrap();
+        let args = parse(&["--scenario", "baseline", "--baseline", binary]).unwrap();
+        assert_eq!(args.chosen().unwrap(), [Scenario::Baseline]);
+        // Every scenario: the baseline too once a binary is given.
+        assert_eq!(
+            parse(&["--baseline", binary])
+                .unwrap()
+                .chosen()
+                .unwrap()
+                .len(),
+            8
+        );
     }
 
     #[test]

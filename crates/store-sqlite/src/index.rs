@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use flotilla_store::{Bytes, Revision, prefix_end};
+use smallvec::SmallVec;
 
 /// One row of a key's history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,10 +26,15 @@ pub(crate) struct Found {
     pub version: Version,
 }
 
+/// A key's versions in ascending revision order. Most keys have one (compaction leaves a
+/// live key its latest version only), kept in place: a vector of its own would cost an
+/// allocation of four versions per key, a third of what the index holds for a key.
+type Versions = SmallVec<[Version; 1]>;
+
 #[derive(Debug, Default)]
 pub(crate) struct KeyIndex {
     /// Versions in ascending revision order; a key has at least one.
-    keys: BTreeMap<Bytes, Vec<Version>>,
+    keys: BTreeMap<Bytes, Versions>,
 }
 
 impl KeyIndex {
@@ -98,7 +104,7 @@ impl KeyIndex {
         &'a self,
         prefix: &[u8],
         after: Option<&[u8]>,
-    ) -> impl Iterator<Item = (&'a Bytes, &'a Vec<Version>)> + 'a {
+    ) -> impl Iterator<Item = (&'a Bytes, &'a Versions)> + 'a {
         let lower = match after {
             Some(after) if after >= prefix => Bound::Excluded(Bytes::copy_from_slice(after)),
             _ => Bound::Included(Bytes::copy_from_slice(prefix)),

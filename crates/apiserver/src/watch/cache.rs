@@ -22,8 +22,9 @@
 //!
 //! ```text
 //!  get(key): the store's current revision H (an atomic read, no I/O); the resource's
-//!            objects loaded? (the first read of a resource starts loading them: one list,
-//!            then every routed change is applied; until then the caller reads the store)
+//!            objects loaded? (the first read of a watched resource, or the 32nd of another,
+//!            starts loading them: one list, then every routed change is applied; until
+//!            then the caller reads the store)
 //!              feeder has processed H ─► the object (or its absence) from memory
 //!              else the store's index says the key is at the cached revision (or absent,
 //!                as cached) ─► from memory too: one revision is one write
@@ -31,8 +32,10 @@
 //!                caller reads the store
 //! ```
 //!
-//! A resource's objects are kept only once something has read one of them by key; they are
-//! its objects' stored JSON (shared with the watch events), not decoded values.
+//! A resource's objects are kept only once it is read by key often enough to be worth it
+//! (a watched one at once, another after a few dozen reads): a hub that read a RoleBinding
+//! or two at startup holds none of ten thousand. They are its objects' stored JSON
+//! (shared with the watch events), not decoded values.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -309,9 +312,14 @@ struct ResourceState {
     watched: bool,
     /// Reset: no watch may start on it any more.
     closed: bool,
+    /// Reads by key that found its objects not loaded (see [`WatchCache::read_cold`]).
+    cold_reads: u32,
     /// The resource's objects, for reads.
     objects: Objects,
 }
+
+/// Reads by key after which an unwatched resource's objects are loaded into memory.
+const LOAD_AFTER_READS: u32 = 32;
 
 /// The current objects of one resource, by store key: their stored JSON and revision.
 enum Objects {
@@ -388,7 +396,8 @@ impl WatchCache {
     /// a consistent read finds it, when the cache can tell: the key's resource is loaded and
     /// either every change up to the store's current revision has reached it, or the store's
     /// index says the key is still at the revision the cache holds. `None` when it cannot
-    /// (then read the store); the first such read of a resource starts loading its objects.
+    /// (then read the store); such reads start loading the resource's objects (see
+    /// [`WatchCache::read_cold`]).
     pub async fn get(&self, key: &[u8]) -> Option<Option<(Bytes, Revision)>> {
         self.start().await.ok()?;
         if !self.inner.following.load(Ordering::Acquire) {
@@ -406,7 +415,7 @@ impl WatchCache {
             .get(prefix)
             .cloned();
         let Some(resource) = resource else {
-            self.load(prefix);
+            self.read_cold(prefix);
             return None;
         };
         // Checked before the object is read, so that the object is at least that new.
@@ -418,18 +427,12 @@ impl WatchCache {
             .unwrap_or_else(PoisonError::into_inner)
             .objects
         {
-            Objects::Ready { by_key, .. } => Ok(by_key.get(key).cloned()),
-            Objects::Loading(_) => Err(false),
-            Objects::Absent => Err(true),
+            Objects::Ready { by_key, .. } => Some(by_key.get(key).cloned()),
+            Objects::Loading(_) | Objects::Absent => None,
         };
-        let cached = match cached {
-            Ok(cached) => cached,
-            Err(absent) => {
-                if absent {
-                    self.load(prefix);
-                }
-                return None;
-            }
+        let Some(cached) = cached else {
+            self.read_cold(prefix);
+            return None;
         };
         if caught_up {
             return Some(cached);
@@ -504,6 +507,39 @@ impl WatchCache {
             if tokio::time::timeout_at(deadline, advanced).await.is_err() {
                 return self.processed() >= revision;
             }
+        }
+    }
+
+    /// Counts a read by key that the cache could not answer because the resource's objects
+    /// are not loaded, and starts loading them once the resource is worth holding: at once
+    /// for a watched resource (something follows it, so it is read again), else after
+    /// [`LOAD_AFTER_READS`] reads. A resource read now and then (such as the few objects
+    /// the hub checks at startup) is read from the store and costs no memory.
+    fn read_cold(&self, prefix: &[u8]) {
+        let resource = {
+            let mut resources = self
+                .inner
+                .resources
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !self.inner.following.load(Ordering::Acquire) {
+                return;
+            }
+            self.resource_in(&mut resources, prefix)
+        };
+        let load = {
+            let mut state = resource
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !matches!(state.objects, Objects::Absent) {
+                return;
+            }
+            state.cold_reads = state.cold_reads.saturating_add(1);
+            state.watched || state.cold_reads >= LOAD_AFTER_READS
+        };
+        if load {
+            self.load(prefix);
         }
     }
 
@@ -619,6 +655,7 @@ impl WatchCache {
                         feeds: Feeds::default(),
                         watched: false,
                         closed: false,
+                        cold_reads: 0,
                         objects: Objects::Absent,
                     }),
                 })
@@ -1033,6 +1070,27 @@ mod tests {
         let resource = cache.resource(b"/core/configmaps/");
         let state = resource.state.lock().unwrap();
         assert!(state.history.is_empty() && state.feeds.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_resource_read_now_and_then_is_left_in_the_store() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let key: &[u8] = b"/rbac.authorization.k8s.io/rolebindings/root/a/x";
+        let created = store.create(key, value("x", 1)).await.unwrap();
+        let loaded = |cache: &WatchCache| {
+            let resource = cache.resource(b"/rbac.authorization.k8s.io/rolebindings/");
+            let state = resource.state.lock().unwrap();
+            !matches!(state.objects, Objects::Absent)
+        };
+        for _ in 1..LOAD_AFTER_READS {
+            assert!(cache.get(key).await.is_none(), "a cold read is the store's");
+        }
+        assert!(!loaded(&cache), "a few reads hold no object in memory");
+        // One more makes the resource worth holding.
+        assert!(cache.get(key).await.is_none());
+        assert!(loaded(&cache));
+        assert_eq!(cached(&cache, key).await, Some((value("x", 1), created)));
     }
 
     #[tokio::test]

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use super::rule::{Rule, Shared};
 use crate::auth::serviceaccount;
@@ -121,8 +122,10 @@ struct ClusterRole {
     aggregation: Option<Box<[LabelSelector]>>,
 }
 
-/// The names of the bindings that name each user (or each group).
-type Named = HashMap<Arc<str>, Vec<Arc<str>>>;
+/// The names of the bindings that name each user (or each group). A user is most often
+/// named by one binding: kept in place, not in a vector of its own (which would cost an
+/// allocation of four names per user).
+type Named = HashMap<Arc<str>, SmallVec<[Arc<str>; 1]>>;
 
 /// Binding names by the user or group they name.
 #[derive(Debug, Default)]
