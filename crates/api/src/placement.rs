@@ -648,6 +648,10 @@ pub struct RolloutStatus {
     /// delivers changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_revisions: Vec<FailedRevision>,
+    /// The hash of what the placement's templates, overrides and spec deliver now (an
+    /// undo names it: it counts while that content is unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_hash: Option<String>,
 }
 
 /// One stage in [`RolloutStatus::stages`].

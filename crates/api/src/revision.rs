@@ -106,3 +106,9 @@ pub const MOVED_AT_ANNOTATION: &str = "rollout.flotilla.io/moved-at";
 
 /// The label on a PlacementRevision naming its placement (its name).
 pub const PLACEMENT_LABEL: &str = "rollout.flotilla.io/placement";
+
+/// The annotation on a placement asking to roll back to an old revision (`flotilla rollout
+/// undo`): `<revision>:<hash>`, the hash being that of the revision rolled out when it was
+/// asked. While what the placement delivers still has that hash, the old revision's content
+/// is rolled out as a new revision; once it changes, the annotation no longer counts.
+pub const UNDO_ANNOTATION: &str = "rollout.flotilla.io/undo-to";

@@ -229,6 +229,26 @@ pub fn inputs(revision: &PlacementRevisionSpec) -> (Vec<Value>, Vec<OverrideRef<
     )
 }
 
+impl Snapshot {
+    /// The snapshot a revision holds (to roll it out again).
+    pub fn of(revision: &PlacementRevisionSpec) -> Snapshot {
+        Snapshot {
+            templates: revision.templates.iter().map(Manifest::value).collect(),
+            overrides: revision.overrides.clone(),
+            replicas: revision.replicas.clone(),
+            apply: revision.apply.clone(),
+            hash: revision.hash.clone(),
+        }
+    }
+}
+
+/// An undo asked for (`<revision>:<hash>`, see [`flotilla_api::revision::UNDO_ANNOTATION`]):
+/// the revision to go back to, if the live content still has the hash it was asked at.
+pub fn undo_to(annotation: Option<&str>, live_hash: &str) -> Option<i64> {
+    let (number, hash) = annotation?.split_once(':')?;
+    (hash == live_hash).then(|| number.parse().ok()).flatten()
+}
+
 /// The name of revision `number` of `placement`: `<name>-<n>` in a Placement's namespace,
 /// `clusterplacement.<name>-<n>` for a ClusterPlacement (in the system namespace).
 pub fn name(placement: &PlacementKey, number: i64) -> String {
