@@ -402,6 +402,32 @@ spec:
     );
     let status = rollout(&hub, "status", &["--timeout", "2m"]);
     assert!(status.status.success(), "{}", text(&status.stderr));
+    // An Event on the placement at each stage it reached.
+    eventually("an Event for each stage", || {
+        let events = hub.json(&[
+            "get",
+            "events",
+            "-n",
+            "shop",
+            "--field-selector",
+            "reason=StageStarted",
+        ]);
+        let notes: Vec<String> = events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        ["canary", "eu", "rest"]
+            .iter()
+            .all(|stage| {
+                notes
+                    .iter()
+                    .any(|n| n.contains(&format!("revision 2 reached stage {stage}")))
+            })
+            .then_some(())
+            .ok_or_else(|| format!("{notes:?}"))
+    });
 
     // Revision 3, a bad image: the canary fails its gate and goes back; no other cluster
     // ever runs it.

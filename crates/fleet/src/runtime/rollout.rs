@@ -211,7 +211,8 @@ pub(super) struct Step {
     pub progressing: (&'static str, &'static str, String),
     /// When to look again with nothing else changed.
     pub recheck: Option<Duration>,
-    /// The stage entered by this step, if it entered one (for an Event).
+    /// The stage the rollout reached with this step, if it is another than before (for an
+    /// Event).
     pub stage_entered: Option<String>,
     /// The revisions in use (the target, the stable one, those Works carry).
     pub in_use: BTreeSet<i64>,
@@ -420,7 +421,10 @@ pub(super) fn step<P: PlacementObject>(
         .unwrap_or_default();
     let mut progressing: (&'static str, &'static str, String);
     let mut completed = previous.completed_revision;
-    if let Some((cluster, why)) = wave.failed.first().filter(|_| !rolling_back) {
+    // A revision that completed stays completed: a cluster failing later is the business
+    // of its status, not of a rollout (there is none).
+    let settled = previous.completed_revision == Some(t) && running.values().all(|n| *n == t);
+    if let Some((cluster, why)) = wave.failed.first().filter(|_| !rolling_back && !settled) {
         let what = format!("revision {t} failed on cluster {cluster}: {why}");
         if rollback == RollbackPolicy::Automatic
             && let (Some(s), Some(plan)) = (stable, &stable_plan)
@@ -458,7 +462,7 @@ pub(super) fn step<P: PlacementObject>(
                 format!("{what}; halted"),
             );
         }
-    } else if wave.complete {
+    } else if wave.complete || settled {
         completed = Some(t);
         progressing = (
             "True",
@@ -544,7 +548,7 @@ pub(super) fn step<P: PlacementObject>(
     let stage_entered = wave
         .stage
         .clone()
-        .filter(|s| previous.stage.as_ref() != Some(s) && !wave.moves.is_empty());
+        .filter(|s| previous.stage.as_ref() != Some(s));
     let recheck = if wave.complete {
         None
     } else {
