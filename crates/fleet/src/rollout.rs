@@ -269,6 +269,9 @@ pub struct StagePlan {
     pub members: Vec<String>,
     /// Whether it is the implicit last stage (members no declared stage took).
     pub implicit: bool,
+    /// Its members that later stages' selectors match too (they stay in this one, the
+    /// first that matches), with those stages' names.
+    pub overlaps: Vec<(String, Vec<String>)>,
 }
 
 /// The planner's answer.
@@ -458,6 +461,7 @@ fn assign(stages: &[Stage], members: &[&Member]) -> Vec<StagePlan> {
             name: s.name.clone(),
             members: Vec::new(),
             implicit: false,
+            overlaps: Vec::new(),
         })
         .collect();
     let mut left = Vec::new();
@@ -467,11 +471,28 @@ fn assign(stages: &[Stage], members: &[&Member]) -> Vec<StagePlan> {
             labels: m.labels.clone(),
             ..ClusterView::default()
         };
-        match stages
+        // Only selectors count as overlapping: a stage without one takes what is left.
+        let matching: Vec<usize> = stages
             .iter()
-            .position(|s| s.clusters.as_ref().is_none_or(|t| t.matches(&view)))
-        {
-            Some(i) => plans[i].members.push(m.name.clone()),
+            .enumerate()
+            .filter(|(_, s)| s.clusters.as_ref().is_some_and(|t| t.matches(&view)))
+            .map(|(i, _)| i)
+            .collect();
+        let first = stages
+            .iter()
+            .position(|s| s.clusters.as_ref().is_none_or(|t| t.matches(&view)));
+        match first {
+            Some(i) => {
+                plans[i].members.push(m.name.clone());
+                let later: Vec<String> = matching
+                    .iter()
+                    .filter(|j| **j > i)
+                    .map(|j| stages[*j].name.clone())
+                    .collect();
+                if !later.is_empty() {
+                    plans[i].overlaps.push((m.name.clone(), later));
+                }
+            }
             None => left.push(m.name.clone()),
         }
     }
@@ -480,6 +501,7 @@ fn assign(stages: &[Stage], members: &[&Member]) -> Vec<StagePlan> {
             name: flotilla_api::IMPLICIT_STAGE.to_owned(),
             members: left,
             implicit: true,
+            overlaps: Vec::new(),
         });
     }
     plans
@@ -497,7 +519,7 @@ fn staged(planner: &mut Planner<'_>, stages: &[Stage], members: &[&Member], stat
     let mut blocked: Option<Wait> = None;
     for (i, plan) in plans.iter().enumerate() {
         // The implicit stage: one at a time is not asked for; all at once, no soak.
-        let stage = stages.get(i).cloned().unwrap_or(Stage {
+        let stage = stages.get(i).cloned().unwrap_or_else(|| Stage {
             name: plan.name.clone(),
             clusters: None,
             max_concurrency: None,

@@ -247,6 +247,31 @@ fn stages_go_in_order_with_approval_soak_and_concurrency() {
 }
 
 #[test]
+fn a_cluster_two_stages_select_goes_in_the_first_and_the_overlap_is_said() {
+    let strategy = Strategy {
+        kind: Kind::Staged(vec![
+            stage("canary", Some(("ring", "canary")), false, 0),
+            stage("eu", Some(("region", "eu")), false, 0),
+        ]),
+        progress_deadline_seconds: 120,
+        paused: false,
+    };
+    let members = vec![labelled(
+        labelled(member("both", Some(1), Some(0), Some(0)), "ring", "canary"),
+        "region",
+        "eu",
+    )];
+    let wave = run(&members, &strategy, &[]);
+    assert_eq!(wave.stages[0].members, ["both"]);
+    assert_eq!(
+        wave.stages[0].overlaps,
+        [("both".to_owned(), vec!["eu".to_owned()])]
+    );
+    assert!(wave.stages[1].members.is_empty());
+    assert_eq!(names(&wave.moves), ["both"]);
+}
+
+#[test]
 fn clusters_in_no_stage_go_in_an_implicit_last_stage() {
     let strategy = Strategy {
         kind: Kind::Staged(vec![stage("canary", Some(("ring", "canary")), false, 0)]),

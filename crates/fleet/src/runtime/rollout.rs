@@ -518,12 +518,21 @@ pub(super) fn step<P: PlacementObject>(
                 .iter()
                 .filter(|m| running.get(*m) == Some(&t))
                 .count() as i32,
-            message: s.implicit.then(|| {
-                format!(
+            message: if s.implicit {
+                Some(format!(
                     "{} clusters are in no stage: they go last ({IMPLICIT_STAGE})",
                     s.members.len()
-                )
-            }),
+                ))
+            } else if let Some((cluster, later)) = s.overlaps.first() {
+                Some(format!(
+                    "{} clusters also match a later stage's selector (such as {cluster}: {}); \
+                     each goes in the first stage that matches",
+                    s.overlaps.len(),
+                    later.join(", ")
+                ))
+            } else {
+                None
+            },
         })
         .collect();
     let updated = running.values().filter(|n| **n == t).count();
