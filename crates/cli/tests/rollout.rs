@@ -184,7 +184,7 @@ fn wait_progressing(hub: &Hub, reason: &str) -> Value {
 #[test]
 fn rolling_keeps_at_most_max_unavailable_clusters_between_revisions_across_a_hub_restart() {
     let mut hub = Hub::start_with(&["--health-period", "1s"]);
-    let sim = Sim::start(&["--clusters", "10", "--prefix", "m-", "--ready-delay", "1s"]);
+    let sim = Sim::start(&["--clusters", "11", "--prefix", "m-", "--ready-delay", "1s"]);
     let clusters: Vec<String> = (1..=10).map(|i| format!("m-{i}")).collect();
     for cluster in &clusters {
         join_labelled(&hub, &sim, cluster, "region=eu");
@@ -231,11 +231,19 @@ spec:
         "True",
         "{mid}"
     );
+    // A cluster joining mid-rollout starts at the last completed revision.
+    join_labelled(&hub, &sim, "m-11", "region=eu");
     hub.restart(true);
     wait_all(&sim, &clusters, "nginx:1.28");
+    wait_all(&sim, &["m-11".to_owned()], "nginx:1.28");
+    // Created with revision 1's objects, then moved once: its Deployment's spec changed
+    // once.
+    let joined = member_web(&sim, "m-11").unwrap();
+    assert_eq!(joined["metadata"]["generation"], 2, "{joined}");
     let done = wait_progressing(&hub, "RolloutComplete");
     assert_eq!(done["status"]["rollout"]["revision"], 2, "{done}");
     assert_eq!(done["status"]["rollout"]["completedRevision"], 2, "{done}");
+    assert_eq!(done["status"]["rollout"]["updated"], 11, "{done}");
     for cluster in done["status"]["clusters"].as_array().unwrap() {
         assert_eq!(cluster["revision"], 2, "{cluster}");
     }
