@@ -664,3 +664,102 @@ pub(super) fn with_rollout(
     });
     status
 }
+
+#[cfg(test)]
+mod tests {
+    use flotilla_api::{ManifestStatus, WorkStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use serde_json::json;
+
+    use super::*;
+
+    fn available(status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: condition::AVAILABLE.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "1/2 manifests available".into(),
+            last_transition_time: Time(Timestamp::from_second(100).unwrap()),
+            observed_generation: None,
+        }
+    }
+
+    fn work(generation: i64, observed: i64, condition: Condition) -> Arc<Work> {
+        let mut work = Work::new("shop.web", WorkSpec::default());
+        work.metadata.generation = Some(generation);
+        work.metadata.annotations = Some(BTreeMap::from([
+            (REVISION_ANNOTATION.to_owned(), "3".to_owned()),
+            (
+                MOVED_AT_ANNOTATION.to_owned(),
+                "1970-01-01T00:01:00Z".to_owned(),
+            ),
+        ]));
+        work.status = Some(WorkStatus {
+            observed_generation: Some(observed),
+            conditions: vec![condition],
+            manifests: vec![ManifestStatus {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+                status_feedback: Some(
+                    (&json!({"conditions": [{"type": "Available", "status": "False",
+                        "reason": "ImagePullBackOff", "message": "image \"bad:1\" cannot be pulled"}]}))
+                        .into(),
+                ),
+                ..ManifestStatus::default()
+            }],
+        });
+        Arc::new(work)
+    }
+
+    #[test]
+    fn a_work_says_its_revision_and_whether_and_since_when_it_is_available() {
+        let up = work(2, 2, available("True", "Available"));
+        assert_eq!(
+            carried(&up),
+            (Some(3), Some(Timestamp::from_second(60).unwrap()))
+        );
+        assert_eq!(
+            availability(Some(&up), true, false),
+            (Some(Timestamp::from_second(100).unwrap()), None)
+        );
+        // A status about an older spec, a cluster not Ready: not available.
+        let stale = work(3, 2, available("True", "Available"));
+        assert_eq!(availability(Some(&stale), true, false).0, None);
+        assert_eq!(availability(Some(&up), true, true).0, None);
+        // Not available: what the member itself says, the kind and name first.
+        let down = work(2, 2, available("False", "NotAvailable"));
+        let (since, why) = availability(Some(&down), true, false);
+        assert_eq!(since, None);
+        assert_eq!(
+            why.as_deref(),
+            Some("Deployment web: ImagePullBackOff: image \"bad:1\" cannot be pulled")
+        );
+    }
+
+    #[test]
+    fn approvals_are_read_from_the_annotations_by_stage() {
+        let annotations = BTreeMap::from([
+            (
+                format!("{}eu", flotilla_api::APPROVAL_ANNOTATION_PREFIX),
+                r#"{"stage":"ignored","revision":4,"by":"alice"}"#.to_owned(),
+            ),
+            (
+                format!("{}rest", flotilla_api::APPROVAL_ANNOTATION_PREFIX),
+                "not json".to_owned(),
+            ),
+            ("other".to_owned(), "{}".to_owned()),
+        ]);
+        let found = approvals(&annotations);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (
+                found[0].stage.as_str(),
+                found[0].revision,
+                found[0].by.as_str()
+            ),
+            ("eu", 4, "alice")
+        );
+    }
+}
