@@ -181,6 +181,13 @@ pub fn fleet_controller_role(groups: &[String]) -> ClusterRole {
             &["works"],
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
+        // PlacementRevisions: cached; created for each change of what a placement
+        // delivers, the oldest beyond its history limit deleted.
+        rule(
+            GROUP,
+            &["placementrevisions"],
+            &["get", "list", "watch", "create", "delete"],
+        ),
         // ClusterProfiles (KEP-4322): read and applied per cluster, listed across
         // namespaces when a cluster changed sets, deleted from the old set's namespace
         // and at unjoin.
@@ -314,6 +321,7 @@ fn aggregate_to_view() -> ClusterRole {
                 &[
                     "placements",
                     "placements/status",
+                    "placementrevisions",
                     "overrides",
                     "clustersetbindings",
                     "clustersetbindings/status",

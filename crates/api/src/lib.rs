@@ -32,6 +32,7 @@ pub mod multicluster;
 pub mod overrides;
 pub mod placement;
 pub mod quantity;
+pub mod revision;
 mod schema;
 pub mod work;
 
@@ -50,6 +51,11 @@ pub use overrides::{
     OverrideRule, OverrideSpec,
 };
 pub use placement::{
+    APPROVAL_ANNOTATION_PREFIX, Approval, DEFAULT_PROGRESS_DEADLINE_SECONDS,
+    DEFAULT_REVISION_HISTORY_LIMIT, FailedRevision, IMPLICIT_STAGE, RollbackPolicy, RolloutStage,
+    RolloutStatus, StageApproval, StageStatus,
+};
+pub use placement::{
     ApplyPolicy, Bounds, ClusterAffinity, ClusterPlacement, ClusterPlacementSpec,
     ClusterPlacementStatus, ClusterTerm, ConflictPolicy, DeletionPolicy, Drift, DriftBound,
     DriftPolicy, Dynamic, ExcludedCluster, MAX_LISTED_CLUSTERS, PlacedCluster, Placement,
@@ -57,6 +63,7 @@ pub use placement::{
     ReplicaPolicy, ResourceSelector, RolloutStrategy, SpreadConstraint, StrategyType, Toleration,
     TolerationOperator, WeightTerm,
 };
+pub use revision::{PlacementRevision, PlacementRevisionSpec, RevisionOverride};
 pub use work::{Json, Manifest, ManifestStatus, PlacementReference, Work, WorkSpec, WorkStatus};
 
 /// The API group of Flotilla's own kinds.
@@ -90,6 +97,10 @@ pub mod condition {
     /// Every resource selector of the placement matches a template the hub serves
     /// (Placement, ClusterPlacement); `False` names those that match nothing.
     pub const TEMPLATES_FOUND: &str = "TemplatesFound";
+    /// A rollout moves clusters to the placement's latest revision, or has completed it
+    /// (Placement, ClusterPlacement); `False` when it halted, is paused or waits for an
+    /// approval.
+    pub const PROGRESSING: &str = "Progressing";
     /// The ClusterSet a binding names exists, so the binding binds its clusters
     /// (ClusterSetBinding).
     pub const BOUND: &str = "Bound";
@@ -139,6 +150,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         Work::crd(),
         ClusterProfile::crd(),
         PlacementDecision::crd(),
+        PlacementRevision::crd(),
     ]
 }
 

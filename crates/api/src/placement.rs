@@ -10,6 +10,7 @@
 //! domain model by `flotilla_fleet::model` (selectors parsed, counts unsigned).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,9 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("!self.spec.resourceSelectors.exists(s, has(s.__namespace__))")
         .message("spec.resourceSelectors[].namespace is only allowed in a ClusterPlacement: a Placement selects resources of its own namespace")
         .field_path(".spec.resourceSelectors"),
+    validation = Rule::new("!has(self.spec.revisionHistoryLimit) || self.spec.revisionHistoryLimit >= 0")
+        .message("spec.revisionHistoryLimit must not be negative")
+        .field_path(".spec.revisionHistoryLimit"),
     printcolumn(
         name = "Scheduled",
         type_ = "string",
@@ -54,6 +58,24 @@ use serde::{Deserialize, Serialize};
         type_ = "string",
         json_path = r#".status.conditions[?(@.type=="Available")].status"#,
         description = "Whether the resources are available on every chosen cluster"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.rollout.revision",
+        description = "The revision being rolled out (or rolled out last)"
+    ),
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        json_path = ".status.rollout.updated",
+        description = "How many chosen clusters run that revision"
+    ),
+    printcolumn(
+        name = "Progressing",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Progressing")].status"#,
+        description = "Whether a rollout is moving clusters (False: halted or waiting for an approval)"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -73,6 +95,10 @@ pub struct PlacementSpec {
     /// How the copies on the members are applied and kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply: Option<ApplyPolicy>,
+    /// How many old revisions are kept (besides the ones rolled out or running). Default
+    /// 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_history_limit: Option<i32>,
 }
 
 /// The spec of a [`ClusterPlacement`]: a [`PlacementSpec`] whose resource selectors may
@@ -90,6 +116,9 @@ pub struct PlacementSpec {
     derive = "Default",
     derive = "PartialEq",
     doc = "Places resources of any namespace, and cluster-scoped resources, on member clusters.",
+    validation = Rule::new("!has(self.spec.revisionHistoryLimit) || self.spec.revisionHistoryLimit >= 0")
+        .message("spec.revisionHistoryLimit must not be negative")
+        .field_path(".spec.revisionHistoryLimit"),
     printcolumn(
         name = "Scheduled",
         type_ = "string",
@@ -108,6 +137,24 @@ pub struct PlacementSpec {
         type_ = "string",
         json_path = r#".status.conditions[?(@.type=="Available")].status"#,
         description = "Whether the resources are available on every chosen cluster"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "integer",
+        json_path = ".status.rollout.revision",
+        description = "The revision being rolled out (or rolled out last)"
+    ),
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        json_path = ".status.rollout.updated",
+        description = "How many chosen clusters run that revision"
+    ),
+    printcolumn(
+        name = "Progressing",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Progressing")].status"#,
+        description = "Whether a rollout is moving clusters (False: halted or waiting for an approval)"
     ),
     printcolumn(
         name = "Age",
@@ -361,18 +408,68 @@ pub struct ClusterTerm {
     pub label_selector: Option<LabelSelector>,
 }
 
-/// How a change reaches the chosen clusters.
+/// How a change reaches the chosen clusters: each change of what the placement delivers is
+/// a new [`PlacementRevision`](crate::PlacementRevision), rolled out to the clusters as
+/// `type` says, each cluster running either the old or the new revision of all its
+/// manifests.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.type == 'Staged' || !has(self.stages) || size(self.stages) == 0")
+        .message("strategy.stages is only allowed with type Staged"),
+    validation = Rule::new("self.type != 'Staged' || (has(self.stages) && size(self.stages) > 0)")
+        .message("strategy.type Staged needs at least one stage"),
+    validation = Rule::new("!has(self.stages) || self.stages.all(a, self.stages.exists_one(b, b.name == a.name))")
+        .message("strategy.stages[].name must be unique"),
+    validation = Rule::new("!has(self.maxUnavailable) || !has(self.maxSurge) || !(string(self.maxUnavailable) in ['0', '0%']) || !(string(self.maxSurge) in ['0', '0%'])")
+        .message("strategy.maxUnavailable and strategy.maxSurge cannot both be 0: no cluster could move"),
+)]
 pub struct RolloutStrategy {
-    /// `All` at once, or `Rolling` a few clusters at a time.
+    /// `All` at once (the default), `Rolling` a few clusters at a time, or `Staged`.
     #[serde(default, rename = "type")]
     pub type_: StrategyType,
-    /// With `Rolling`: how many clusters may be unavailable at once (default 1).
+    /// With `Rolling`: how many clusters may be between revisions (moved and not yet
+    /// available for `minReadySeconds`) at once: a count or a percentage of the chosen
+    /// clusters, rounded down (at least 1 unless `maxSurge` allows more). Default 25%.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 1").message("strategy.maxUnavailable must be at least 1"))]
-    pub max_unavailable: Option<i32>,
+    #[x_kube(validation = Rule::new("string(self).matches('^[0-9]+%?$')")
+        .message("strategy.maxUnavailable must be a count of at least 0 or a percentage"))]
+    pub max_unavailable: Option<IntOrString>,
+    /// With `Rolling`: how many clusters may move beyond `maxUnavailable`: a count or a
+    /// percentage of the chosen clusters, rounded up. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("string(self).matches('^[0-9]+%?$')")
+        .message("strategy.maxSurge must be a count of at least 0 or a percentage"))]
+    pub max_surge: Option<IntOrString>,
+    /// With `Rolling`: how long a moved cluster must stay available before it counts as
+    /// done and frees its place. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("strategy.minReadySeconds must not be negative"))]
+    pub min_ready_seconds: Option<i32>,
+    /// How long a moved cluster may take to become available before its gate fails and
+    /// the rollout halts. Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("strategy.progressDeadlineSeconds must be at least 1"))]
+    pub progress_deadline_seconds: Option<i32>,
+    /// What a failed gate does: `Manual` (the default) halts; `Automatic` also brings
+    /// every moved cluster back to the last revision that completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackPolicy>,
+    /// With `Staged`: the stages, in order. A stage without `clusters` takes every cluster
+    /// no earlier stage took; clusters that no stage takes go in a final implicit stage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<RolloutStage>,
+    /// Set: no cluster moves (`flotilla rollout pause`) until it is cleared
+    /// (`flotilla rollout resume`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
+
+/// The default of [`RolloutStrategy::progress_deadline_seconds`].
+pub const DEFAULT_PROGRESS_DEADLINE_SECONDS: i32 = 600;
+
+/// The default of [`PlacementSpec::revision_history_limit`].
+pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 
 /// The kinds of [`RolloutStrategy`].
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
@@ -382,6 +479,57 @@ pub enum StrategyType {
     All,
     /// A few clusters at a time, the next ones once these are available.
     Rolling,
+    /// Stage after stage, each gated on the health of the one before (and its approval).
+    Staged,
+}
+
+/// [`RolloutStrategy::rollback`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum RollbackPolicy {
+    /// Halt, leaving every cluster where it is.
+    #[default]
+    Manual,
+    /// Halt, and bring every cluster moved back to the last completed revision; the failed
+    /// revision is not rolled out again until what the placement delivers changes.
+    Automatic,
+}
+
+/// One stage of a `Staged` rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStage {
+    /// The stage's name (what `flotilla rollout approve --stage` names).
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')")
+        .message("strategy.stages[].name must be a DNS label"))]
+    pub name: String,
+    /// The clusters of this stage (those no earlier stage took). Not set: every cluster no
+    /// earlier stage took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<ClusterTerm>,
+    /// How many of the stage's clusters move at once: a count or a percentage of the
+    /// stage's clusters (rounded down, at least 1). Default: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("string(self).matches('^[0-9]+%?$') && !(string(self) in ['0', '0%'])")
+        .message("strategy.stages[].maxConcurrency must be a count of at least 1 or a percentage"))]
+    pub max_concurrency: Option<IntOrString>,
+    /// How long every cluster of the stage must have been available before the next stage
+    /// starts. Default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("strategy.stages[].soakSeconds must not be negative"))]
+    pub soak_seconds: Option<i32>,
+    /// `Required`: the stage starts only once approved for the revision being rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+}
+
+/// [`RolloutStage::approval`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Approval {
+    /// The stage starts without an approval.
+    #[default]
+    NotRequired,
+    /// The stage waits for `flotilla rollout approve`.
+    Required,
 }
 
 /// How the copies on the members are applied and kept.
@@ -454,7 +602,111 @@ pub struct PlacementStatus {
     /// How many clusters not chosen `excluded` leaves out (unset: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unlisted_excluded: Option<i32>,
+    /// Where the rollout of the placement's latest revision stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
 }
+
+/// Where a placement's rollout stands ([`PlacementStatus::rollout`]). All the rollout's
+/// state is here and in the Works (each names the revision it carries), none only in a
+/// controller's memory: a restarted hub resumes where it was.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The revision being rolled out, or rolled out last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// The last revision every chosen cluster ran and was available with: where new
+    /// clusters start and where an automatic rollback goes back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_revision: Option<i64>,
+    /// The stage being rolled out (`Staged`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Chosen clusters that run `revision`.
+    #[serde(default)]
+    pub updated: i32,
+    /// Of those, the ones available (for `minReadySeconds`).
+    #[serde(default)]
+    pub available: i32,
+    /// Chosen clusters whose gate failed.
+    #[serde(default)]
+    pub failed: i32,
+    /// Chosen clusters not yet moved to `revision`.
+    #[serde(default)]
+    pub waiting: i32,
+    /// Why the rollout waits or halted, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The stages in order, the implicit last one included, with their clusters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStatus>,
+    /// The approvals given (`flotilla rollout approve`), each for one stage and revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<StageApproval>,
+    /// Revisions whose rollout failed: not rolled out again until what the placement
+    /// delivers changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_revisions: Vec<FailedRevision>,
+    /// The hash of what the placement's templates, overrides and spec deliver now (an
+    /// undo names it: it counts while that content is unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_hash: Option<String>,
+}
+
+/// One stage in [`RolloutStatus::stages`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageStatus {
+    /// The stage's name (the implicit last stage: [`IMPLICIT_STAGE`]).
+    pub name: String,
+    /// Its chosen clusters.
+    #[serde(default)]
+    pub clusters: i32,
+    /// Of those, the ones that run the revision rolled out.
+    #[serde(default)]
+    pub updated: i32,
+    /// Set for the implicit stage: why it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The name of the stage holding the clusters no declared stage takes.
+pub const IMPLICIT_STAGE: &str = "(unstaged)";
+
+/// An approval of one stage for one revision ([`RolloutStatus::approvals`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageApproval {
+    /// The stage approved.
+    pub stage: String,
+    /// The revision it is approved for.
+    pub revision: i64,
+    /// Who approved.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+    /// When.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
+}
+
+/// A revision whose rollout failed ([`RolloutStatus::failed_revisions`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedRevision {
+    /// The revision.
+    pub revision: i64,
+    /// Its content hash.
+    pub hash: String,
+    /// The cluster whose gate failed first.
+    pub cluster: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The annotation prefix of a placement's approvals: `approve.rollout.flotilla.io/<stage>`,
+/// its value the JSON of a [`StageApproval`] (`flotilla rollout approve` writes it).
+pub const APPROVAL_ANNOTATION_PREFIX: &str = "approve.rollout.flotilla.io/";
 
 /// The most clusters [`PlacementStatus::clusters`] and [`PlacementStatus::excluded`] each
 /// list, so that a placement's status stays far below the API's object size limit (3 MiB;
@@ -482,6 +734,9 @@ pub struct PlacedCluster {
     /// more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unlisted_drift: Option<i32>,
+    /// The revision of the placement this cluster runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
     /// Set while the cluster is not `Ready`: since when. Its conditions are then `Unknown`
     /// and say what it last reported before that time, which counts for nothing in the
     /// placement's conditions nor in its templates' status.

@@ -175,6 +175,13 @@ fn groups_scopes_and_names() {
             "Namespaced",
             &[],
         ),
+        (
+            "placementrevisions",
+            "flotilla.io",
+            "PlacementRevision",
+            "Namespaced",
+            &["plrev"],
+        ),
     ];
     let all = crds();
     assert_eq!(all.len(), expected.len());
@@ -275,6 +282,9 @@ fn printer_columns() {
                 s("Scheduled", &ready("Scheduled")),
                 s("Applied", &ready("Applied")),
                 s("Available", &ready("Available")),
+                s("Revision", ".status.rollout.revision"),
+                s("Updated", ".status.rollout.updated"),
+                s("Progressing", &ready("Progressing")),
                 age.clone()
             ]
         );
@@ -369,7 +379,10 @@ fn the_invariants_are_cel_rules() {
             "must not be negative",
         );
         has(name, ".spec.clusters.count", "at least 1");
-        has(name, ".spec.strategy.maxUnavailable", "at least 1");
+        has(name, ".spec.strategy.maxUnavailable", "count of at least 0");
+        has(name, ".spec.strategy", "cannot both be 0");
+        has(name, ".spec.strategy", "only allowed with type Staged");
+        has(name, ".spec.strategy.stages[].name", "DNS label");
         has(name, ".spec.replicas", "exclusive");
         has(name, ".spec.resourceSelectors[]", "exclusive");
     }
@@ -411,7 +424,16 @@ fn the_invariants_are_cel_rules() {
     assert_eq!(replicas["mode"]["enum"], json!(["Duplicated", "Divided"]));
     assert_eq!(replicas["mode"]["default"], "Duplicated");
     let strategy = &placement["properties"]["spec"]["properties"]["strategy"]["properties"];
-    assert_eq!(strategy["type"]["enum"], json!(["All", "Rolling"]));
+    assert_eq!(
+        strategy["type"]["enum"],
+        json!(["All", "Rolling", "Staged"])
+    );
+    assert_eq!(strategy["rollback"]["enum"], json!(["Manual", "Automatic"]));
+    has(
+        "placementrevisions.flotilla.io",
+        "",
+        "a PlacementRevision is immutable",
+    );
     let overrides = schema_of("overrides.flotilla.io");
     let op = &overrides["properties"]["spec"]["properties"]["rules"]["items"]["properties"]["jsonPatch"]
         ["items"]["properties"]["op"];
@@ -528,10 +550,67 @@ fn broken_placements_name_the_rule_and_field() {
         "at least 1",
     );
     check(
-        &|s| s["strategy"]["maxUnavailable"] = json!(0),
+        &|s| s["strategy"]["maxUnavailable"] = json!(-1),
         "spec.strategy.maxUnavailable",
+        "count of at least 0 or a percentage",
+    );
+    check(
+        &|s| s["strategy"]["maxUnavailable"] = json!("x%"),
+        "spec.strategy.maxUnavailable",
+        "count of at least 0 or a percentage",
+    );
+    check(
+        &|s| s["strategy"] = json!({"type": "Rolling", "maxUnavailable": 0, "maxSurge": "0%"}),
+        "spec.strategy",
+        "cannot both be 0",
+    );
+    check(
+        &|s| s["strategy"] = json!({"type": "Rolling", "stages": [{"name": "a"}]}),
+        "spec.strategy",
+        "only allowed with type Staged",
+    );
+    check(
+        &|s| s["strategy"] = json!({"type": "Staged"}),
+        "spec.strategy",
+        "needs at least one stage",
+    );
+    check(
+        &|s| s["strategy"] = json!({"type": "Staged", "stages": [{"name": "a"}, {"name": "a"}]}),
+        "spec.strategy",
+        "must be unique",
+    );
+    check(
+        &|s| {
+            s["strategy"] =
+                json!({"type": "Staged", "stages": [{"name": "a", "maxConcurrency": 0}]})
+        },
+        "spec.strategy.stages[0].maxConcurrency",
         "at least 1",
     );
+    check(
+        &|s| s["revisionHistoryLimit"] = json!(-1),
+        ".spec.revisionHistoryLimit",
+        "must not be negative",
+    );
+    // The shapes are valid.
+    for strategy in [
+        json!({"type": "Rolling", "maxUnavailable": 2, "maxSurge": 0, "minReadySeconds": 5}),
+        json!({"type": "Rolling", "maxUnavailable": "25%"}),
+        json!({"type": "Staged", "progressDeadlineSeconds": 120, "rollback": "Automatic",
+            "stages": [
+                {"name": "canary", "clusters": {"labelSelector": {"matchLabels": {"ring": "canary"}}}},
+                {"name": "eu", "clusters": {"labelSelector": {"matchLabels": {"region": "eu"}}},
+                 "maxConcurrency": 2, "soakSeconds": 30, "approval": "Required"},
+                {"name": "rest"}]}),
+    ] {
+        let mut spec = web_spec();
+        spec["strategy"] = strategy.clone();
+        assert_eq!(
+            broken("placements.flotilla.io", &placement(spec), None),
+            [],
+            "{strategy}"
+        );
+    }
     check(
         &|s| s["replicas"]["dynamic"] = json!("AvailableCapacity"),
         "spec.replicas",

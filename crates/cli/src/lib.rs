@@ -11,6 +11,7 @@ mod demo;
 mod hub;
 mod join;
 mod limits;
+mod rollout;
 mod serve;
 mod sim;
 
@@ -43,6 +44,9 @@ pub enum Command {
     Unjoin(join::UnjoinArgs),
     /// A hub and three simulated clusters with an example placement, for a first look.
     Demo(demo::DemoArgs),
+    /// Follow, approve, pause, resume or undo a placement's rollout (`status`, `history`,
+    /// `approve`, `pause`, `resume`, `undo`), as kubectl rollout does for Deployments.
+    Rollout(rollout::RolloutArgs),
 }
 
 impl Args {
@@ -68,6 +72,7 @@ impl Args {
             Command::Join(args) => args.run(),
             Command::Unjoin(args) => args.run(),
             Command::Demo(args) => args.run(),
+            Command::Rollout(args) => args.run(),
         }
     }
 }

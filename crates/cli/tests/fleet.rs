@@ -247,7 +247,19 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     });
     let table = hub.ok(&["get", "placements", "-n", "shop"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "SCHEDULED", "AVAILABLE", "AGE"], "{table}");
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "SCHEDULED",
+            "AVAILABLE",
+            "REVISION",
+            "UPDATED",
+            "PROGRESSING",
+            "AGE"
+        ],
+        "{table}"
+    );
     let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[..3], ["web", "True", "True"], "{table}");
     let listed: Vec<(&str, i64)> = status["clusters"]

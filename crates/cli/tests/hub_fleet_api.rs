@@ -6,7 +6,7 @@ mod support;
 
 use support::Hub;
 
-const FLOTILLA: [&str; 8] = [
+const FLOTILLA: [&str; 9] = [
     "clusters.flotilla.io",
     "clustersets.flotilla.io",
     "clustersetbindings.flotilla.io",
@@ -15,6 +15,7 @@ const FLOTILLA: [&str; 8] = [
     "overrides.flotilla.io",
     "clusteroverrides.flotilla.io",
     "works.flotilla.io",
+    "placementrevisions.flotilla.io",
 ];
 
 const MULTICLUSTER: [&str; 2] = [
@@ -114,13 +115,34 @@ fn the_fleet_kinds_are_served_and_their_rules_enforced() {
     );
     let table = hub.ok(&["get", "placements", "-n", "default"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "SCHEDULED", "AVAILABLE", "AGE"], "{table}");
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "SCHEDULED",
+            "AVAILABLE",
+            "REVISION",
+            "UPDATED",
+            "PROGRESSING",
+            "AGE"
+        ],
+        "{table}"
+    );
     assert!(table.lines().nth(1).unwrap().starts_with("web "), "{table}");
     let wide = hub.ok(&["get", "pl", "-n", "default", "-o", "wide"]);
     let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "SCHEDULED", "APPLIED", "AVAILABLE", "AGE"],
+        [
+            "NAME",
+            "SCHEDULED",
+            "APPLIED",
+            "AVAILABLE",
+            "REVISION",
+            "UPDATED",
+            "PROGRESSING",
+            "AGE"
+        ],
         "{wide}"
     );
     // Defaults filled in by the schema.
@@ -161,6 +183,26 @@ fn the_fleet_kinds_are_served_and_their_rules_enforced() {
             && err.contains("replicas.weights[].weight must not be negative"),
         "{err}"
     );
+    // A rolling strategy that could never move a cluster, and stages of another type.
+    let err = rejected(
+        &hub,
+        &placement("frozen", GOOD_REPLICAS).replace(
+            "{type: Rolling, maxUnavailable: 1}",
+            "{type: Rolling, maxUnavailable: 0, maxSurge: '0%'}",
+        ),
+    );
+    assert!(
+        err.contains("spec.strategy") && err.contains("cannot both be 0"),
+        "{err}"
+    );
+    let err = rejected(
+        &hub,
+        &placement("staged", GOOD_REPLICAS).replace(
+            "{type: Rolling, maxUnavailable: 1}",
+            "{type: Staged, stages: [{name: a}, {name: a}]}",
+        ),
+    );
+    assert!(err.contains("stages[].name must be unique"), "{err}");
     let err = rejected(&hub, &placement("mode", "    mode: Halved"));
     assert!(err.contains("spec.replicas.mode"), "{err}");
     assert!(

@@ -27,6 +27,8 @@ mod cluster;
 pub mod model;
 pub mod plan;
 pub mod render;
+pub mod revision;
+pub mod rollout;
 pub mod runtime;
 pub mod scheduler;
 mod selector;

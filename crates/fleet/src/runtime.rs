@@ -27,6 +27,7 @@ mod members;
 mod metrics;
 mod placement;
 mod push;
+mod rollout;
 mod templates;
 
 pub use events::Limiter;
@@ -40,7 +41,7 @@ use std::time::Duration;
 
 use flotilla_api::{
     Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, Override, Placement,
-    Work,
+    PlacementRevision, Work,
 };
 use futures_util::{Stream, StreamExt};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -477,6 +478,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let (bindings, bindings_writer, bindings_api, changed_bindings) =
         reflect_shared::<ClusterSetBinding>(&client);
     let (cluster_sets, cluster_sets_writer, cluster_sets_api) = reflect::<ClusterSet>(&client);
+    let (revisions, revisions_writer, revisions_api) = reflect::<PlacementRevision>(&client);
     let hub_name = config.hub.clone();
     let fleet = Arc::new(Fleet {
         client: client.clone(),
@@ -496,6 +498,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             cluster_placements,
             bindings,
             cluster_sets,
+            revisions,
         },
         pokes: Pokes {
             placement: poke_placement,
@@ -591,6 +594,12 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     });
     spawn_reflector("placements", placements_api, placements_writer, |_| {});
     spawn_reflector(
+        "placementrevisions",
+        revisions_api,
+        revisions_writer,
+        |_| {},
+    );
+    spawn_reflector(
         "clusterplacements",
         cluster_placements_api,
         cluster_placements_writer,
@@ -625,6 +634,10 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         (
             "clustersets",
             fleet.caches.cluster_sets.wait_until_ready().await.is_ok(),
+        ),
+        (
+            "placementrevisions",
+            fleet.caches.revisions.wait_until_ready().await.is_ok(),
         ),
     ] {
         if !ready {

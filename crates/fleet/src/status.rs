@@ -190,6 +190,7 @@ pub fn placement_status(
             conditions,
             drift,
             unlisted_drift,
+            revision: None,
             not_ready_since: stale_since.cloned(),
         });
     }
@@ -311,6 +312,7 @@ pub fn placement_status(
         unlisted_clusters,
         excluded,
         unlisted_excluded,
+        rollout: None,
     }
 }
 

@@ -34,6 +34,8 @@ const CALLS: &[Call] = &[
     ("flotilla.io", "clustersetbindings", "watch", ""),
     ("flotilla.io", "works", "list", ""),
     ("flotilla.io", "works", "watch", ""),
+    ("flotilla.io", "placementrevisions", "list", ""),
+    ("flotilla.io", "placementrevisions", "watch", ""),
     // Member credentials (members.rs, runtime.rs watch_credentials, health.rs unjoin).
     ("", "secrets", "get", "flotilla-system"),
     ("", "secrets", "list", "flotilla-system"),
@@ -45,6 +47,9 @@ const CALLS: &[Call] = &[
     ("flotilla.io", "clusterplacements", "patch", ""),
     ("flotilla.io", "clusterplacements/status", "patch", ""),
     ("flotilla.io", "works", "patch", "flotilla-cluster-a"),
+    // Revisions (rollout.rs): one created per change, the oldest deleted.
+    ("flotilla.io", "placementrevisions", "create", "shop"),
+    ("flotilla.io", "placementrevisions", "delete", "shop"),
     ("flotilla.io", "works", "create", "flotilla-cluster-a"),
     ("flotilla.io", "works", "delete", "flotilla-cluster-a"),
     ("multicluster.x-k8s.io", "placementdecisions", "get", "shop"),

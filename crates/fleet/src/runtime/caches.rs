@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use flotilla_api::{
     Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, Override, Placement,
-    Work,
+    PlacementRevision, Work,
 };
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -27,6 +27,8 @@ pub(super) struct Caches {
     pub bindings: Store<ClusterSetBinding>,
     /// The ClusterSets that exist (a binding to a missing one binds nothing).
     pub cluster_sets: Store<ClusterSet>,
+    /// Every placement's revisions.
+    pub revisions: Store<PlacementRevision>,
 }
 
 /// Every Work, and which are whose: by placement and by cluster namespace, so that a

@@ -510,6 +510,28 @@ pub(super) fn scheduled(
     recorder.emit(placement, None, Type::Normal, reason, "Scheduling", &note);
 }
 
+/// A rollout started moving the clusters of stage `stage`.
+pub(super) fn stage_started(
+    recorder: &Recorder,
+    placement: &ObjectReference,
+    stage: &str,
+    rollout: &flotilla_api::RolloutStatus,
+) {
+    let note = format!(
+        "revision {} reached stage {stage} ({} clusters updated)",
+        rollout.revision.unwrap_or_default(),
+        rollout.updated
+    );
+    recorder.emit(
+        placement,
+        None,
+        Type::Normal,
+        "StageStarted",
+        "Rollout",
+        &note,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::{Error, FIELD_MANAGER, Fleet, patch_only, status_patch, templates};
-use crate::plan::{self, Inputs, OverrideRef, PlacementKey, work_namespace};
+use super::{Error, FIELD_MANAGER, Fleet, patch_only, rollout, status_patch, templates};
+use crate::plan::{self, OverrideRef, PlacementKey, work_namespace};
 use crate::status::{self, WorkView};
 
 /// The finalizer that removes a placement's Works before it goes.
@@ -254,8 +254,8 @@ async fn reconcile<P: PlacementObject>(p: Arc<P>, fleet: Arc<Fleet>) -> Result<A
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-/// What a placement's plan is made from, hashed: the placement (its identity and spec's
-/// generation), its templates as placements see them (not their status nor their version),
+/// What a placement's plan is made from, hashed: the placement (its identity, spec's
+/// generation and an undo asked for), its templates as placements see them (not their status nor their version),
 /// its current Works (identity and generation: their spec, not their status) and the
 /// epoch of the clusters and overrides.
 fn plan_fingerprint<P: PlacementObject>(
@@ -266,7 +266,12 @@ fn plan_fingerprint<P: PlacementObject>(
 ) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (&p.meta().uid, p.meta().generation, epoch).hash(&mut hasher);
+    let undo = p
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(flotilla_api::revision::UNDO_ANNOTATION));
+    (&p.meta().uid, p.meta().generation, epoch, undo).hash(&mut hasher);
     for template in templates {
         hash_template(template, &mut hasher);
     }
@@ -370,41 +375,80 @@ async fn place<P: PlacementObject>(
         .iter()
         .map(|(cluster, w)| (cluster.clone(), &w.spec))
         .collect();
+    let mut snapshot = crate::revision::snapshot(&templates, &refs, spec);
+    let live_hash = snapshot.hash.clone();
+    // `flotilla rollout undo`: an old revision's content, while the live one is unchanged.
+    let undo = crate::revision::undo_to(
+        p.meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(flotilla_api::revision::UNDO_ANNOTATION))
+            .map(String::as_str),
+        &snapshot.hash,
+    );
+    if let Some(old) = undo.and_then(|n| {
+        rollout::revisions_of(fleet, key)
+            .into_iter()
+            .find(|r| r.spec.revision == n)
+    }) {
+        snapshot = crate::revision::Snapshot::of(&old.spec);
+    }
     let fingerprint = plan_fingerprint(p, &templates, &works, epoch);
     let kept = fleet.placement.kept_plan(key, fingerprint);
-    // The plan, and the clusters whose current Work is the one it wants.
-    let (plan, as_planned) = match kept {
-        // Every Work it wants is written as planned, and nothing changed since.
-        Some(kept) => (kept.plan, kept.clusters),
+    let all_names: Vec<String> = clusters
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let not_ready = not_ready(fleet, &all_names);
+    // The rollout step, and the clusters whose current Work is the one it wants.
+    let (step, as_planned) = match kept {
+        // Every Work it wants is written as planned, the rollout complete, and nothing
+        // changed since.
+        Some(kept) => (kept.step, kept.clusters),
         None => {
-            let mut plan = plan::plan(Inputs {
-                placement: key,
+            let revisions = rollout::ensure(fleet, p, key, &snapshot).await?;
+            let live = rollout::Live {
+                key,
                 spec,
-                templates: &templates,
                 clusters: &clusters,
                 reach: &reach,
-                overrides: &refs,
                 current: &current,
-            });
-            let as_planned = Arc::new(write_works(fleet, key, &plan, &works, &current).await?);
-            // Kept once every Work is as planned and none is left over (until then, the
-            // Works' writes change the fingerprint anyway); without the Works' specs,
-            // which the Works hold.
-            let settled = as_planned.len() == plan.works.len()
-                && works.keys().all(|c| plan.works.contains_key(c));
-            plan.works.clear();
-            let plan = Arc::new(plan);
+            };
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let mut step = rollout::step(p, &live, &works, &revisions, &not_ready, now);
+            let as_planned =
+                Arc::new(write_works(fleet, key, &step.desired, &step.plan, &works).await?);
+            rollout::prune(fleet, key, spec, &revisions, &step.in_use).await?;
+            if let Some(stage) = &step.stage_entered {
+                super::events::stage_started(
+                    &fleet.events,
+                    &p.object_ref(&()),
+                    stage,
+                    &step.status,
+                );
+            }
+            // Kept once every Work is as planned, none is left over and the rollout is
+            // complete (until then, the Works' writes change the fingerprint anyway);
+            // without the Works' specs, which the Works hold.
+            let settled = as_planned.len() == step.desired.len()
+                && works.keys().all(|c| step.desired.contains_key(c))
+                && step.recheck.is_none()
+                && step.progressing.1 == "RolloutComplete";
+            step.desired.clear();
+            step.plan.works.clear();
+            let step = Arc::new(step);
             fleet.placement.keep_plan(
                 key,
                 settled.then(|| KeptPlan {
                     fingerprint,
-                    plan: plan.clone(),
+                    step: step.clone(),
                     clusters: as_planned.clone(),
                 }),
             );
-            (plan, as_planned)
+            (step, as_planned)
         }
     };
+    let plan = &step.plan;
 
     let before = fleet.placement.decided(key);
     publish_decision(fleet, key, &plan.selection.chosen).await?;
@@ -428,7 +472,10 @@ async fn place<P: PlacementObject>(
             )
         })
         .collect();
-    let not_ready = not_ready(fleet, &plan.selection.chosen);
+    let not_ready: BTreeMap<String, Time> = not_ready
+        .into_iter()
+        .filter(|(c, _)| plan.selection.chosen.binary_search(c).is_ok())
+        .collect();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let observed = status::Observed {
         works: &views,
@@ -437,7 +484,19 @@ async fn place<P: PlacementObject>(
         outside: &outside,
     };
     let placement_status =
-        status::placement_status(&plan, &observed, p.meta().generation, p.status(), &now);
+        status::placement_status(plan, &observed, p.meta().generation, p.status(), &now);
+    let previous_conditions = p
+        .status()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let placement_status = rollout::with_rollout(
+        placement_status,
+        &step,
+        &live_hash,
+        p.meta().generation,
+        previous_conditions,
+        &now,
+    );
     write_status(fleet, p, key, placement_status).await?;
     let complete = plan.scheduled.is_ok()
         && plan.selection.chosen.iter().all(|c| {
@@ -447,7 +506,7 @@ async fn place<P: PlacementObject>(
                 })
         });
     for template in &templates {
-        aggregate_template(fleet, template, &plan, &works, &not_ready, complete).await?;
+        aggregate_template(fleet, template, plan, &works, &not_ready, complete).await?;
     }
     // Templates it no longer selects lose the status it gave them, unless another
     // placement delivers them.
@@ -459,7 +518,9 @@ async fn place<P: PlacementObject>(
     }
     // Noted once each dropped one is done (a failure tries them again).
     fleet.placement.delivers(key, now_delivered);
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(
+        step.recheck.unwrap_or(Duration::from_secs(300)),
+    ))
 }
 
 /// The clusters of `chosen` whose `Ready` condition is not `True`, each with when it
@@ -487,27 +548,32 @@ fn not_ready(fleet: &Fleet, chosen: &[String]) -> BTreeMap<String, Time> {
 pub(super) struct KeptPlan {
     /// The [`plan_fingerprint`] of its inputs.
     fingerprint: u64,
-    /// The plan, without the Works' specs (the Works hold them).
-    plan: Arc<plan::Plan>,
+    /// The rollout step, without the Works' specs (the Works hold them).
+    step: Arc<rollout::Step>,
     /// The clusters that have a Work.
     clusters: Arc<BTreeSet<String>>,
 }
 
-/// Writes each Work of `plan` that differs from the current one and deletes the Works no
-/// cluster wants any more, a few at a time; returns the clusters whose Work was already
-/// as planned.
+/// Writes each `desired` Work that differs from the current one (its spec, or the revision
+/// it carries and since when) and deletes the Works no cluster wants any more (neither
+/// desired nor kept by `plan`), a few at a time; returns the clusters whose Work was
+/// already as desired.
 async fn write_works(
     fleet: &Arc<Fleet>,
     key: &PlacementKey,
+    desired: &BTreeMap<String, rollout::Desired>,
     plan: &plan::Plan,
     works: &BTreeMap<String, Arc<Work>>,
-    current: &BTreeMap<String, &WorkSpec>,
 ) -> Result<BTreeSet<String>, Error> {
+    use flotilla_api::revision::{MOVED_AT_ANNOTATION, REVISION_ANNOTATION};
     let name = key.work_name();
     let mut as_planned = BTreeSet::new();
     let mut writes = Vec::new();
-    for (cluster, desired) in &plan.works {
-        if current.get(cluster) == Some(&desired) {
+    for (cluster, wanted) in desired {
+        if let Some(work) = works.get(cluster)
+            && work.spec == wanted.spec
+            && rollout::carried(work) == (Some(wanted.revision), wanted.moved_at.parse().ok())
+        {
             as_planned.insert(cluster.clone());
             continue;
         }
@@ -517,8 +583,12 @@ async fn write_works(
             warn!(%cluster, work = %name, other = ?other.spec.placement, "a Work of this name belongs to another placement");
             continue;
         }
-        let mut work = Work::new(&name, desired.clone());
+        let mut work = Work::new(&name, wanted.spec.clone());
         work.metadata.namespace = Some(namespace.clone());
+        work.metadata.annotations = Some(BTreeMap::from([
+            (REVISION_ANNOTATION.to_owned(), wanted.revision.to_string()),
+            (MOVED_AT_ANNOTATION.to_owned(), wanted.moved_at.clone()),
+        ]));
         let (client, name) = (fleet.client.clone(), name.clone());
         writes.push(
             async move {
@@ -537,7 +607,7 @@ async fn write_works(
         );
     }
     for cluster in works.keys() {
-        if !plan.works.contains_key(cluster) {
+        if !plan.works.contains_key(cluster) && !desired.contains_key(cluster) {
             let api: Api<Work> = Api::namespaced(fleet.client.clone(), &work_namespace(cluster));
             let name = name.clone();
             writes.push(
@@ -911,7 +981,7 @@ mod tests {
         // A plan is kept for the fingerprint it was made from, and for its placement.
         let kept = KeptPlan {
             fingerprint: 7,
-            plan: Arc::new(plan::Plan::default()),
+            step: Arc::new(rollout::Step::default()),
             clusters: Arc::new(BTreeSet::from(["a".to_owned()])),
         };
         state.keep_plan(&web, Some(kept));
@@ -953,7 +1023,7 @@ mod tests {
             &web,
             Some(KeptPlan {
                 fingerprint: 1,
-                plan: Arc::new(plan::Plan::default()),
+                step: Arc::new(rollout::Step::default()),
                 clusters: Arc::default(),
             }),
         );

@@ -1,0 +1,521 @@
+//! Safe rollouts end to end (issue 24): a real `flotilla hub`, `flotilla sim` members joined
+//! with `flotilla join`, the real kubectl, and a watcher of every member's Deployment that
+//! records each version it sees. Rolling with maxUnavailable 2 over ten clusters (the hub
+//! killed and restarted mid-rollout); Staged canary → eu (approval) → rest; a bad image
+//! rolled back automatically from the canary alone; `flotilla rollout status|history|
+//! approve|undo`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::BufReader;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{Hub, Sim, condition, eventually_every, flotilla, image, join_labelled, member_web};
+
+/// [`support::eventually`], polling every 200 ms.
+fn eventually<T>(what: &str, probe: impl FnMut() -> Result<T, String>) -> T {
+    eventually_every(what, Duration::from_millis(200), probe)
+}
+
+fn placement(hub: &Hub) -> Value {
+    hub.json(&["get", "placement", "web", "-n", "shop"])
+}
+
+/// `flotilla rollout ARGS placement/web -n shop` against `hub`.
+fn rollout(hub: &Hub, verb: &str, more: &[&str]) -> std::process::Output {
+    let kubeconfig = hub.kubeconfig();
+    let mut args = vec![
+        "rollout",
+        verb,
+        "placement/web",
+        "-n",
+        "shop",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ];
+    args.extend(more);
+    flotilla(&args)
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+/// Whether a member's Deployment is available as delivery reads it: its status is about
+/// its spec, and every replica is updated and available.
+fn available(deployment: &Value) -> bool {
+    let status = &deployment["status"];
+    let wanted = deployment["spec"]["replicas"].as_i64().unwrap_or(1);
+    status["observedGeneration"].as_i64() >= deployment["metadata"]["generation"].as_i64()
+        && status["updatedReplicas"].as_i64().unwrap_or(0) >= wanted
+        && status["availableReplicas"].as_i64().unwrap_or(0) >= wanted
+}
+
+/// One `kubectl get deploy web -w -o json` per member, every version of the Deployment
+/// each sees sent on one channel, in the order they are read.
+struct Watchers {
+    children: Vec<Child>,
+    events: mpsc::Receiver<(String, Value)>,
+}
+
+impl Watchers {
+    fn start(sim: &Sim, clusters: &[String]) -> Watchers {
+        let (tx, events) = mpsc::channel();
+        let mut children = Vec::new();
+        for cluster in clusters {
+            let mut child = support::kubectl_command(&sim.kubeconfig(cluster))
+                .args(["get", "deploy", "web", "-n", "shop", "-w", "-o", "json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start kubectl watch");
+            let stdout = child.stdout.take().unwrap();
+            let (tx, cluster) = (tx.clone(), cluster.clone());
+            std::thread::spawn(move || {
+                let stream = serde_json::Deserializer::from_reader(BufReader::new(stdout))
+                    .into_iter::<Value>();
+                for object in stream.flatten() {
+                    if tx.send((cluster.clone(), object)).is_err() {
+                        return;
+                    }
+                }
+            });
+            children.push(child);
+        }
+        Watchers { children, events }
+    }
+
+    /// Every event received so far.
+    fn drain(&self, into: &mut Vec<(String, Value)>) {
+        into.extend(self.events.try_iter());
+    }
+}
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// What the watchers saw, replayed in order: the most clusters between revisions (running
+/// `new` and not available) at any moment, and each cluster's images in the order seen
+/// (repeats folded).
+fn replay(events: &[(String, Value)], new: &str) -> (usize, BTreeMap<String, Vec<String>>) {
+    let mut in_flight: BTreeMap<String, bool> = BTreeMap::new();
+    let mut images: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut most = 0;
+    for (cluster, deployment) in events {
+        let seen = images.entry(cluster.clone()).or_default();
+        let now = image(deployment).to_owned();
+        if seen.last() != Some(&now) {
+            seen.push(now.clone());
+        }
+        in_flight.insert(cluster.clone(), now == new && !available(deployment));
+        most = most.max(in_flight.values().filter(|f| **f).count());
+    }
+    (most, images)
+}
+
+const APP: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1.27"}]
+"#;
+
+fn set_image(hub: &Hub, image: &str) {
+    hub.ok(&[
+        "set",
+        "image",
+        "deployment/web",
+        "-n",
+        "shop",
+        &format!("web={image}"),
+    ]);
+}
+
+/// Waits until every one of `clusters` runs `image`, available.
+fn wait_all(sim: &Sim, clusters: &[String], image_wanted: &str) {
+    eventually(&format!("every member runs {image_wanted}"), || {
+        for cluster in clusters {
+            let web = member_web(sim, cluster)?;
+            if image(&web) != image_wanted || !available(&web) {
+                return Err(format!(
+                    "{cluster}: {} available={}",
+                    image(&web),
+                    available(&web)
+                ));
+            }
+        }
+        Ok(())
+    });
+}
+
+/// The rollout's status once its Progressing condition has `reason`.
+fn wait_progressing(hub: &Hub, reason: &str) -> Value {
+    eventually(&format!("Progressing is {reason}"), || {
+        let p = placement(hub);
+        let found = condition(&p, "Progressing").map(|c| c["reason"].clone());
+        if found.as_ref().and_then(Value::as_str) == Some(reason) {
+            Ok(p)
+        } else {
+            Err(format!("{found:?}: {}", p["status"]["rollout"]))
+        }
+    })
+}
+
+#[test]
+fn rolling_keeps_at_most_max_unavailable_clusters_between_revisions_across_a_hub_restart() {
+    let mut hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "11", "--prefix", "m-", "--ready-delay", "1s"]);
+    let clusters: Vec<String> = (1..=10).map(|i| format!("m-{i}")).collect();
+    for cluster in &clusters {
+        join_labelled(&hub, &sim, cluster, "region=eu");
+    }
+    hub.create(APP);
+    hub.create(
+        r#"
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: web, namespace: shop}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  strategy: {type: Rolling, maxUnavailable: 2, maxSurge: 0, minReadySeconds: 1}
+"#,
+    );
+    // The first revision goes everywhere at once: there is nothing older to keep.
+    wait_all(&sim, &clusters, "nginx:1.27");
+    let done = wait_progressing(&hub, "RolloutComplete");
+    assert_eq!(done["status"]["rollout"]["revision"], 1, "{done}");
+    assert_eq!(done["status"]["rollout"]["updated"], 10, "{done}");
+
+    let watchers = Watchers::start(&sim, &clusters);
+    let mut events = Vec::new();
+    // Each watcher has seen the Deployment as it is before the change.
+    eventually("every watcher started", || {
+        watchers.drain(&mut events);
+        let seen: std::collections::BTreeSet<&String> = events.iter().map(|(c, _)| c).collect();
+        (seen.len() == clusters.len())
+            .then_some(())
+            .ok_or_else(|| format!("{} of 10", seen.len()))
+    });
+    set_image(&hub, "nginx:1.28");
+    // Mid-rollout the hub is killed and started again: it goes on where it was.
+    eventually("a first wave moved", || {
+        let p = placement(&hub);
+        let updated = p["status"]["rollout"]["updated"].as_i64().unwrap_or(0);
+        (p["status"]["rollout"]["revision"] == 2 && (1..10).contains(&updated))
+            .then_some(())
+            .ok_or_else(|| p["status"]["rollout"].to_string())
+    });
+    let mid = placement(&hub);
+    assert_eq!(
+        condition(&mid, "Progressing").unwrap()["status"],
+        "True",
+        "{mid}"
+    );
+    // A cluster joining mid-rollout starts at the last completed revision.
+    join_labelled(&hub, &sim, "m-11", "region=eu");
+    hub.restart(true);
+    wait_all(&sim, &clusters, "nginx:1.28");
+    wait_all(&sim, &["m-11".to_owned()], "nginx:1.28");
+    // Created with revision 1's objects, then moved once: its Deployment's spec changed
+    // once.
+    let joined = member_web(&sim, "m-11").unwrap();
+    assert_eq!(joined["metadata"]["generation"], 2, "{joined}");
+    let done = wait_progressing(&hub, "RolloutComplete");
+    assert_eq!(done["status"]["rollout"]["revision"], 2, "{done}");
+    assert_eq!(done["status"]["rollout"]["completedRevision"], 2, "{done}");
+    assert_eq!(done["status"]["rollout"]["updated"], 11, "{done}");
+    for cluster in done["status"]["clusters"].as_array().unwrap() {
+        assert_eq!(cluster["revision"], 2, "{cluster}");
+    }
+    // Let the watchers catch up with the last versions, then replay what they saw.
+    eventually("the watchers saw every member available", || {
+        watchers.drain(&mut events);
+        let (_, images) = replay(&events, "nginx:1.28");
+        let last: BTreeMap<&String, bool> = events
+            .iter()
+            .map(|(c, d)| (c, image(d) == "nginx:1.28" && available(d)))
+            .collect();
+        (images.len() == 10 && last.values().all(|ok| *ok))
+            .then_some(())
+            .ok_or_else(|| format!("{last:?}"))
+    });
+    let (most, images) = replay(&events, "nginx:1.28");
+    assert!(
+        most <= 2,
+        "{most} clusters were between revisions at once: {images:?}"
+    );
+    assert!(most >= 1, "no member was ever seen between revisions");
+    // Each member moved once: no cluster updated twice, none skipped.
+    for (cluster, seen) in &images {
+        assert_eq!(seen, &["nginx:1.27", "nginx:1.28"], "{cluster}");
+    }
+    // Two immutable revisions, owned by the placement; the columns say where it stands.
+    let revisions = hub.json(&["get", "placementrevisions", "-n", "shop"]);
+    let items = revisions["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{revisions}");
+    let uid = done["metadata"]["uid"].clone();
+    for r in items {
+        assert_eq!(r["metadata"]["ownerReferences"][0]["uid"], uid, "{r}");
+    }
+    let refused = hub.kubectl(&[
+        "patch",
+        "placementrevision",
+        "web-1",
+        "-n",
+        "shop",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"hash":"0000000000"}}"#,
+    ]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("immutable"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let table = hub.ok(&["get", "placements", "-n", "shop"]);
+    let header = table.lines().next().unwrap();
+    for column in ["REVISION", "UPDATED", "PROGRESSING"] {
+        assert!(header.contains(column), "{table}");
+    }
+    let row = table.lines().nth(1).unwrap();
+    assert!(row.split_whitespace().any(|w| w == "2"), "{table}");
+    let status = rollout(&hub, "status", &[]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    assert!(
+        text(&status.stdout).contains("successfully rolled out (revision 2)"),
+        "{}",
+        text(&status.stdout)
+    );
+}
+
+#[test]
+fn staged_rollout_with_approval_rollback_of_a_bad_image_and_undo() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&[
+        "--clusters",
+        "7",
+        "--prefix",
+        "m-",
+        "--ready-delay",
+        "300ms",
+        "--fail-images",
+        "^bad:",
+    ]);
+    let clusters: Vec<String> = (1..=7).map(|i| format!("m-{i}")).collect();
+    join_labelled(&hub, &sim, "m-1", "ring=canary,region=us");
+    for cluster in &clusters[1..5] {
+        join_labelled(&hub, &sim, cluster, "region=eu");
+    }
+    for cluster in &clusters[5..] {
+        join_labelled(&hub, &sim, cluster, "region=us");
+    }
+    hub.create(APP);
+    hub.create(
+        r#"
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: web, namespace: shop}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
+  strategy:
+    type: Staged
+    progressDeadlineSeconds: 15
+    rollback: Automatic
+    stages:
+    - name: canary
+      clusters: {labelSelector: {matchLabels: {ring: canary}}}
+    - name: eu
+      clusters: {labelSelector: {matchLabels: {region: eu}}}
+      maxConcurrency: 2
+      soakSeconds: 2
+      approval: Required
+    - name: rest
+"#,
+    );
+    wait_all(&sim, &clusters, "nginx:1.27");
+    wait_progressing(&hub, "RolloutComplete");
+
+    // Revision 2: the canary first; eu waits for its approval.
+    set_image(&hub, "nginx:1.28");
+    let waiting = wait_progressing(&hub, "WaitingForApproval");
+    let rollout_status = &waiting["status"]["rollout"];
+    assert_eq!(rollout_status["revision"], 2, "{waiting}");
+    assert_eq!(rollout_status["stage"], "eu", "{waiting}");
+    assert_eq!(
+        image(&member_web(&sim, "m-1").unwrap()),
+        "nginx:1.28",
+        "the canary moved first"
+    );
+    for cluster in &clusters[1..] {
+        assert_eq!(
+            image(&member_web(&sim, cluster).unwrap()),
+            "nginx:1.27",
+            "{cluster} moved before its stage"
+        );
+    }
+    let stages: Vec<&str> = rollout_status["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["canary", "eu", "rest"]);
+    let following = rollout(&hub, "status", &["--watch=false"]);
+    assert!(following.status.success());
+    assert!(
+        text(&following.stdout).contains("waits for an approval"),
+        "{}",
+        text(&following.stdout)
+    );
+    // An approval of a stage that does not exist is refused, and writes nothing.
+    let unknown = rollout(&hub, "approve", &["--stage", "asia"]);
+    assert!(!unknown.status.success());
+    assert!(
+        text(&unknown.stderr).contains("has no stage \"asia\""),
+        "{}",
+        text(&unknown.stderr)
+    );
+    let approved = rollout(&hub, "approve", &["--stage", "eu"]);
+    assert!(approved.status.success(), "{}", text(&approved.stderr));
+    wait_all(&sim, &clusters, "nginx:1.28");
+    let done = wait_progressing(&hub, "RolloutComplete");
+    let approvals = &done["status"]["rollout"]["approvals"];
+    assert_eq!(approvals[0]["stage"], "eu", "{done}");
+    assert_eq!(approvals[0]["revision"], 2, "{done}");
+    assert!(
+        !approvals[0]["by"].as_str().unwrap_or_default().is_empty(),
+        "{done}"
+    );
+    let status = rollout(&hub, "status", &["--timeout", "2m"]);
+    assert!(status.status.success(), "{}", text(&status.stderr));
+    // An Event on the placement at each stage it reached.
+    eventually("an Event for each stage", || {
+        let events = hub.json(&[
+            "get",
+            "events",
+            "-n",
+            "shop",
+            "--field-selector",
+            "reason=StageStarted",
+        ]);
+        let notes: Vec<String> = events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        ["canary", "eu", "rest"]
+            .iter()
+            .all(|stage| {
+                notes
+                    .iter()
+                    .any(|n| n.contains(&format!("revision 2 reached stage {stage}")))
+            })
+            .then_some(())
+            .ok_or_else(|| format!("{notes:?}"))
+    });
+
+    // Revision 3, a bad image: the canary fails its gate and goes back; no other cluster
+    // ever runs it.
+    let watchers = Watchers::start(&sim, &clusters);
+    set_image(&hub, "bad:1");
+    let failed = wait_progressing(&hub, "RevisionFailed");
+    let message = condition(&failed, "Progressing").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("revision 3 failed on cluster m-1"),
+        "{message}"
+    );
+    assert!(message.contains("ImagePullBackOff"), "{message}");
+    assert_eq!(
+        failed["status"]["rollout"]["failedRevisions"][0]["revision"],
+        3
+    );
+    wait_all(&sim, &clusters, "nginx:1.28");
+    let status = rollout(&hub, "status", &["--timeout", "2m"]);
+    assert!(!status.status.success());
+    let why = text(&status.stderr);
+    assert!(
+        why.contains("m-1") && why.contains("ImagePullBackOff"),
+        "{why}"
+    );
+    let mut events = Vec::new();
+    watchers.drain(&mut events);
+    let (_, images) = replay(&events, "bad:1");
+    for (cluster, seen) in &images {
+        if cluster == "m-1" {
+            assert_eq!(seen, &["nginx:1.28", "bad:1", "nginx:1.28"], "the canary");
+        } else {
+            assert!(!seen.iter().any(|i| i == "bad:1"), "{cluster} saw {seen:?}");
+        }
+    }
+    drop(watchers);
+
+    // Fixing the template starts a new rollout (revision 4), canary first.
+    set_image(&hub, "nginx:1.29");
+    let waiting = wait_progressing(&hub, "WaitingForApproval");
+    assert_eq!(waiting["status"]["rollout"]["revision"], 4, "{waiting}");
+    assert!(
+        waiting["status"]["rollout"]["failedRevisions"].is_null(),
+        "{waiting}"
+    );
+    assert_eq!(image(&member_web(&sim, "m-1").unwrap()), "nginx:1.29");
+
+    // Undo to revision 2: its objects come back as revision 5, a rollout of its own.
+    let gone = rollout(&hub, "undo", &["--to-revision", "42"]);
+    assert!(!gone.status.success());
+    assert!(
+        text(&gone.stderr).contains("not kept"),
+        "{}",
+        text(&gone.stderr)
+    );
+    let undo = rollout(&hub, "undo", &["--to-revision", "2"]);
+    assert!(undo.status.success(), "{}", text(&undo.stderr));
+    let waiting = eventually("revision 5 waits for eu's approval", || {
+        let p = placement(&hub);
+        let r = &p["status"]["rollout"];
+        (r["revision"] == 5 && r["stage"] == "eu")
+            .then(|| p.clone())
+            .ok_or_else(|| r.to_string())
+    });
+    assert_eq!(
+        image(&member_web(&sim, "m-1").unwrap()),
+        "nginx:1.28",
+        "{waiting}"
+    );
+    let approved = rollout(&hub, "approve", &["--stage", "eu"]);
+    assert!(approved.status.success(), "{}", text(&approved.stderr));
+    wait_all(&sim, &clusters, "nginx:1.28");
+    wait_progressing(&hub, "RolloutComplete");
+    let history = rollout(&hub, "history", &[]);
+    assert!(history.status.success(), "{}", text(&history.stderr));
+    let history = text(&history.stdout);
+    let rows: Vec<&str> = history.lines().skip(2).collect();
+    assert_eq!(rows.len(), 5, "{history}");
+    assert!(rows[0].contains("first revision"), "{history}");
+    assert!(rows[1].contains("Deployment shop/web changed"), "{history}");
+}

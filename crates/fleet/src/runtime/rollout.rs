@@ -1,0 +1,765 @@
+//! Rollouts in the placement controller: a revision made for each change of what a
+//! placement delivers, the wave planned ([`crate::rollout`]), the Work each cluster gets,
+//! and where the rollout stands.
+//!
+//! ```text
+//!  snapshot of what is delivered ─► ensure(): new hash? PlacementRevision n+1 (owned by the
+//!                                    placement); the oldest beyond the history limit go
+//!  target = the latest revision (the last completed one when the latest failed)
+//!  stable = status.rollout.completedRevision
+//!  each chosen cluster: the revision its Work names (rollout.flotilla.io/revision)
+//!     ├─ none yet ─────────────► the stable revision (the target if none completed)
+//!     ├─ its target render = its Work ─► at the target already (only the annotation moves)
+//!     └─ else ─► the wave planner: moves now ─► the target's render; waits ─► kept
+//! ```
+//!
+//! Every cluster's Work is always one revision rendered whole: the old one's (kept as it is,
+//! or rendered again from the revision when the cluster changed) or the new one's.
+//! Everything the next reconcile needs is in the store: the revisions, the Works'
+//! annotations, the placement's status (completed and failed revisions, approvals in its
+//! annotations), so a restarted hub goes on where it was.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use flotilla_api::revision::{MOVED_AT_ANNOTATION, PLACEMENT_LABEL, REVISION_ANNOTATION};
+use flotilla_api::{
+    Cluster, FailedRevision, IMPLICIT_STAGE, PlacementRevision, PlacementSpec, PlacementStatus,
+    RollbackPolicy, RolloutStatus, StageApproval, StageStatus, Work, WorkSpec, condition,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use tracing::{debug, info};
+
+use super::placement::{PlacementObject, gone};
+use super::{Error, Fleet};
+use crate::Reach;
+use crate::plan::{self, Inputs, PlacementKey};
+use crate::revision::{self, Snapshot};
+use crate::rollout::{self, Kind, Member, Strategy, Wave};
+
+/// A Work as a rollout wants it: its spec, and the revision it carries since when.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Desired {
+    /// The Work's spec.
+    pub spec: WorkSpec,
+    /// The revision it carries.
+    pub revision: i64,
+    /// When it moved to that revision (RFC 3339).
+    pub moved_at: String,
+}
+
+/// The revision a Work carries, and since when.
+pub(super) fn carried(work: &Work) -> (Option<i64>, Option<Timestamp>) {
+    let annotations = work.metadata.annotations.as_ref();
+    let get = |key: &str| annotations.and_then(|a| a.get(key));
+    (
+        get(REVISION_ANNOTATION).and_then(|r| r.parse().ok()),
+        get(MOVED_AT_ANNOTATION).and_then(|t| t.parse().ok()),
+    )
+}
+
+/// The placement's revisions, oldest first.
+pub(super) fn revisions_of(fleet: &Fleet, key: &PlacementKey) -> Vec<Arc<PlacementRevision>> {
+    let reference = key.reference();
+    let mut all: Vec<Arc<PlacementRevision>> = fleet
+        .caches
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| r.spec.placement == reference)
+        .collect();
+    all.sort_by_key(|r| r.spec.revision);
+    all
+}
+
+/// The namespace of `key`'s revisions.
+fn namespace_of(fleet: &Fleet, key: &PlacementKey) -> String {
+    key.namespace
+        .clone()
+        .unwrap_or_else(|| fleet.config.system_namespace.clone())
+}
+
+/// The placement's revisions, a new one made when `snapshot` differs from the last.
+pub(super) async fn ensure<P: PlacementObject>(
+    fleet: &Fleet,
+    p: &P,
+    key: &PlacementKey,
+    snapshot: &Snapshot,
+) -> Result<Vec<Arc<PlacementRevision>>, Error> {
+    let mut revisions = revisions_of(fleet, key);
+    let last = revisions.last().cloned();
+    if last.as_ref().is_some_and(|r| r.spec.hash == snapshot.hash) {
+        return Ok(revisions);
+    }
+    // The status names a revision the cache has not seen yet: it is on its way.
+    let known = last.as_ref().map_or(0, |r| r.spec.revision);
+    let noted = p
+        .status()
+        .and_then(|s| s.rollout.as_ref())
+        .and_then(|r| r.revision)
+        .unwrap_or(0);
+    if noted > known {
+        return Err(Error::Waiting(format!("revision {noted} of {key}")));
+    }
+    let number = known + 1;
+    let mut object = PlacementRevision::new(
+        &revision::name(key, number),
+        snapshot.revision(key, number, last.as_ref().map(|r| &r.spec)),
+    );
+    object.metadata.namespace = Some(namespace_of(fleet, key));
+    object.metadata.labels = Some(BTreeMap::from([(
+        PLACEMENT_LABEL.to_owned(),
+        key.name.clone(),
+    )]));
+    object.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: P::api_version(&()).into_owned(),
+        kind: P::kind(&()).into_owned(),
+        name: key.name.clone(),
+        uid: p.meta().uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    let api: Api<PlacementRevision> =
+        Api::namespaced(fleet.client.clone(), &namespace_of(fleet, key));
+    let created = match api.create(&PostParams::default(), &object).await {
+        Ok(created) => created,
+        // Made by an earlier reconcile the cache has not seen yet.
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            return Err(Error::Waiting(format!("revision {number} of {key}")));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    info!(placement = %key, revision = number, hash = %snapshot.hash, "new revision");
+    revisions.push(Arc::new(created));
+    Ok(revisions)
+}
+
+/// Deletes the oldest revisions beyond the placement's history limit, none in use.
+pub(super) async fn prune(
+    fleet: &Fleet,
+    key: &PlacementKey,
+    spec: &PlacementSpec,
+    revisions: &[Arc<PlacementRevision>],
+    in_use: &BTreeSet<i64>,
+) -> Result<(), Error> {
+    let limit = spec
+        .revision_history_limit
+        .unwrap_or(flotilla_api::DEFAULT_REVISION_HISTORY_LIMIT)
+        .max(0) as usize;
+    let numbers: Vec<i64> = revisions.iter().map(|r| r.spec.revision).collect();
+    let api: Api<PlacementRevision> =
+        Api::namespaced(fleet.client.clone(), &namespace_of(fleet, key));
+    for number in revision::pruned(&numbers, in_use, limit) {
+        debug!(placement = %key, revision = number, "old revision pruned");
+        api.delete(&revision::name(key, number), &DeleteParams::default())
+            .await
+            .map(|_| ())
+            .or_else(gone)?;
+    }
+    Ok(())
+}
+
+/// What a placement's plan of one revision is made from, besides the revision.
+pub(super) struct Live<'a> {
+    /// The placement.
+    pub key: &'a PlacementKey,
+    /// Its spec.
+    pub spec: &'a PlacementSpec,
+    /// Every Cluster.
+    pub clusters: &'a [Arc<Cluster>],
+    /// The clusters it may reach.
+    pub reach: &'a Reach,
+    /// Its current Works' specs, by cluster.
+    pub current: &'a BTreeMap<String, &'a WorkSpec>,
+}
+
+/// The plan of `revision` for the clusters as they are now.
+pub(super) fn plan_of(live: &Live<'_>, revision: &PlacementRevision) -> plan::Plan {
+    let (templates, refs) = revision::inputs(&revision.spec);
+    let spec = PlacementSpec {
+        replicas: revision.spec.replicas.clone(),
+        apply: revision.spec.apply.clone(),
+        ..live.spec.clone()
+    };
+    plan::plan(Inputs {
+        placement: live.key,
+        spec: &spec,
+        templates: &templates,
+        clusters: live.clusters,
+        reach: live.reach,
+        overrides: &refs,
+        current: live.current,
+    })
+}
+
+/// A rollout step: the Works wanted, where the rollout stands, when to look again.
+#[derive(Default)]
+pub(super) struct Step {
+    /// The target revision's plan (selection, replicas: what the status reports).
+    pub plan: plan::Plan,
+    /// The Work wanted on each chosen cluster; a chosen cluster not listed keeps its Work.
+    pub desired: BTreeMap<String, Desired>,
+    /// The revision each chosen cluster runs once `desired` is written.
+    pub running: BTreeMap<String, i64>,
+    /// The rollout's status.
+    pub status: RolloutStatus,
+    /// `Progressing`: status, reason, message.
+    pub progressing: (&'static str, &'static str, String),
+    /// When to look again with nothing else changed.
+    pub recheck: Option<Duration>,
+    /// The stage the rollout reached with this step, if it is another than before (for an
+    /// Event).
+    pub stage_entered: Option<String>,
+    /// The revisions in use (the target, the stable one, those Works carry).
+    pub in_use: BTreeSet<i64>,
+}
+
+/// The approvals in a placement's annotations.
+fn approvals(annotations: &BTreeMap<String, String>) -> Vec<StageApproval> {
+    let mut all: Vec<StageApproval> = annotations
+        .iter()
+        .filter_map(|(k, v)| {
+            let stage = k.strip_prefix(flotilla_api::APPROVAL_ANNOTATION_PREFIX)?;
+            let mut approval: StageApproval = serde_json::from_str(v).ok()?;
+            approval.stage = stage.to_owned();
+            Some(approval)
+        })
+        .collect();
+    all.sort_by(|a, b| a.stage.cmp(&b.stage));
+    all
+}
+
+/// Plans the rollout step of placement `p` with `revisions` (oldest first, never empty).
+pub(super) fn step<P: PlacementObject>(
+    p: &P,
+    live: &Live<'_>,
+    works: &BTreeMap<String, Arc<Work>>,
+    revisions: &[Arc<PlacementRevision>],
+    not_ready: &BTreeMap<String, Time>,
+    now: Timestamp,
+) -> Step {
+    let previous = p
+        .status()
+        .and_then(|s| s.rollout.clone())
+        .unwrap_or_default();
+    let spec = live.spec;
+    let by_number: BTreeMap<i64, &PlacementRevision> =
+        revisions.iter().map(|r| (r.spec.revision, &**r)).collect();
+    let latest = revisions.last().expect("a placement has a revision");
+    let mut failed_revisions = previous.failed_revisions.clone();
+    // Failed revisions of other content than the latest are history: forgotten.
+    failed_revisions.retain(|f| f.hash == latest.spec.hash);
+    let stable = previous
+        .completed_revision
+        .and_then(|n| by_number.get(&n).copied());
+    let latest_failed = failed_revisions.first().cloned();
+    // The latest revision failed and rolled back: the stable one is the target again.
+    let (target, rolling_back) = match (&latest_failed, stable) {
+        (Some(_), Some(stable)) => (stable, true),
+        _ => (&**latest, false),
+    };
+    let t = target.spec.revision;
+    let strategy = Strategy::from_api(spec.strategy.as_ref());
+    let (strategy, invalid) = match strategy {
+        Ok(s) => (s, None),
+        Err(why) => (
+            Strategy {
+                kind: Kind::All,
+                progress_deadline_seconds: 600,
+                paused: true,
+            },
+            Some(why),
+        ),
+    };
+    let strategy = if rolling_back {
+        // Back to a revision that completed: every cluster at once.
+        Strategy {
+            kind: Kind::All,
+            paused: false,
+            ..strategy
+        }
+    } else {
+        strategy
+    };
+    let target_plan = plan_of(live, target);
+    let stable_plan = stable
+        .filter(|s| s.spec.revision != t)
+        .map(|s| plan_of(live, s));
+
+    let now_text = now.to_string();
+    let mut desired = BTreeMap::new();
+    let mut running = BTreeMap::new();
+    let mut members = Vec::new();
+    let mut in_use = BTreeSet::from([t]);
+    in_use.extend(stable.map(|s| s.spec.revision));
+    for cluster in &target_plan.selection.chosen {
+        let Some(wanted) = target_plan.works.get(cluster) else {
+            continue;
+        };
+        let work = works.get(cluster);
+        let (carried, moved_at) = work.map(|w| carried(w)).unwrap_or_default();
+        in_use.extend(carried);
+        let labels = live
+            .clusters
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(cluster.as_str()))
+            .and_then(|c| c.metadata.labels.clone())
+            .unwrap_or_default();
+        let mut revision = carried;
+        let mut moved = moved_at;
+        match work {
+            None => {
+                // A cluster new to the placement starts at the last completed revision.
+                let (n, spec) = match (stable, &stable_plan) {
+                    (Some(s), Some(plan)) => match plan.works.get(cluster) {
+                        Some(w) => (s.spec.revision, w.clone()),
+                        None => (t, wanted.clone()),
+                    },
+                    _ => (t, wanted.clone()),
+                };
+                desired.insert(
+                    cluster.clone(),
+                    Desired {
+                        spec,
+                        revision: n,
+                        moved_at: now_text.clone(),
+                    },
+                );
+                revision = Some(n);
+                moved = Some(now);
+            }
+            Some(w) if carried == Some(t) || w.spec == *wanted => {
+                // At the target (or its render is what the Work holds: it is there).
+                let at = if carried == Some(t) {
+                    moved_at.unwrap_or(now)
+                } else {
+                    now
+                };
+                desired.insert(
+                    cluster.clone(),
+                    Desired {
+                        spec: wanted.clone(),
+                        revision: t,
+                        moved_at: at.to_string(),
+                    },
+                );
+                revision = Some(t);
+                moved = Some(at);
+            }
+            Some(_) => {
+                // At an old revision: the stable one is rendered again for the cluster as
+                // it is now; any other is kept as its Work holds it.
+                if let (Some(s), Some(plan)) = (stable, &stable_plan)
+                    && carried == Some(s.spec.revision)
+                    && let Some(w) = plan.works.get(cluster)
+                {
+                    desired.insert(
+                        cluster.clone(),
+                        Desired {
+                            spec: w.clone(),
+                            revision: s.spec.revision,
+                            moved_at: moved_at.unwrap_or(now).to_string(),
+                        },
+                    );
+                }
+            }
+        }
+        let (available_since, unavailable) =
+            availability(work, revision == Some(t), not_ready.contains_key(cluster));
+        members.push(Member {
+            name: cluster.clone(),
+            labels,
+            revision,
+            moved_at: moved,
+            available_since: available_since.map(|since| match moved {
+                Some(m) if m > since => m,
+                _ => since,
+            }),
+            unavailable,
+        });
+    }
+    let approvals = approvals(p.meta().annotations.as_ref().unwrap_or(&BTreeMap::new()));
+    let approved: BTreeSet<String> = approvals
+        .iter()
+        .filter(|a| a.revision == t)
+        .map(|a| a.stage.clone())
+        .collect();
+    let wave: Wave = rollout::plan(rollout::Input {
+        members: &members,
+        target: t,
+        strategy: &strategy,
+        approved: &approved,
+        now,
+    });
+    for name in &wave.moves {
+        if let Some(w) = target_plan.works.get(name) {
+            desired.insert(
+                name.clone(),
+                Desired {
+                    spec: w.clone(),
+                    revision: t,
+                    moved_at: now_text.clone(),
+                },
+            );
+        }
+    }
+    for m in &members {
+        if let Some(n) = desired.get(&m.name).map(|d| d.revision).or(m.revision) {
+            running.insert(m.name.clone(), n);
+        }
+    }
+
+    // A gate failed: halt; with automatic rollback, every cluster moved goes back now.
+    let rollback = spec
+        .strategy
+        .as_ref()
+        .and_then(|s| s.rollback)
+        .unwrap_or_default();
+    let mut progressing: (&'static str, &'static str, String);
+    let mut completed = previous.completed_revision;
+    // A revision that completed stays completed: a cluster failing later is the business
+    // of its status, not of a rollout (there is none).
+    let settled = previous.completed_revision == Some(t) && running.values().all(|n| *n == t);
+    if let Some((cluster, why)) = wave.failed.first().filter(|_| !rolling_back && !settled) {
+        let what = format!("revision {t} failed on cluster {cluster}: {why}");
+        if rollback == RollbackPolicy::Automatic
+            && let (Some(s), Some(plan)) = (stable, &stable_plan)
+        {
+            failed_revisions = vec![FailedRevision {
+                revision: t,
+                hash: target.spec.hash.clone(),
+                cluster: cluster.clone(),
+                reason: why.clone(),
+            }];
+            for (name, n) in running.iter_mut() {
+                if *n == t
+                    && let Some(w) = plan.works.get(name)
+                {
+                    desired.insert(
+                        name.clone(),
+                        Desired {
+                            spec: w.clone(),
+                            revision: s.spec.revision,
+                            moved_at: now_text.clone(),
+                        },
+                    );
+                    *n = s.spec.revision;
+                }
+            }
+            progressing = (
+                "False",
+                "ProgressDeadlineExceeded",
+                format!("{what}; rolling back to revision {}", s.spec.revision),
+            );
+        } else {
+            progressing = (
+                "False",
+                "ProgressDeadlineExceeded",
+                format!("{what}; halted"),
+            );
+        }
+    } else if wave.complete || settled {
+        completed = Some(t);
+        progressing = (
+            "True",
+            "RolloutComplete",
+            format!("revision {t} runs on all {} clusters", members.len()),
+        );
+    } else if let Some(why) = &invalid {
+        progressing = ("False", "InvalidStrategy", why.clone());
+    } else if strategy.paused {
+        progressing = ("Unknown", "Paused", "the rollout is paused".to_owned());
+    } else if wave
+        .waiting
+        .iter()
+        .any(|(_, w)| matches!(w, rollout::Wait::Approval { .. }))
+        && wave.moves.is_empty()
+    {
+        progressing = (
+            "False",
+            "WaitingForApproval",
+            wave.message.clone().unwrap_or_default(),
+        );
+    } else {
+        progressing = (
+            "True",
+            "Progressing",
+            format!(
+                "revision {t}: {}/{} clusters updated{}",
+                wave.updated,
+                members.len(),
+                wave.stage
+                    .as_ref()
+                    .map(|s| format!(", stage {s}"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
+    if let (Some(f), true) = (&latest_failed, rolling_back) {
+        let what = format!(
+            "revision {} failed on cluster {}: {}; rolled back to revision {t}; not rolled out \
+             again until what the placement delivers changes",
+            f.revision, f.cluster, f.reason
+        );
+        progressing = ("False", "RevisionFailed", what);
+    }
+    let stages: Vec<StageStatus> = wave
+        .stages
+        .iter()
+        .map(|s| StageStatus {
+            name: s.name.clone(),
+            clusters: s.members.len() as i32,
+            updated: s
+                .members
+                .iter()
+                .filter(|m| running.get(*m) == Some(&t))
+                .count() as i32,
+            message: if s.implicit {
+                Some(format!(
+                    "{} clusters are in no stage: they go last ({IMPLICIT_STAGE})",
+                    s.members.len()
+                ))
+            } else if let Some((cluster, later)) = s.overlaps.first() {
+                Some(format!(
+                    "{} clusters also match a later stage's selector (such as {cluster}: {}); \
+                     each goes in the first stage that matches",
+                    s.overlaps.len(),
+                    later.join(", ")
+                ))
+            } else {
+                None
+            },
+        })
+        .collect();
+    let updated = running.values().filter(|n| **n == t).count();
+    let status = RolloutStatus {
+        revision: Some(t),
+        completed_revision: completed,
+        stage: wave.stage.clone(),
+        updated: updated as i32,
+        available: wave.available as i32,
+        failed: wave.failed.len() as i32,
+        waiting: (members.len() - updated) as i32,
+        message: wave
+            .message
+            .clone()
+            .or_else(|| wave.waiting.first().map(|(_, w)| w.to_string()))
+            .filter(|_| !wave.complete),
+        stages,
+        approvals,
+        failed_revisions,
+        live_hash: None,
+    };
+    let stage_entered = wave
+        .stage
+        .clone()
+        .filter(|s| previous.stage.as_ref() != Some(s));
+    let recheck = if wave.complete {
+        None
+    } else {
+        Some(Duration::from_secs(
+            wave.recheck_after.unwrap_or(30).clamp(1, 30) as u64,
+        ))
+    };
+    in_use.extend(running.values());
+    Step {
+        plan: target_plan,
+        desired,
+        running,
+        status,
+        progressing,
+        recheck,
+        stage_entered,
+        in_use,
+    }
+}
+
+/// Since when `work` is available at the revision it carries (`None`: it is not), and
+/// why not. A cluster not Ready counts as not available.
+fn availability(
+    work: Option<&Arc<Work>>,
+    at_target: bool,
+    not_ready: bool,
+) -> (Option<Timestamp>, Option<String>) {
+    let Some(work) = work else {
+        return (None, Some("no Work yet".to_owned()));
+    };
+    if !at_target {
+        return (None, None);
+    }
+    if not_ready {
+        return (None, Some("cluster not Ready".to_owned()));
+    }
+    let Some(status) = work.status.as_ref() else {
+        return (None, Some("no status reported yet".to_owned()));
+    };
+    if status.observed_generation != work.metadata.generation {
+        return (None, Some("not applied yet".to_owned()));
+    }
+    match status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::AVAILABLE)
+    {
+        Some(c) if c.status == "True" => (Some(c.last_transition_time.0), None),
+        Some(c) => (
+            None,
+            Some(member_reason(status).unwrap_or_else(|| format!("{}: {}", c.reason, c.message))),
+        ),
+        None => (None, Some("availability not reported yet".to_owned())),
+    }
+}
+
+/// What the member itself says of the first manifest not available: its kind and name and
+/// its own `Available` condition (such as `ImagePullBackOff`), as status feedback brings
+/// it back.
+fn member_reason(status: &flotilla_api::WorkStatus) -> Option<String> {
+    status.manifests.iter().find_map(|m| {
+        let feedback = m.status_feedback.as_ref()?.value();
+        let condition = feedback["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Available" && c["status"] == "False")?
+            .clone();
+        Some(format!(
+            "{} {}: {}: {}",
+            m.kind,
+            m.name,
+            condition["reason"].as_str().unwrap_or_default(),
+            condition["message"].as_str().unwrap_or_default()
+        ))
+    })
+}
+
+/// `status` with the rollout's part: the revision of each listed cluster, the rollout and
+/// the `Progressing` condition.
+pub(super) fn with_rollout(
+    mut status: PlacementStatus,
+    step: &Step,
+    live_hash: &str,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: &Time,
+) -> PlacementStatus {
+    for cluster in &mut status.clusters {
+        cluster.revision = step.running.get(&cluster.name).copied();
+    }
+    let (state, reason, message) = &step.progressing;
+    status.conditions.push(flotilla_api::condition::keep_time(
+        condition::PROGRESSING,
+        state,
+        reason,
+        message.clone(),
+        generation,
+        previous,
+        now,
+    ));
+    status.rollout = Some(RolloutStatus {
+        live_hash: Some(live_hash.to_owned()),
+        ..step.status.clone()
+    });
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use flotilla_api::{ManifestStatus, WorkStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use serde_json::json;
+
+    use super::*;
+
+    fn available(status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: condition::AVAILABLE.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "1/2 manifests available".into(),
+            last_transition_time: Time(Timestamp::from_second(100).unwrap()),
+            observed_generation: None,
+        }
+    }
+
+    fn work(generation: i64, observed: i64, condition: Condition) -> Arc<Work> {
+        let mut work = Work::new("shop.web", WorkSpec::default());
+        work.metadata.generation = Some(generation);
+        work.metadata.annotations = Some(BTreeMap::from([
+            (REVISION_ANNOTATION.to_owned(), "3".to_owned()),
+            (
+                MOVED_AT_ANNOTATION.to_owned(),
+                "1970-01-01T00:01:00Z".to_owned(),
+            ),
+        ]));
+        work.status = Some(WorkStatus {
+            observed_generation: Some(observed),
+            conditions: vec![condition],
+            manifests: vec![ManifestStatus {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+                status_feedback: Some(
+                    (&json!({"conditions": [{"type": "Available", "status": "False",
+                        "reason": "ImagePullBackOff", "message": "image \"bad:1\" cannot be pulled"}]}))
+                        .into(),
+                ),
+                ..ManifestStatus::default()
+            }],
+        });
+        Arc::new(work)
+    }
+
+    #[test]
+    fn a_work_says_its_revision_and_whether_and_since_when_it_is_available() {
+        let up = work(2, 2, available("True", "Available"));
+        assert_eq!(
+            carried(&up),
+            (Some(3), Some(Timestamp::from_second(60).unwrap()))
+        );
+        assert_eq!(
+            availability(Some(&up), true, false),
+            (Some(Timestamp::from_second(100).unwrap()), None)
+        );
+        // A status about an older spec, a cluster not Ready: not available.
+        let stale = work(3, 2, available("True", "Available"));
+        assert_eq!(availability(Some(&stale), true, false).0, None);
+        assert_eq!(availability(Some(&up), true, true).0, None);
+        // Not available: what the member itself says, the kind and name first.
+        let down = work(2, 2, available("False", "NotAvailable"));
+        let (since, why) = availability(Some(&down), true, false);
+        assert_eq!(since, None);
+        assert_eq!(
+            why.as_deref(),
+            Some("Deployment web: ImagePullBackOff: image \"bad:1\" cannot be pulled")
+        );
+    }
+
+    #[test]
+    fn approvals_are_read_from_the_annotations_by_stage() {
+        let annotations = BTreeMap::from([
+            (
+                format!("{}eu", flotilla_api::APPROVAL_ANNOTATION_PREFIX),
+                r#"{"stage":"ignored","revision":4,"by":"alice"}"#.to_owned(),
+            ),
+            (
+                format!("{}rest", flotilla_api::APPROVAL_ANNOTATION_PREFIX),
+                "not json".to_owned(),
+            ),
+            ("other".to_owned(), "{}".to_owned()),
+        ]);
+        let found = approvals(&annotations);
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (
+                found[0].stage.as_str(),
+                found[0].revision,
+                found[0].by.as_str()
+            ),
+            ("eu", 4, "alice")
+        );
+    }
+}
