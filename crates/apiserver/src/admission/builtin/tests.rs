@@ -547,3 +547,32 @@ async fn objects_are_stored_defaulted() {
     );
     assert_eq!(stored["metadata"]["generation"], 1);
 }
+
+/// The Python client's `patch_namespaced_deployment_scale` sends a strategic merge patch.
+#[tokio::test]
+async fn scale_takes_a_strategic_merge_patch() {
+    let api = api().await;
+    let (status, _) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = call(
+        &api,
+        Method::PATCH,
+        &format!("{DEPLOYMENTS}/web/scale"),
+        json!({"spec": {"replicas": 4}}),
+        "application/strategic-merge-patch+json",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["kind"], "Scale");
+    assert_eq!(body["spec"]["replicas"], 4);
+    let (_, stored) = call(
+        &api,
+        Method::GET,
+        &format!("{DEPLOYMENTS}/web"),
+        Value::Null,
+        "",
+    )
+    .await;
+    assert_eq!(stored["spec"]["replicas"], 4);
+    assert_eq!(stored["metadata"]["generation"], 2);
+}
