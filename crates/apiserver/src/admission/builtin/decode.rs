@@ -33,11 +33,8 @@ pub(crate) fn check(group: &str, version: &str, kind: &str, object: &Value) -> A
         path: String::new(),
         owner: short_name(definition),
     };
+    // Kubernetes names the version alone (`in version "v1"`), the group left out.
     walk.value(schema, object).map_err(|problem| {
-        let version = match group {
-            "" => version.to_owned(),
-            group => format!("{group}/{version}"),
-        };
         ApiError::bad_request(format!(
             "{kind} in version \"{version}\" cannot be handled as a {kind}: {problem}"
         ))
@@ -270,7 +267,7 @@ mod tests {
         assert_eq!(e.code, 400);
         assert_eq!(
             e.message,
-            "Deployment in version \"apps/v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
+            "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"
         );
     }
 

@@ -317,6 +317,8 @@ fn container(container: &mut Value) {
         json!("/dev/termination-log"),
     );
     default_field(container, "terminationMessagePolicy", json!("File"));
+    // Not a default but what Go writes: a container's resources struct, even empty.
+    default_field(container, "resources", json!({}));
     for port in list_mut(container, "ports") {
         default_field(port, "protocol", json!("TCP"));
     }
