@@ -2,7 +2,7 @@
 //! (`pkg/apis/*/v1/defaults.go`: the `SetDefaults_*` functions, applied to every nested
 //! struct they name). The published schemas carry none of these defaults, so they are
 //! written here by hand; `fixtures/defaults.json` holds inputs and the objects a cluster
-//! returns for them.
+//! returns for them (written out by hand in `fixtures/defaults.py`, which makes the file).
 //!
 //! ```text
 //!  kind ─► Secret      stringData folded into data (then dropped), type Opaque
