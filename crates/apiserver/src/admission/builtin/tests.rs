@@ -576,3 +576,82 @@ async fn scale_takes_a_strategic_merge_patch() {
     assert_eq!(stored["spec"]["replicas"], 4);
     assert_eq!(stored["metadata"]["generation"], 2);
 }
+
+/// Objects a cluster takes are taken: no rule here refuses more than Kubernetes does.
+#[tokio::test]
+async fn valid_objects_are_accepted() {
+    let api = api().await;
+    let ns = "/api/v1/namespaces/default";
+    let cases: Vec<(String, Value)> = vec![
+        (
+            format!("{ns}/services"),
+            json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "headless"}, "spec": {"clusterIP": "None"}}),
+        ),
+        (
+            format!("{ns}/services"),
+            json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db"}, "spec": {"type": "ExternalName",
+            "externalName": "db.example.com"}}),
+        ),
+        (
+            format!("{ns}/services"),
+            json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web"}, "spec": {"type": "NodePort", "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "nodePort": 30080},
+                      {"name": "dns", "port": 53, "protocol": "UDP"},
+                      {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets".into(),
+            json!({"apiVersion": "apps/v1",
+            "kind": "StatefulSet", "metadata": {"name": "db"},
+            "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "db", "image": "postgres:16",
+                                      "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}],
+                                           "volumes": [{"name": "data", "emptyDir": {}}]}}}}),
+        ),
+        (
+            "/apis/batch/v1/namespaces/default/cronjobs".into(),
+            json!({"apiVersion": "batch/v1",
+            "kind": "CronJob", "metadata": {"name": "nightly"},
+            "spec": {"schedule": "30 2 * * 1-5", "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "OnFailure", "containers": [container()]}}}}}}),
+        ),
+        (
+            "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies".into(),
+            json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny"}, "spec": {"policyTypes": ["Ingress"]}}),
+        ),
+        (
+            format!("{ns}/pods"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"example.com/tier": "Web_1.x"},
+                         "annotations": {"Example.com/Note": "anything at all"}},
+            "spec": {"initContainers": [{"name": "init", "image": "busybox"}],
+                     "containers": [{"name": "app", "image": "app:1",
+                        "env": [{"name": "my.var-1", "value": "x"}],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "resources": {"requests": {"cpu": "250m", "memory": "64Mi"},
+                                      "limits": {"cpu": "1", "memory": "128Mi"}}}]}}),
+        ),
+        (
+            format!("{ns}/secrets"),
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "tls"}, "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "", "tls.key": ""}}),
+        ),
+        (
+            format!("{ns}/configmaps"),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "conf"}, "data": {"app.properties": "a=b", "KEY_1": "x"},
+            "binaryData": {"blob": "AAEC"}}),
+        ),
+    ];
+    for (path, object) in cases {
+        let (status, body) = post(&api, &path, object.clone()).await;
+        assert_eq!(status, StatusCode::CREATED, "{object}: {body}");
+    }
+}

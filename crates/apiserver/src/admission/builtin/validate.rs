@@ -63,9 +63,7 @@ pub(crate) fn validate(
             workload(&mut causes, spec, old_spec, true);
             deployment(&mut causes, spec);
         }
-        ("apps", "ReplicaSet") | ("", "ReplicationController") => {
-            workload(&mut causes, spec, old_spec, group == "apps");
-        }
+        ("apps", "ReplicaSet") => workload(&mut causes, spec, old_spec, true),
         ("apps", "StatefulSet") => {
             workload(&mut causes, spec, None, true);
             stateful_set(&mut causes, spec, old_spec);
@@ -93,7 +91,13 @@ pub(crate) fn validate(
         }
         _ => {}
     }
-    causes.0
+    // A field the schema requires and a rule also names is said once.
+    let mut seen = HashSet::new();
+    causes
+        .0
+        .into_iter()
+        .filter(|c| seen.insert((c.field.clone(), c.message.clone())))
+        .collect()
 }
 
 /// Whether the schema's `required` lists are checked for a kind: those of kinds whose own
@@ -122,8 +126,13 @@ fn required(causes: &mut Causes, schema: &Value, value: &Value, path: &str) {
             for field in items(&schema["required"]) {
                 let field = text(field);
                 let absent = map.get(field).is_none_or(Value::is_null);
-                // serviceName is optional since 1.30 in kube-apiserver's validation.
-                let optional = field == "serviceName" || field == "metadata";
+                // Required in the schema, not in kube-apiserver's validation: a
+                // StatefulSet's serviceName (since 1.30), a NetworkPolicy's podSelector
+                // (empty selects every pod), an EndpointSlice's endpoints.
+                let optional = matches!(
+                    field,
+                    "serviceName" | "metadata" | "podSelector" | "endpoints"
+                );
                 if absent && !optional {
                     causes.required(&join(path, field), "");
                 }
