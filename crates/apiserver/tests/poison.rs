@@ -280,11 +280,13 @@ async fn at_the_limit(s: &Server, key: &str, small: usize) -> usize {
 #[tokio::test]
 async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_write() {
     let s = Server::new().await;
-    let configmaps = "/api/v1/namespaces/default/configmaps";
-    let key = "/core/configmaps/root/default/";
+    // Events: a built-in kind with a string field of no bound of its own (a ConfigMap's
+    // data is refused over 1 MiB by its validation).
+    let configmaps = "/api/v1/namespaces/default/events";
+    let key = "/core/events/root/default/";
     let configmap = |name: &str, n: usize| {
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-            "data": {"k": "x".repeat(n)}})
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"kind": "Pod", "name": "p"}, "message": "x".repeat(n)})
     };
     // Created: names of the same length store the same bytes but for the data.
     s.ok(Method::POST, configmaps, &configmap("c-0", 10)).await;
@@ -315,14 +317,14 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
     // Replaced: the same length fits (a new generation is as long), one byte more does not.
     let path = format!("{configmaps}/c-1");
     let mut current = s.ok(Method::GET, &path, &Value::Null).await;
-    current["data"]["k"] = json!("y".repeat(n));
+    current["message"] = json!("y".repeat(n));
     let current = s.ok(Method::PUT, &path, &current).await;
     assert_eq!(
         s.stored(&format!("{key}c-1")).await.unwrap().len(),
         MAX_OBJECT_BYTES
     );
     let mut longer = current.clone();
-    longer["data"]["k"] = json!("y".repeat(n + 1));
+    longer["message"] = json!("y".repeat(n + 1));
     let answer = s.json(Method::PUT, &path, None, &longer).await;
     assert_refused(&answer, 413, "RequestEntityTooLarge", &[&size, &limit]);
 
@@ -330,15 +332,15 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
     for (content_type, patch) in [
         (
             "application/merge-patch+json",
-            json!({"data": {"k": "z".repeat(n + 1)}}),
+            json!({"message": "z".repeat(n + 1)}),
         ),
         (
             "application/json-patch+json",
-            json!([{"op": "replace", "path": "/data/k", "value": "z".repeat(n + 1)}]),
+            json!([{"op": "replace", "path": "/message", "value": "z".repeat(n + 1)}]),
         ),
         (
             "application/strategic-merge-patch+json",
-            json!({"data": {"k": "z".repeat(n + 1)}}),
+            json!({"message": "z".repeat(n + 1)}),
         ),
     ] {
         let answer = s
@@ -351,7 +353,7 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
             .await;
         assert_refused(&answer, 413, "RequestEntityTooLarge", &[&size]);
     }
-    let patch = json!({"data": {"k": "z".repeat(n)}});
+    let patch = json!({"message": "z".repeat(n)});
     let answer = s
         .answer(
             s.client
@@ -421,15 +423,17 @@ async fn objects_over_the_size_limit_as_stored_are_refused_with_413_on_every_wri
     let answer = s.json(Method::PUT, &status_path, None, &object).await;
     assert_refused(&answer, 413, "RequestEntityTooLarge", &[&size]);
 
-    // The scale subresource: a Deployment at the limit cannot take a digit more.
+    // The scale subresource: a Deployment at the limit cannot take a digit more (annotations
+    // are bound at 256 KiB: the bytes are in an environment variable).
     let deployments = "/apis/apps/v1/namespaces/default/deployments";
     let dkey = "/apps/deployments/root/default/";
     let deployment = |name: &str, n: usize| {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "annotations": {"k": "x".repeat(n)}},
+            "metadata": {"name": name},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "a"}},
                 "template": {"metadata": {"labels": {"app": "a"}},
-                    "spec": {"containers": [{"name": "a", "image": "a"}]}}}})
+                    "spec": {"containers": [{"name": "a", "image": "a",
+                        "env": [{"name": "K", "value": "x".repeat(n)}]}]}}}})
     };
     s.ok(Method::POST, deployments, &deployment("d-0", 10))
         .await;
@@ -766,18 +770,16 @@ async fn stored_objects_that_cannot_be_decoded_are_left_out_of_reads_and_can_be_
 #[tokio::test]
 async fn a_json_patch_cannot_nest_an_object_past_the_limit_one_operation_at_a_time() {
     let s = Server::new().await;
-    let configmaps = "/api/v1/namespaces/default/configmaps";
-    s.ok(
-        Method::POST,
-        configmaps,
-        &json!({"metadata": {"name": "p"}, "data": {"k": "v"}}),
-    )
-    .await;
+    // A free-form custom resource (a ConfigMap's data holds strings alone).
+    s.define_widgets().await;
+    let configmaps = WIDGETS;
+    s.ok(Method::POST, configmaps, &widget("p", json!({"k": "v"})))
+        .await;
     // Each operation adds 120 levels at the deepest point so far: 12,000 levels in all,
     // which would overflow the stack of whatever walks the object next (the process
     // aborts), though every value in the body is within the JSON parser's limit.
-    let mut ops = vec![json!({"op": "add", "path": "/data/x", "value": nested(120)})];
-    let mut path = String::from("/data/x");
+    let mut ops = vec![json!({"op": "add", "path": "/spec/x", "value": nested(120)})];
+    let mut path = String::from("/spec/x");
     for _ in 0..100 {
         path.push_str(&"/a".repeat(119));
         ops.push(json!({"op": "add", "path": format!("{path}/a"), "value": nested(120)}));
@@ -799,7 +801,7 @@ async fn a_json_patch_cannot_nest_an_object_past_the_limit_one_operation_at_a_ti
     // Within the limit as stored (its managedFields 5 deeper): taken; a value that would
     // nest the object itself past it: refused at the operation.
     for (levels, code) in [(93, 200), (99, 422)] {
-        let ops = json!([{"op": "add", "path": "/data/y", "value": nested(levels)}]);
+        let ops = json!([{"op": "add", "path": "/spec/y", "value": nested(levels)}]);
         let answer = s
             .answer(
                 s.client

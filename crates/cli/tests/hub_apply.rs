@@ -79,9 +79,13 @@ fn client_side_apply(hub: &Hub) {
     assert_eq!(
         spec["containers"],
         json!([
+            // With the defaults a cluster adds.
             {"name": "web", "image": "nginx:1.27", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
-             "ports": [{"containerPort": 80}]},
-            {"name": "sidecar", "image": "busybox:1", "imagePullPolicy": "Always"}
+             "ports": [{"containerPort": 80, "protocol": "TCP"}], "imagePullPolicy": "IfNotPresent",
+             "resources": {}, "terminationMessagePath": "/dev/termination-log",
+             "terminationMessagePolicy": "File"},
+            {"name": "sidecar", "image": "busybox:1", "imagePullPolicy": "Always", "resources": {},
+             "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}
         ])
     );
     assert_eq!(spec["volumes"], json!([{"name": "data", "emptyDir": {}}]));

@@ -754,9 +754,20 @@ fn kubectl_typed_commands_send_protobuf_and_it_is_understood() {
     let deploy = hub.json(&["get", "deploy", "web", "-n", "shop"]);
     assert_eq!(
         deploy["spec"],
+        // With the defaults a cluster adds.
         serde_json::json!({"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "revisionHistoryLimit": 10, "progressDeadlineSeconds": 600,
             "template": {"metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27", "ports": [{"containerPort": 80}]}]}}})
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27",
+                    "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                    "imagePullPolicy": "IfNotPresent", "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File"}],
+                    "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
+                    "schedulerName": "default-scheduler", "securityContext": {},
+                    "terminationGracePeriodSeconds": 30}}})
     );
     assert_eq!(
         deploy["metadata"]["labels"],
@@ -771,7 +782,9 @@ fn kubectl_typed_commands_send_protobuf_and_it_is_understood() {
     assert_eq!(
         svc["spec"],
         serde_json::json!({"type": "ClusterIP", "selector": {"app": "web"},
-            "ports": [{"name": "80-8080", "port": 80, "protocol": "TCP", "targetPort": 8080}]})
+            "ports": [{"name": "80-8080", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+            "sessionAffinity": "None", "internalTrafficPolicy": "Cluster",
+            "ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv4"]})
     );
     assert_eq!(
         hub.json(&["get", "sa", "robot", "-n", "shop"])["metadata"]["name"],

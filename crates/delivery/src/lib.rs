@@ -11,6 +11,8 @@
 //!        │  kind → resource and scope (discovery cache; one refresh on a miss)│
 //!        │  GET live ─► someone else's? ── conflict: Abort ─► Applied=False   │
 //!        │  drift: Report and manifest hash unchanged? ─► compare, no write   │
+//!        │  what the member allocates left out (cluster IPs, node ports, a    │
+//!        │  Job's generated selector: `allocated`)                            │
 //!        │  otherwise server-side apply (manager `flotilla`, force, +labels)  │
 //!        │  Available and status feedback from the live object, per kind      │
 //!        ◄────────────────────────────────────────────────────────────────────┘
@@ -56,6 +58,7 @@ use futures_util::Stream;
 use serde_json::Value;
 use tracing::{Instrument, info, info_span, warn};
 
+mod allocated;
 mod availability;
 mod changes;
 mod conditions;

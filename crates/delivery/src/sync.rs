@@ -120,8 +120,10 @@ impl Member {
             ..ManifestStatus::default()
         };
         let span = info_span!("manifest", kind = %status.kind, name = %status.name);
+        // What the member allocates itself is neither applied nor compared for drift.
+        let manifest = crate::allocated::without_allocated(manifest);
         let outcome = self
-            .deliver(manifest, cx, &mut status)
+            .deliver(&manifest, cx, &mut status)
             .instrument(span)
             .await;
         let prior = cx

@@ -5,8 +5,11 @@
 //!         ─► validating plugins, in order (each may warn or refuse; the first refusal
 //!            ends the chain) ─► the registry writes it
 //!  built in: mutating  Prune (fields the schema does not know: fieldValidation decides)
+//!                      builtin::Decode (a built-in kind's field types: 400)
 //!                      Defaults (a custom resource's schema defaults)
-//!            validating StructuralSchema (a custom resource's schema: 422)
+//!                      builtin::Defaults (a built-in kind's defaults, as kube-apiserver's)
+//!            validating builtin::Validate (a built-in kind's rules, labels: 422)
+//!                      StructuralSchema (a custom resource's schema: 422)
 //!                      Rules (its x-kubernetes-validations, CEL: 422)
 //! ```
 //!
@@ -16,6 +19,7 @@
 //! webhooks after the built-in mutating plugins, then ValidatingAdmissionPolicies and
 //! validating webhooks after the built-in validating ones, as in Kubernetes.
 
+pub mod builtin;
 pub(crate) mod cel;
 pub mod dynamic;
 pub(crate) mod matching;
@@ -155,8 +159,14 @@ impl Admission {
     /// The built-in plugins ([`plugins`]).
     pub fn builtin() -> Self {
         Admission {
-            mutating: vec![Arc::new(plugins::Prune), Arc::new(plugins::Defaults)],
+            mutating: vec![
+                Arc::new(plugins::Prune),
+                Arc::new(builtin::Decode),
+                Arc::new(plugins::Defaults),
+                Arc::new(builtin::Defaults),
+            ],
             validating: vec![
+                Arc::new(builtin::Validate),
                 Arc::new(plugins::StructuralSchema),
                 Arc::new(plugins::Rules),
             ],

@@ -65,6 +65,16 @@ impl Causes {
         self.push("FieldValueForbidden", field, format!("Forbidden: {detail}"));
     }
 
+    /// `Too long: DETAIL`.
+    pub(crate) fn push_too_long(&mut self, field: &str, detail: &str) {
+        self.push("FieldValueTooLong", field, format!("Too long: {detail}"));
+    }
+
+    /// `Not found: VALUE`.
+    pub(crate) fn not_found(&mut self, field: &str, value: &Value) {
+        self.push("FieldValueNotFound", field, format!("Not found: {value}"));
+    }
+
     /// `Too many: N: must have at most MAX items`.
     pub(crate) fn too_many(&mut self, field: &str, count: usize, max: usize) {
         self.push(

@@ -16,6 +16,9 @@ use crate::http::request::{Query, parse_resource_version};
 use crate::http::route::Target;
 use crate::registry::store::{Unreadable, reads_as, stored_with_version};
 
+/// The most keys one read of a filtered list asks the store for.
+const MAX_CHUNK: usize = 10_000;
+
 /// The continue token of a list: the snapshot revision and the last key returned.
 pub(crate) fn encode_continue(revision: Revision, after: &[u8]) -> String {
     let token =
@@ -124,50 +127,70 @@ impl Api {
         let fields = FieldSelector::parse(query.get("fieldSelector").unwrap_or(""), rt)?;
         let (revision, after, limit) = self.list_position(query).await?;
         let prefix = keys::prefix(rt, &self.cluster, target.namespace.as_deref());
-        let page = self
-            .store
-            .list(
-                &prefix,
-                ListOptions {
-                    revision,
-                    limit,
-                    after: after.map(Bytes::from),
-                },
-            )
-            .await?;
-        let mut items = Vec::with_capacity(page.kvs.len());
+        let mut items = Vec::new();
         let mut unreadable = Vec::new();
         let selects_all = labels.is_empty() && fields.is_empty();
-        for kv in &page.kvs {
-            if let Some(left_out) = Unreadable::check(&kv.key, &kv.value) {
-                unreadable.push(left_out);
-                continue;
-            }
-            if selects_all {
-                match stored_with_version(&kv.value, kv.mod_revision, rt) {
-                    Ok(item) => items.push(item),
-                    Err(e) => unreadable.push(Unreadable::new(&kv.key, e.message)),
-                }
-                continue;
-            }
-            let object: Value = match serde_json::from_slice(&kv.value) {
-                Ok(object) => object,
-                Err(e) => {
-                    unreadable.push(Unreadable::new(&kv.key, e.to_string()));
+        // With selectors, a page is filled with matching objects: further reads of the same
+        // snapshot, each twice the last (at most MAX_CHUNK keys), until `limit` match or
+        // the keys end; the continue token then starts after the last key read for it.
+        let (mut revision, mut after, mut chunk) = (revision, after.map(Bytes::from), limit);
+        let (snapshot, next) = 'pages: loop {
+            let page = self
+                .store
+                .list(
+                    &prefix,
+                    ListOptions {
+                        revision,
+                        limit: chunk,
+                        after: after.clone(),
+                    },
+                )
+                .await?;
+            let last = page.kvs.len().saturating_sub(1);
+            for (i, kv) in page.kvs.iter().enumerate() {
+                if let Some(left_out) = Unreadable::check(&kv.key, &kv.value) {
+                    unreadable.push(left_out);
                     continue;
                 }
-            };
-            if labels.matches(&object) && fields.matches(&object) {
-                let mut object = object::with_resource_version(object, kv.mod_revision.get());
-                if let Some(api_version) = reads_as(rt) {
-                    crate::registry::events::show_as(&mut object, &api_version);
+                if selects_all {
+                    match stored_with_version(&kv.value, kv.mod_revision, rt) {
+                        Ok(item) => items.push(item),
+                        Err(e) => unreadable.push(Unreadable::new(&kv.key, e.message)),
+                    }
+                    continue;
                 }
-                items.push(crate::http::json::to_vec(&object));
+                let object: Value = match serde_json::from_slice(&kv.value) {
+                    Ok(object) => object,
+                    Err(e) => {
+                        unreadable.push(Unreadable::new(&kv.key, e.to_string()));
+                        continue;
+                    }
+                };
+                if labels.matches(&object) && fields.matches(&object) {
+                    let mut object = object::with_resource_version(object, kv.mod_revision.get());
+                    if let Some(api_version) = reads_as(rt) {
+                        crate::registry::events::show_as(&mut object, &api_version);
+                    }
+                    items.push(crate::http::json::to_vec(&object));
+                    if limit > 0 && items.len() == limit {
+                        let next = match i == last {
+                            true => page.next.clone(),
+                            false => Some(kv.key.clone()),
+                        };
+                        break 'pages (page.revision, next);
+                    }
+                }
             }
-        }
-        let mut metadata = json!({"resourceVersion": page.revision.get().to_string()});
-        if let Some(next) = &page.next {
-            metadata["continue"] = json!(encode_continue(page.revision, next));
+            if selects_all || limit == 0 || page.next.is_none() {
+                break (page.revision, page.next);
+            }
+            revision = Some(page.revision);
+            after = page.next;
+            chunk = (chunk * 2).min(MAX_CHUNK).max(limit - items.len());
+        };
+        let mut metadata = json!({"resourceVersion": snapshot.get().to_string()});
+        if let Some(next) = &next {
+            metadata["continue"] = json!(encode_continue(snapshot, next));
         }
         Ok(Listed {
             kind: rt.list_kind(),
@@ -176,5 +199,100 @@ impl Api {
             items,
             unreadable,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::http::{HeaderMap, Method};
+    use bytes::Bytes;
+    use flotilla_store::Store;
+    use serde_json::{Value, json};
+
+    use crate::api::Api;
+    use crate::registry::resources::Registry;
+
+    async fn get(api: &Api, path: &str) -> Value {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let response = api
+            .serve(
+                Method::GET,
+                path,
+                Some(query),
+                &HeaderMap::new(),
+                Bytes::new(),
+            )
+            .await;
+        assert!(response.status().is_success(), "{path}");
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    fn names(list: &Value) -> Vec<&str> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap())
+            .collect()
+    }
+
+    /// A list with `limit` and a selector returns `limit` matching objects (reading on
+    /// past those that do not match) before a continue token, as kube-apiserver does.
+    #[tokio::test]
+    async fn a_filtered_page_is_filled_before_a_continue_token() {
+        let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+        let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1");
+        api.bootstrap().await.unwrap();
+        let path = "/api/v1/namespaces/default/configmaps";
+        for i in 0..40 {
+            let labels = match i % 9 == 4 {
+                true => json!({"pick": "yes"}),
+                false => json!({}),
+            };
+            let body = json!({"metadata": {"name": format!("c-{i:02}"), "labels": labels}});
+            let response = api
+                .serve(
+                    Method::POST,
+                    path,
+                    None,
+                    &HeaderMap::new(),
+                    Bytes::from(body.to_string()),
+                )
+                .await;
+            assert!(response.status().is_success());
+        }
+        // c-04, c-13, c-22, c-31 match.
+        let first = get(&api, &format!("{path}?labelSelector=pick%3Dyes&limit=3")).await;
+        assert_eq!(names(&first), ["c-04", "c-13", "c-22"]);
+        let token = first["metadata"]["continue"].as_str().unwrap();
+        let rest = get(
+            &api,
+            &format!("{path}?labelSelector=pick%3Dyes&limit=3&continue={token}"),
+        )
+        .await;
+        assert_eq!(names(&rest), ["c-31"]);
+        assert!(rest["metadata"].get("continue").is_none(), "{rest}");
+        // One at a time, every match once; the same through a field selector.
+        let mut seen = Vec::new();
+        let mut query = String::from("fieldSelector=metadata.name%21%3Dc-04&limit=1");
+        for _ in 0..40 {
+            let page = get(&api, &format!("{path}?{query}")).await;
+            assert_eq!(names(&page).len(), 1, "{page}");
+            seen.extend(names(&page).iter().map(|n| n.to_string()));
+            match page["metadata"]["continue"].as_str() {
+                Some(token) => {
+                    query =
+                        format!("fieldSelector=metadata.name%21%3Dc-04&limit=1&continue={token}")
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), 39);
+        assert!(!seen.contains(&"c-04".to_owned()));
     }
 }

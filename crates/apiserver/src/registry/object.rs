@@ -277,7 +277,10 @@ pub fn prepare_create(object: &mut Value, rt: &ResourceType, namespace: &str) ->
     }
     meta.insert("uid".into(), json!(new_uid()));
     meta.insert("creationTimestamp".into(), json!(now()));
-    meta.insert("generation".into(), json!(1));
+    match keeps_generation(rt) {
+        true => meta.insert("generation".into(), json!(1)),
+        false => meta.remove("generation"),
+    };
     for server_owned in [
         "resourceVersion",
         "deletionTimestamp",
@@ -313,6 +316,10 @@ pub fn prepare_update(object: &mut Value, current: &Value, rt: &ResourceType) ->
         }
     }
     meta.remove("resourceVersion");
+    if !keeps_generation(rt) {
+        meta.remove("generation");
+        return Ok(());
+    }
     meta.insert(
         "generation".into(),
         json!(if spec_changed {
@@ -322,6 +329,32 @@ pub fn prepare_update(object: &mut Value, current: &Value, rt: &ResourceType) ->
         }),
     );
     Ok(())
+}
+
+/// Whether objects of `rt` carry `metadata.generation`, as Kubernetes keeps it: custom
+/// resources, and the built-in kinds whose strategies count spec changes (workloads, the
+/// autoscaling, policy, networking and discovery kinds, CRDs, admission configurations).
+/// ConfigMaps, Secrets, Services, Pods (in 1.32), Namespaces, RBAC objects and the like
+/// have none.
+pub fn keeps_generation(rt: &ResourceType) -> bool {
+    if rt.schema.is_some() || rt.behaviour == crate::registry::strategy::Behaviour::CustomResource {
+        return true;
+    }
+    matches!(
+        (rt.group.as_str(), rt.plural.as_str()),
+        (
+            "apps",
+            "deployments" | "replicasets" | "statefulsets" | "daemonsets"
+        ) | ("batch", "jobs" | "cronjobs")
+            | ("autoscaling", "horizontalpodautoscalers")
+            | ("policy", "poddisruptionbudgets")
+            | ("networking.k8s.io", "ingresses" | "networkpolicies")
+            | ("discovery.k8s.io", "endpointslices")
+            | ("apiextensions.k8s.io", "customresourcedefinitions")
+            | ("admissionregistration.k8s.io", _)
+            | ("flowcontrol.apiserver.k8s.io", _)
+            | ("", "replicationcontrollers")
+    )
 }
 
 /// The stored JSON of an object with `metadata.resourceVersion` set, written without

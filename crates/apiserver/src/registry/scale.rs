@@ -153,9 +153,15 @@ impl Api {
                     match content_type(headers) {
                         "application/merge-patch+json" => patch::merge(&shown, &patch),
                         "application/json-patch+json" => patch::json_patch(&shown, &patch)?,
+                        // A Scale has no lists: its strategic merge is a merge patch with
+                        // the directives (`$patch`, `$retainKeys`) read. Built-in kinds only,
+                        // as for their objects.
+                        crate::discovery::openapi::STRATEGIC if rt.schema.is_none() => {
+                            crate::patch::strategic::apply(&shown, &patch, &Value::Null)?
+                        }
                         other => {
                             return Err(ApiError::unsupported_media_type(format!(
-                                "the patch type {other:?} is not supported on scale; use application/merge-patch+json or application/json-patch+json"
+                                "the patch type {other:?} is not supported on scale; use application/merge-patch+json, application/json-patch+json or (built-in kinds) application/strategic-merge-patch+json"
                             )));
                         }
                     }

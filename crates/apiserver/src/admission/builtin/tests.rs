@@ -1,0 +1,657 @@
+//! Built-in kinds through the API: refused with 400 or 422 naming the field, nothing
+//! written; defaulted as a cluster defaults them.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, Method, StatusCode};
+use bytes::Bytes;
+use flotilla_store::Store;
+use serde_json::{Value, json};
+
+use crate::api::Api;
+use crate::registry::resources::Registry;
+
+async fn api() -> Api {
+    let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+    let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1");
+    api.bootstrap().await.unwrap();
+    api
+}
+
+async fn call(
+    api: &Api,
+    method: Method,
+    path: &str,
+    body: Value,
+    patch: &str,
+) -> (StatusCode, Value) {
+    let mut headers = HeaderMap::new();
+    let body = match body {
+        Value::Null => Bytes::new(),
+        body => Bytes::from(body.to_string()),
+    };
+    if !patch.is_empty() {
+        headers.insert(axum::http::header::CONTENT_TYPE, patch.parse().unwrap());
+    }
+    let response = api.serve(method, path, None, &headers, body).await;
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+async fn post(api: &Api, path: &str, body: Value) -> (StatusCode, Value) {
+    call(api, Method::POST, path, body, "").await
+}
+
+fn container() -> Value {
+    json!({"name": "web", "image": "nginx:1.27"})
+}
+
+fn deployment(name: &str, spec: Value) -> Value {
+    let mut full = json!({
+        "replicas": 2,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+                     "spec": {"containers": [container()]}}});
+    merge(&mut full, spec);
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}, "spec": full})
+}
+
+fn merge(target: &mut Value, patch: Value) {
+    *target = crate::patch::merge(target, &patch);
+}
+
+fn service(name: &str, spec: Value) -> Value {
+    let mut full = json!({"selector": {"app": "web"}, "ports": [{"port": 80}]});
+    merge(&mut full, spec);
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": full})
+}
+
+const DEPLOYMENTS: &str = "/apis/apps/v1/namespaces/default/deployments";
+const SERVICES: &str = "/api/v1/namespaces/default/services";
+
+/// The invalid objects (and more), each refused with 422 naming the field, and
+/// none stored.
+#[tokio::test]
+async fn invalid_builtin_objects_are_refused_with_the_field_named() {
+    let api = api().await;
+    let long = "x".repeat(64);
+    let cases: Vec<(&str, &str, Value, &str)> = vec![
+        (
+            "service port 70000",
+            SERVICES,
+            service("s1", json!({"ports": [{"port": 70000}]})),
+            "spec.ports[0].port",
+        ),
+        (
+            "service targetPort 0 by name too long",
+            SERVICES,
+            service(
+                "s2",
+                json!({"ports": [{"port": 80, "targetPort": "a-very-long-port-name"}]}),
+            ),
+            "spec.ports[0].targetPort",
+        ),
+        (
+            "service without ports",
+            SERVICES,
+            service("s3", json!({"ports": null})),
+            "spec.ports",
+        ),
+        (
+            "service two unnamed ports",
+            SERVICES,
+            service("s4", json!({"ports": [{"port": 80}, {"port": 81}]})),
+            "spec.ports[1].name",
+        ),
+        (
+            "service protocol HTTP",
+            SERVICES,
+            service("s5", json!({"ports": [{"port": 80, "protocol": "HTTP"}]})),
+            "spec.ports[0].protocol",
+        ),
+        (
+            "service type Internal",
+            SERVICES,
+            service("s6", json!({"type": "Internal"})),
+            "spec.type",
+        ),
+        (
+            "service name starting with a digit is fine, with a dot is not",
+            SERVICES,
+            service("web.v1", json!({})),
+            "metadata.name",
+        ),
+        (
+            "selector not matching the template",
+            DEPLOYMENTS,
+            deployment("d1", json!({"selector": {"matchLabels": {"app": "api"}}})),
+            "spec.template.metadata.labels",
+        ),
+        (
+            "no containers",
+            DEPLOYMENTS,
+            deployment("d2", json!({"template": {"spec": {"containers": []}}})),
+            "spec.template.spec.containers",
+        ),
+        (
+            "64-character label value",
+            DEPLOYMENTS,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "d3", "labels": {"team": long}},
+                   "spec": deployment("x", json!({}))["spec"]}),
+            "metadata.labels[team]",
+        ),
+        (
+            "invalid label key",
+            DEPLOYMENTS,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "d4", "labels": {"-team": "a"}},
+                   "spec": deployment("x", json!({}))["spec"]}),
+            "metadata.labels",
+        ),
+        (
+            "duplicate container names",
+            DEPLOYMENTS,
+            deployment(
+                "d5",
+                json!({"template": {"spec": {"containers": [container(), container()]}}}),
+            ),
+            "spec.template.spec.containers[1].name",
+        ),
+        (
+            "duplicate port names",
+            DEPLOYMENTS,
+            deployment(
+                "d6",
+                json!({"template": {"spec": {"containers": [{"name": "web",
+                "image": "nginx", "ports": [{"name": "http", "containerPort": 80},
+                                             {"name": "http", "containerPort": 81}]}]}}}),
+            ),
+            "spec.template.spec.containers[0].ports[1].name",
+        ),
+        (
+            "container port 0",
+            DEPLOYMENTS,
+            deployment(
+                "d7",
+                json!({"template": {"spec": {"containers": [{"name": "web",
+                "image": "nginx", "ports": [{"containerPort": 0}]}]}}}),
+            ),
+            "spec.template.spec.containers[0].ports[0].containerPort",
+        ),
+        (
+            "container without image",
+            DEPLOYMENTS,
+            deployment(
+                "d8",
+                json!({"template": {"spec": {"containers": [{"name": "web"}]}}}),
+            ),
+            "spec.template.spec.containers[0].image",
+        ),
+        (
+            "container name with capitals",
+            DEPLOYMENTS,
+            deployment(
+                "d9",
+                json!({"template": {"spec": {"containers": [{"name": "Web",
+                "image": "nginx"}]}}}),
+            ),
+            "spec.template.spec.containers[0].name",
+        ),
+        (
+            "negative replicas",
+            DEPLOYMENTS,
+            deployment("d10", json!({"replicas": -1})),
+            "spec.replicas",
+        ),
+        (
+            "empty selector",
+            DEPLOYMENTS,
+            deployment("d11", json!({"selector": {"matchLabels": null}})),
+            "spec.selector",
+        ),
+        (
+            "no selector",
+            DEPLOYMENTS,
+            deployment("d12", json!({"selector": null})),
+            "spec.selector",
+        ),
+        (
+            "restartPolicy Never in a Deployment",
+            DEPLOYMENTS,
+            deployment(
+                "d13",
+                json!({"template": {"spec": {"restartPolicy": "Never"}}}),
+            ),
+            "spec.template.spec.restartPolicy",
+        ),
+        (
+            "maxSurge and maxUnavailable both 0",
+            DEPLOYMENTS,
+            deployment(
+                "d14",
+                json!({"strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}}),
+            ),
+            "spec.strategy.rollingUpdate.maxUnavailable",
+        ),
+        (
+            "volume mount of no volume",
+            DEPLOYMENTS,
+            deployment(
+                "d15",
+                json!({"template": {"spec": {"containers": [{"name": "web",
+                "image": "nginx", "volumeMounts": [{"name": "data", "mountPath": "/d"}]}]}}}),
+            ),
+            "spec.template.spec.containers[0].volumeMounts[0].name",
+        ),
+        (
+            "request above limit",
+            DEPLOYMENTS,
+            deployment(
+                "d16",
+                json!({"template": {"spec": {"containers": [{"name": "web",
+                "image": "nginx", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "500m"}}}]}}}),
+            ),
+            "spec.template.spec.containers[0].resources.requests",
+        ),
+        (
+            "job with restartPolicy Always",
+            "/apis/batch/v1/namespaces/default/jobs",
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j1"},
+                   "spec": {"template": {"spec": {"containers": [container()]}}}}),
+            "spec.template.spec.restartPolicy",
+        ),
+        (
+            "cronjob with a bad schedule",
+            "/apis/batch/v1/namespaces/default/cronjobs",
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c1"},
+                   "spec": {"schedule": "every minute", "jobTemplate": {"spec": {"template":
+                       {"spec": {"restartPolicy": "Never", "containers": [container()]}}}}}}),
+            "spec.schedule",
+        ),
+        (
+            "configmap key with a slash",
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1"},
+                   "data": {"a/b": "x"}}),
+            "data",
+        ),
+        (
+            "tls secret without its key",
+            "/api/v1/namespaces/default/secrets",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s1"},
+                   "type": "kubernetes.io/tls", "data": {"tls.crt": ""}}),
+            "data[tls.key]",
+        ),
+        (
+            "statefulset selector mismatch",
+            "/apis/apps/v1/namespaces/default/statefulsets",
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "st1"},
+                   "spec": {"serviceName": "x", "selector": {"matchLabels": {"app": "db"}},
+                            "template": {"metadata": {"labels": {"app": "web"}},
+                                         "spec": {"containers": [container()]}}}}),
+            "spec.template.metadata.labels",
+        ),
+        (
+            "daemonset without template labels",
+            "/apis/apps/v1/namespaces/default/daemonsets",
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds1"},
+                   "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                            "template": {"spec": {"containers": [container()]}}}}),
+            "spec.template.metadata.labels",
+        ),
+        (
+            "hpa min above max",
+            "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers",
+            json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                   "metadata": {"name": "h1"}, "spec": {"minReplicas": 5, "maxReplicas": 2,
+                   "scaleTargetRef": {"kind": "Deployment", "name": "web"}}}),
+            "spec.minReplicas",
+        ),
+        (
+            "pod with an annotation key that is not a qualified name",
+            "/api/v1/namespaces/default/pods",
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": "p1", "annotations": {"a b": "c"}},
+                   "spec": {"containers": [container()]}}),
+            "metadata.annotations",
+        ),
+    ];
+    assert!(cases.len() >= 17);
+    for (what, path, object, field) in cases {
+        let (status, body) = post(&api, path, object.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {body}");
+        assert_eq!(body["reason"], "Invalid", "{what}");
+        let causes: Vec<&str> = body["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        assert!(
+            causes.contains(&field),
+            "{what}: {field} not in {causes:?}: {body}"
+        );
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let (status, _) = call(
+            &api,
+            Method::GET,
+            &format!("{path}/{name}"),
+            Value::Null,
+            "",
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{what}: nothing stored");
+    }
+}
+
+#[tokio::test]
+async fn a_field_of_the_wrong_type_is_a_400_naming_it() {
+    let api = api().await;
+    let (status, body) = post(
+        &api,
+        DEPLOYMENTS,
+        deployment("web", json!({"replicas": "three"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["reason"], "BadRequest");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("spec.replicas"), "{message}");
+    let (status, _) = call(
+        &api,
+        Method::GET,
+        &format!("{DEPLOYMENTS}/web"),
+        Value::Null,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A patch that makes it so is refused the same way.
+    let (status, _) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = call(
+        &api,
+        Method::PATCH,
+        &format!("{DEPLOYMENTS}/web"),
+        json!({"spec": {"replicas": "three"}}),
+        "application/merge-patch+json",
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+/// Fields that never change: a Deployment's selector, a Service's clusterIP, a Job's
+/// template, a Secret's type, the data of an immutable ConfigMap or Secret.
+#[tokio::test]
+async fn immutable_fields_are_refused_on_update() {
+    let api = api().await;
+    let patch = "application/merge-patch+json";
+    let cases: Vec<(&str, &str, Value, Value, &str)> = vec![
+        (
+            "deployment selector",
+            DEPLOYMENTS,
+            deployment("d", json!({})),
+            json!({"spec": {"selector": {"matchLabels": {"app": "web", "v": "2"}},
+                            "template": {"metadata": {"labels": {"v": "2"}}}}}),
+            "spec.selector",
+        ),
+        (
+            "service clusterIP",
+            SERVICES,
+            service("s", json!({"clusterIP": "10.96.0.10"})),
+            json!({"spec": {"clusterIP": "10.96.0.11"}}),
+            "spec.clusterIP",
+        ),
+        (
+            "job template",
+            "/apis/batch/v1/namespaces/default/jobs",
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+                   "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                                  "containers": [container()]}}}}),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}}),
+            "spec.template",
+        ),
+        (
+            "secret type",
+            "/api/v1/namespaces/default/secrets",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                   "data": {"a": "YQ=="}}),
+            json!({"type": "kubernetes.io/basic-auth"}),
+            "type",
+        ),
+        (
+            "immutable configmap data",
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                   "immutable": true, "data": {"a": "1"}}),
+            json!({"data": {"a": "2"}}),
+            "data",
+        ),
+        (
+            "immutable configmap flag",
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c2"},
+                   "immutable": true, "data": {"a": "1"}}),
+            json!({"immutable": false}),
+            "immutable",
+        ),
+        (
+            "immutable secret stringData",
+            "/api/v1/namespaces/default/secrets",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s2"},
+                   "immutable": true, "data": {"a": "YQ=="}}),
+            json!({"stringData": {"a": "b"}}),
+            "data",
+        ),
+        (
+            "statefulset serviceName",
+            "/apis/apps/v1/namespaces/default/statefulsets",
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "st"},
+                   "spec": {"serviceName": "a", "selector": {"matchLabels": {"app": "web"}},
+                            "template": {"metadata": {"labels": {"app": "web"}},
+                                         "spec": {"containers": [container()]}}}}),
+            json!({"spec": {"serviceName": "b"}}),
+            "spec",
+        ),
+    ];
+    for (what, path, object, change, field) in cases {
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let (status, body) = post(&api, path, object).await;
+        assert_eq!(status, StatusCode::CREATED, "{what}: {body}");
+        let (status, body) = call(
+            &api,
+            Method::PATCH,
+            &format!("{path}/{name}"),
+            change,
+            patch,
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {body}");
+        let fields: Vec<&str> = body["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        assert!(fields.contains(&field), "{what}: {field} not in {fields:?}");
+    }
+    // What stays mutable does change: a Deployment's replicas, a mutable ConfigMap.
+    let (status, body) = call(
+        &api,
+        Method::PATCH,
+        &format!("{DEPLOYMENTS}/d"),
+        json!({"spec": {"replicas": 5}}),
+        patch,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // A suspended Job's template may change.
+    let jobs = "/apis/batch/v1/namespaces/default/jobs";
+    let (status, _) = post(
+        &api,
+        jobs,
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "later"}, "spec": {"suspend": true, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [container()]}}}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = call(&api, Method::PATCH, &format!("{jobs}/later"),
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}}),
+        patch).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// A Secret's `stringData` is folded into `data` and never stored or returned; `type`
+/// is Opaque; a Deployment is stored with a cluster's defaults.
+#[tokio::test]
+async fn objects_are_stored_defaulted() {
+    let api = api().await;
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let (status, body) = post(
+        &api,
+        secrets,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "db"}, "stringData": {"password": "hunter2"}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, stored) = call(&api, Method::GET, &format!("{secrets}/db"), Value::Null, "").await;
+    assert_eq!(stored["data"], json!({"password": "aHVudGVyMg=="}));
+    assert_eq!(stored["type"], "Opaque");
+    assert!(stored.get("stringData").is_none(), "{stored}");
+    assert!(stored["metadata"].get("generation").is_none(), "{stored}");
+
+    let (status, body) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, stored) = call(
+        &api,
+        Method::GET,
+        &format!("{DEPLOYMENTS}/web"),
+        Value::Null,
+        "",
+    )
+    .await;
+    assert_eq!(
+        stored["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
+        "25%"
+    );
+    assert_eq!(stored["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(
+        stored["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(stored["metadata"]["generation"], 1);
+}
+
+/// The Python client's `patch_namespaced_deployment_scale` sends a strategic merge patch.
+#[tokio::test]
+async fn scale_takes_a_strategic_merge_patch() {
+    let api = api().await;
+    let (status, _) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, body) = call(
+        &api,
+        Method::PATCH,
+        &format!("{DEPLOYMENTS}/web/scale"),
+        json!({"spec": {"replicas": 4}}),
+        "application/strategic-merge-patch+json",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["kind"], "Scale");
+    assert_eq!(body["spec"]["replicas"], 4);
+    let (_, stored) = call(
+        &api,
+        Method::GET,
+        &format!("{DEPLOYMENTS}/web"),
+        Value::Null,
+        "",
+    )
+    .await;
+    assert_eq!(stored["spec"]["replicas"], 4);
+    assert_eq!(stored["metadata"]["generation"], 2);
+}
+
+/// Objects a cluster takes are taken: no rule here refuses more than Kubernetes does.
+#[tokio::test]
+async fn valid_objects_are_accepted() {
+    let api = api().await;
+    let ns = "/api/v1/namespaces/default";
+    let cases: Vec<(String, Value)> = vec![
+        (
+            format!("{ns}/services"),
+            json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "headless"}, "spec": {"clusterIP": "None"}}),
+        ),
+        (
+            format!("{ns}/services"),
+            json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db"}, "spec": {"type": "ExternalName",
+            "externalName": "db.example.com"}}),
+        ),
+        (
+            format!("{ns}/services"),
+            json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web"}, "spec": {"type": "NodePort", "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80, "targetPort": "http", "nodePort": 30080},
+                      {"name": "dns", "port": 53, "protocol": "UDP"},
+                      {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets".into(),
+            json!({"apiVersion": "apps/v1",
+            "kind": "StatefulSet", "metadata": {"name": "db"},
+            "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "db", "image": "postgres:16",
+                                      "volumeMounts": [{"name": "data", "mountPath": "/var/lib"}]}],
+                                           "volumes": [{"name": "data", "emptyDir": {}}]}}}}),
+        ),
+        (
+            "/apis/batch/v1/namespaces/default/cronjobs".into(),
+            json!({"apiVersion": "batch/v1",
+            "kind": "CronJob", "metadata": {"name": "nightly"},
+            "spec": {"schedule": "30 2 * * 1-5", "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "OnFailure", "containers": [container()]}}}}}}),
+        ),
+        (
+            "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies".into(),
+            json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny"}, "spec": {"policyTypes": ["Ingress"]}}),
+        ),
+        (
+            format!("{ns}/pods"),
+            json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"example.com/tier": "Web_1.x"},
+                         "annotations": {"Example.com/Note": "anything at all"}},
+            "spec": {"initContainers": [{"name": "init", "image": "busybox"}],
+                     "containers": [{"name": "app", "image": "app:1",
+                        "env": [{"name": "my.var-1", "value": "x"}],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                        "resources": {"requests": {"cpu": "250m", "memory": "64Mi"},
+                                      "limits": {"cpu": "1", "memory": "128Mi"}}}]}}),
+        ),
+        (
+            format!("{ns}/secrets"),
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "tls"}, "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "", "tls.key": ""}}),
+        ),
+        (
+            format!("{ns}/configmaps"),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "conf"}, "data": {"app.properties": "a=b", "KEY_1": "x"},
+            "binaryData": {"blob": "AAEC"}}),
+        ),
+    ];
+    for (path, object) in cases {
+        let (status, body) = post(&api, &path, object.clone()).await;
+        assert_eq!(status, StatusCode::CREATED, "{object}: {body}");
+    }
+}

@@ -1,0 +1,205 @@
+//! Built-in kinds on the hub as a cluster treats them, through the real kubectl: a body
+//! that does not decode is a 400 naming the field, an invalid object a 422, an immutable
+//! field stays, and the documentation's Service and Deployment read back defaulted.
+
+mod support;
+
+use support::Hub;
+
+const THREE: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: three}
+spec:
+  replicas: "three"
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: "nginx:1.27"}]}
+"#;
+
+/// The Service of the Kubernetes documentation ("Defining a Service").
+const DOCS_SERVICE: &str = r#"
+apiVersion: v1
+kind: Service
+metadata:
+  name: my-service
+spec:
+  selector:
+    app.kubernetes.io/name: MyApp
+  ports:
+    - protocol: TCP
+      port: 80
+      targetPort: 9376
+"#;
+
+/// The Deployment of the Kubernetes documentation ("Creating a Deployment").
+const DOCS_DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: nginx-deployment
+  labels:
+    app: nginx
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.14.2
+        ports:
+        - containerPort: 80
+"#;
+
+fn refused(hub: &Hub, manifest: &str) -> String {
+    let out = hub.kubectl_with(&["create", "-f", "-"], Some(manifest));
+    assert!(!out.status.success(), "{manifest} was accepted");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn invalid_built_in_objects_are_refused_as_kubernetes_refuses_them() {
+    let hub = Hub::start();
+    // A field that does not decode: 400, naming it.
+    let stderr = refused(&hub, THREE);
+    assert!(stderr.contains("(BadRequest)"), "{stderr}");
+    assert!(stderr.contains("spec.replicas"), "{stderr}");
+    assert!(
+        hub.fails(&["get", "deployment", "three"])
+            .contains("NotFound")
+    );
+
+    // A Service port out of range: 422.
+    let service = DOCS_SERVICE.replace("port: 80", "port: 70000");
+    let stderr = refused(&hub, &service);
+    assert!(stderr.contains("is invalid"), "{stderr}");
+    assert!(stderr.contains("spec.ports[0].port"), "{stderr}");
+
+    // A selector that does not match the template's labels: 422.
+    let mismatch = DOCS_DEPLOYMENT.replace(
+        "    matchLabels:\n      app: nginx",
+        "    matchLabels:\n      app: web",
+    );
+    let stderr = refused(&hub, &mismatch);
+    assert!(stderr.contains("is invalid"), "{stderr}");
+    assert!(
+        stderr.contains("spec.template.metadata.labels") && stderr.contains("does not match"),
+        "{stderr}"
+    );
+    // A 64-character label value: 422.
+    let long = DOCS_DEPLOYMENT.replace(
+        "  labels:\n    app: nginx\nspec",
+        &format!("  labels:\n    app: {}\nspec", "n".repeat(64)),
+    );
+    let stderr = refused(&hub, &long);
+    assert!(
+        stderr.contains("metadata.labels") && stderr.contains("63"),
+        "{stderr}"
+    );
+
+    // Changing an immutable field: 422, and the object keeps it.
+    hub.create(DOCS_DEPLOYMENT);
+    let out = hub.kubectl(&[
+        "patch", "deployment", "nginx-deployment", "--type=merge", "-p",
+        r#"{"spec":{"selector":{"matchLabels":{"app":"nginx","tier":"web"}},"template":{"metadata":{"labels":{"tier":"web"}}}}}"#,
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("spec.selector") && stderr.contains("field is immutable"),
+        "{stderr}"
+    );
+    let deployment = hub.json(&["get", "deployment", "nginx-deployment"]);
+    assert_eq!(
+        deployment["spec"]["selector"],
+        serde_json::json!({"matchLabels": {"app": "nginx"}})
+    );
+    // A Secret's type, and an immutable ConfigMap's data.
+    hub.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "db",
+        "--from-literal=password=hunter2",
+    ]);
+    let out = hub.kubectl(&[
+        "patch",
+        "secret",
+        "db",
+        "--type=merge",
+        "-p",
+        r#"{"type":"kubernetes.io/basic-auth"}"#,
+    ]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("field is immutable"));
+    hub.create(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"fixed"},"immutable":true,"data":{"k":"v"}}"#);
+    let out = hub.kubectl(&[
+        "patch",
+        "configmap",
+        "fixed",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"k":"w"}}"#,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("field is immutable when `immutable` is set"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_documentation_objects_read_back_with_a_clusters_defaults() {
+    let hub = Hub::start();
+    hub.create(DOCS_SERVICE);
+    let service = hub.json(&["get", "service", "my-service"]);
+    let spec = &service["spec"];
+    assert_eq!(spec["type"], "ClusterIP", "{service}");
+    assert_eq!(spec["sessionAffinity"], "None");
+    assert_eq!(spec["internalTrafficPolicy"], "Cluster");
+    assert_eq!(spec["ipFamilyPolicy"], "SingleStack");
+    assert_eq!(spec["ipFamilies"], serde_json::json!(["IPv4"]));
+    assert_eq!(
+        spec["ports"],
+        serde_json::json!([{"protocol": "TCP", "port": 80, "targetPort": 9376}])
+    );
+    assert!(service["metadata"].get("generation").is_none(), "{service}");
+
+    hub.create(DOCS_DEPLOYMENT);
+    let deployment = hub.json(&["get", "deployment", "nginx-deployment"]);
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], 3);
+    assert_eq!(
+        spec["strategy"],
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+    );
+    assert_eq!(spec["revisionHistoryLimit"], 10);
+    assert_eq!(spec["progressDeadlineSeconds"], 600);
+    let pod = &spec["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Always");
+    assert_eq!(pod["dnsPolicy"], "ClusterFirst");
+    assert_eq!(pod["schedulerName"], "default-scheduler");
+    assert_eq!(pod["terminationGracePeriodSeconds"], 30);
+    assert_eq!(pod["securityContext"], serde_json::json!({}));
+    assert_eq!(
+        pod["containers"][0],
+        serde_json::json!({"name": "nginx", "image": "nginx:1.14.2",
+            "imagePullPolicy": "IfNotPresent", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+            "resources": {}, "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File"})
+    );
+    assert_eq!(deployment["metadata"]["generation"], 1);
+
+    // A Secret from stringData: data alone, type Opaque.
+    hub.create(r#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"stringData":{"user":"admin"}}"#);
+    let secret = hub.json(&["get", "secret", "s"]);
+    assert_eq!(secret["data"], serde_json::json!({"user": "YWRtaW4="}));
+    assert_eq!(secret["type"], "Opaque");
+    assert!(secret.get("stringData").is_none(), "{secret}");
+}
