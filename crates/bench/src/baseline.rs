@@ -255,7 +255,11 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
     for round in 0..options.rounds {
         progress(&format!("round {} of {}", round + 1, options.rounds));
         for phase in &mut phases {
-            let order = if round.is_multiple_of(2) { [0, 1] } else { [1, 0] };
+            let order = if round.is_multiple_of(2) {
+                [0, 1]
+            } else {
+                [1, 0]
+            };
             for side in order {
                 let target = [&ours, &theirs][side];
                 let (op, clients) = (phase.op, phase.clients);

@@ -375,7 +375,11 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
     let mut creates: [Vec<Latency>; 2] = [Vec::new(), Vec::new()];
     for round in 0..options.rounds {
         // A B, then B A: each identity goes first in half the rounds.
-        let order = if round.is_multiple_of(2) { [0, 1] } else { [1, 0] };
+        let order = if round.is_multiple_of(2) {
+            [0, 1]
+        } else {
+            [1, 0]
+        };
         for who in order {
             let target = [&admin, &service_account][who];
             progress(&format!(
