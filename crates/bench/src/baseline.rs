@@ -35,15 +35,19 @@ pub struct Options {
     pub baseline_binary: PathBuf,
     /// The client counts.
     pub clients: Vec<usize>,
-    /// Requests of each phase.
+    /// Creates of each phase.
     pub requests: usize,
+    /// GETs of each phase: more than creates, as a GET takes a fraction of a create's time
+    /// and a phase must last long enough (a second or so) for a hiccup of the machine not
+    /// to be its median.
+    pub get_requests: usize,
     /// Rounds; each measures every phase on both hubs.
     pub rounds: usize,
 }
 
 impl Options {
-    /// The sizes: GET and create at 1, 16 and 64 clients; 10 rounds of 2,000
-    /// requests a phase.
+    /// The sizes: GET and create at 1, 16 and 64 clients; 10 rounds of 10,000 GETs
+    /// and 2,000 creates a phase.
     pub fn new(dir: impl Into<PathBuf>, hub_binary: PathBuf, baseline_binary: PathBuf) -> Self {
         Options {
             dir: dir.into(),
@@ -51,15 +55,17 @@ impl Options {
             baseline_binary,
             clients: vec![1, 16, 64],
             requests: 2_000,
+            get_requests: 10_000,
             rounds: 10,
         }
     }
 
-    /// A smoke run: 1 and 4 clients, 2 rounds of 200 requests.
+    /// A smoke run: 1 and 4 clients, 2 rounds of 200 requests a phase.
     pub fn quick(dir: impl Into<PathBuf>, hub_binary: PathBuf, baseline_binary: PathBuf) -> Self {
         Options {
             clients: vec![1, 4],
             requests: 200,
+            get_requests: 200,
             rounds: 2,
             ..Options::new(dir, hub_binary, baseline_binary)
         }
@@ -68,7 +74,8 @@ impl Options {
     /// The options as JSON.
     pub fn json(&self) -> Value {
         json!({"baseline": self.baseline_binary.display().to_string(),
-            "clients": self.clients, "requests": self.requests, "rounds": self.rounds})
+            "clients": self.clients, "requests": self.requests,
+            "get_requests": self.get_requests, "rounds": self.rounds})
     }
 }
 
@@ -264,7 +271,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
                 let target = [&ours, &theirs][side];
                 let (op, clients) = (phase.op, phase.clients);
                 let (latency, _) = if op == "get" {
-                    api_phase(target, clients, options.requests, |_| {
+                    api_phase(target, clients, options.get_requests, |_| {
                         (
                             Method::GET,
                             "/api/v1/namespaces/default/configmaps/read".to_owned(),

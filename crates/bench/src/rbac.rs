@@ -45,8 +45,12 @@ pub struct Options {
     pub groups: usize,
     /// Concurrent clients of each measured phase.
     pub clients: usize,
-    /// Requests of each phase.
+    /// Creates of each phase.
     pub requests: usize,
+    /// GETs of each phase: more than creates, as a GET takes a fraction of a create's time
+    /// and a phase must last long enough (a second or so) for a hiccup of the machine not
+    /// to be its median.
+    pub get_requests: usize,
     /// Rounds, each measuring the admin then the service account.
     pub rounds: usize,
 }
@@ -63,7 +67,8 @@ impl Options {
             role_bindings: 10_000,
             groups: 100,
             clients: 16,
-            requests: 2_000,
+            requests: 4_000,
+            get_requests: 10_000,
             rounds: 12,
         }
     }
@@ -77,6 +82,7 @@ impl Options {
             groups: 10,
             clients: 4,
             requests: 400,
+            get_requests: 400,
             rounds: 2,
             ..Options::new(dir, hub_binary)
         }
@@ -396,7 +402,8 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
                     StatusCode::OK,
                 )
             };
-            let (latency, _) = api_phase(target, options.clients, options.requests, get).await?;
+            let (latency, _) =
+                api_phase(target, options.clients, options.get_requests, get).await?;
             gets[who].push(latency);
             let create = move |i: usize| {
                 post(

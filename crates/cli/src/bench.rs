@@ -249,7 +249,8 @@ impl BenchArgs {
                         scenario: "rbac",
                         date,
                         options: json!({"quick": self.quick, "clients": options.clients,
-                            "requests": options.requests, "rounds": options.rounds}),
+                            "requests": options.requests, "get_requests": options.get_requests,
+                            "rounds": options.rounds}),
                         results: report.json(),
                         charts: Vec::new(),
                     };
