@@ -42,7 +42,7 @@ pub struct HubAccess {
 /// Creates ClusterSet `set` unless it exists, so that a ClusterSetBinding to the set a
 /// cluster joined binds it. (It is left when a join fails or the cluster leaves: other
 /// clusters may be in it, and namespaces bound to it.)
-async fn ensure_cluster_set(hub: &Client, set: &str) -> anyhow::Result<()> {
+pub(crate) async fn ensure_cluster_set(hub: &Client, set: &str) -> anyhow::Result<()> {
     let sets: Api<ClusterSet> = Api::all(hub.clone());
     let new = ClusterSet::new(set, ClusterSetSpec::default());
     match sets.create(&kube::api::PostParams::default(), &new).await {
@@ -90,7 +90,7 @@ pub struct UnjoinArgs {
 }
 
 /// A cluster name: a DNS label short enough for its Works namespace.
-fn cluster_name(name: &str) -> Result<String, String> {
+pub(crate) fn cluster_name(name: &str) -> Result<String, String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name
@@ -109,7 +109,7 @@ fn cluster_name(name: &str) -> Result<String, String> {
 }
 
 /// `k=v,k2=v2` (empty: none).
-fn labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn labels(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut labels = BTreeMap::new();
     for pair in text.split(',').filter(|p| !p.is_empty()) {
         let (key, value) = pair
@@ -159,6 +159,11 @@ fn taint(t: &str) -> Result<Taint, String> {
 
 impl HubAccess {
     pub(crate) async fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::try_from(self.config().await?)?)
+    }
+
+    /// The hub's client configuration.
+    pub(crate) async fn config(&self) -> anyhow::Result<kube::Config> {
         let config = match &self.hub_kubeconfig {
             Some(path) => {
                 let kubeconfig = Kubeconfig::read_from(path).with_context(|| {
@@ -172,7 +177,7 @@ impl HubAccess {
                 .await
                 .context("no hub kubeconfig: pass --hub-kubeconfig or set KUBECONFIG")?,
         };
-        Ok(Client::try_from(config)?)
+        Ok(config)
     }
 }
 

@@ -3,6 +3,8 @@
 //! ```text
 //!   flotilla bench  ──► flotilla-bench scenarios (store: SqliteStore vs raw SQLite)
 //!   flotilla hub    ──► flotilla-apiserver over flotilla-store-sqlite, TLS by flotilla-pki
+//!   flotilla agent  ──► flotilla-agent (registration, pull delivery through flotilla-delivery)
+//!   flotilla token | approve | revoke ──► clients of the hub (pull registration)
 //! ```
 
 mod access;
@@ -11,6 +13,7 @@ mod demo;
 mod hub;
 mod join;
 mod limits;
+mod pull;
 mod serve;
 mod sim;
 
@@ -43,6 +46,15 @@ pub enum Command {
     Unjoin(join::UnjoinArgs),
     /// A hub and three simulated clusters with an example placement, for a first look.
     Demo(demo::DemoArgs),
+    /// Bootstrap tokens with which pull agents register.
+    Token(pull::TokenArgs),
+    /// Run a pull agent next to a member: register with a token, then apply the
+    /// cluster's Works from the hub.
+    Agent(Box<pull::AgentArgs>),
+    /// Approve a pull cluster's pending certificate request: the cluster joins.
+    Approve(pull::ApproveArgs),
+    /// Revoke a pull cluster's certificate: its agent's next request is refused.
+    Revoke(pull::RevokeArgs),
 }
 
 impl Args {
@@ -68,6 +80,10 @@ impl Args {
             Command::Join(args) => args.run(),
             Command::Unjoin(args) => args.run(),
             Command::Demo(args) => args.run(),
+            Command::Token(args) => args.run(),
+            Command::Agent(args) => (*args).run(),
+            Command::Approve(args) => args.run(),
+            Command::Revoke(args) => args.run(),
         }
     }
 }
