@@ -11,9 +11,13 @@
 //!           O = system:flotilla:clusters, in the token's set if it names one
 //!           ─► Approved (AutoApproved) | else Denied (why) — a token for another
 //!           cluster's name is refused
+//!           (a Cluster the token registered and that never had a certificate is
+//!           deleted with the refusal: nothing half-registered stays)
 //!     approved and signed ─► newer than the certificate the Cluster records?
 //!        ─► annotations serial + issued-at; Role, RoleBinding, ClusterRole,
 //!           ClusterRoleBinding (crate flotilla_api::agent), owned by the Cluster
+//!  requests deleted once 24 h pending, or 1 h after approval or denial (kube's CSR
+//!  cleaner's ages): a request pending forever does not stay
 //! ```
 //!
 //! Only the serial the Cluster records authenticates (the x509 authenticator checks it
@@ -48,6 +52,43 @@ pub const MANAGER: &str = "flotilla-registrar";
 /// The annotation on a Cluster: when the CSR of the certificate it records was created
 /// (RFC 3339). An approved CSR older than this never replaces it (nor a revoked one).
 pub const ISSUED_AT_ANNOTATION: &str = "flotilla.io/certificate-requested-at";
+
+/// How long a cluster certificate request may stay pending before it is deleted (as
+/// kube-controller-manager's CSR cleaner deletes pending requests after 24 hours).
+pub const PENDING_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How long an approved or denied request is kept (its certificate recorded, or its
+/// refusal read) before it is deleted (the CSR cleaner's hour).
+pub const DECIDED_TTL: Duration = Duration::from_secs(3600);
+
+/// How long until `csr` (created at its creationTimestamp) is `ttl` old; zero if it is.
+fn left(csr: &CertificateSigningRequest, ttl: Duration) -> Duration {
+    let Some(created) = csr.metadata.creation_timestamp.as_ref() else {
+        return ttl;
+    };
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(created.0);
+    let age = Duration::try_from(age).unwrap_or_default();
+    ttl.saturating_sub(age)
+}
+
+/// Deletes `csr` once it is `ttl` old; else the action that comes back then.
+async fn expire(
+    client: &kube::Client,
+    csr: &CertificateSigningRequest,
+    ttl: Duration,
+) -> Result<Action, Error> {
+    let left = left(csr, ttl);
+    if !left.is_zero() {
+        return Ok(Action::requeue(left));
+    }
+    let api: Api<CertificateSigningRequest> = Api::all(client.clone());
+    match api.delete(&csr.name_any(), &Default::default()).await {
+        Ok(_) => info!("certificate request expired: deleted"),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
+}
 
 /// Who asked for a cluster certificate, and for which cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,6 +180,23 @@ pub fn decide(
     Decision::Approve
 }
 
+/// Whether `cluster` was registered by the token that asked for `csr` and never had a
+/// certificate recorded.
+fn never_approved_from(cluster: &Cluster, csr: &CertificateSigningRequest) -> bool {
+    let token = csr
+        .spec
+        .username
+        .as_deref()
+        .and_then(|u| u.strip_prefix(BOOTSTRAP_USER_PREFIX));
+    token.is_some()
+        && cluster
+            .annotations()
+            .get(TOKEN_ID_ANNOTATION)
+            .map(String::as_str)
+            == token
+        && !cluster.annotations().contains_key(ISSUED_AT_ANNOTATION)
+}
+
 fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
     csr.status
         .as_ref()
@@ -175,13 +233,13 @@ async fn reconcile(
     let span = info_span!("registrar", csr = %csr.name_any(), cluster = %request.cluster);
     async {
         if condition(&csr, "Denied") || condition(&csr, "Failed") {
-            return Ok(Action::await_change());
+            return expire(&client, &csr, DECIDED_TTL).await;
         }
         let clusters: Api<Cluster> = Api::all((*client).clone());
         let cluster = clusters.get_opt(&request.cluster).await?;
         if !condition(&csr, "Approved") {
             return match decide(&csr, &request, cluster.as_ref()) {
-                Decision::Leave => Ok(Action::await_change()),
+                Decision::Leave => expire(&client, &csr, PENDING_TTL).await,
                 Decision::Wait => Ok(Action::requeue(Duration::from_secs(1))),
                 Decision::Approve => {
                     set_condition(&client, &csr, "Approved", "AutoApproved",
@@ -192,7 +250,17 @@ async fn reconcile(
                 Decision::Deny(why) => {
                     set_condition(&client, &csr, "Denied", "NotAllowed", &why).await?;
                     warn!(%why, "denied");
-                    Ok(Action::await_change())
+                    // Nothing half-registered stays: a Cluster this token registered and
+                    // that never had a certificate goes with the refusal.
+                    if let Some(cluster) = &cluster
+                        && never_approved_from(cluster, &csr)
+                    {
+                        clusters
+                            .delete(&request.cluster, &Default::default())
+                            .await?;
+                        info!("the refused registration's Cluster deleted");
+                    }
+                    Ok(Action::requeue(DECIDED_TTL))
                 }
             };
         }
@@ -206,7 +274,7 @@ async fn reconcile(
             return Ok(Action::await_change());
         };
         let Some(cluster) = cluster else {
-            return Ok(Action::await_change());
+            return expire(&client, &csr, DECIDED_TTL).await;
         };
         let serial = flotilla_pki::certificate_serial(&cert.0).map_err(Error::Hub)?;
         let requested = csr
@@ -222,7 +290,7 @@ async fn reconcile(
         let current = cluster.annotations().get(SERIAL_ANNOTATION) == Some(&serial);
         if !current && recorded.is_some_and(|at| requested <= at) {
             // An older certificate, or one revoked: never authenticates again.
-            return Ok(Action::await_change());
+            return expire(&client, &csr, DECIDED_TTL).await;
         }
         grant(&client, &cluster).await?;
         if !current {
@@ -235,7 +303,7 @@ async fn reconcile(
                 .await?;
             info!(%serial, "cluster certificate recorded; its agent's access granted");
         }
-        Ok(Action::await_change())
+        expire(&client, &csr, DECIDED_TTL).await
     }
     .instrument(span)
     .await
@@ -399,6 +467,33 @@ mod tests {
             .annotations_mut()
             .insert(TOKEN_ID_ANNOTATION.into(), token.into());
         cluster
+    }
+
+    #[test]
+    fn requests_age_out_and_a_refused_registration_is_its_tokens_to_clean() {
+        let mut old = csr(
+            "system:flotilla:cluster:east",
+            CLUSTERS_GROUP,
+            "system:bootstrap:abcdef",
+            &[],
+        );
+        assert_eq!(left(&old, PENDING_TTL), PENDING_TTL);
+        old.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now()
+                    - k8s_openapi::jiff::SignedDuration::from_hours(2),
+            ));
+        assert_eq!(left(&old, DECIDED_TTL), Duration::ZERO);
+        assert!(left(&old, PENDING_TTL) > Duration::from_secs(21 * 3600));
+        let mine = cluster("east", "abcdef", None);
+        assert!(never_approved_from(&mine, &old));
+        let theirs = cluster("east", "zzzzzz", None);
+        assert!(!never_approved_from(&theirs, &old));
+        let mut approved_once = mine.clone();
+        approved_once
+            .annotations_mut()
+            .insert(ISSUED_AT_ANNOTATION.into(), "2026-01-01T00:00:00Z".into());
+        assert!(!never_approved_from(&approved_once, &old));
     }
 
     #[test]

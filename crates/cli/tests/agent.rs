@@ -563,6 +563,62 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
         }
     });
 
+    // Unjoined: the agent's certificate is refused at once and the agent stops.
+    let mut agent = agent;
+    let cert = agent_kubeconfig(&hub, "west-agent", &dir);
+    assert!(whoami(&cert).is_ok());
+    let kubeconfig = hub.kubeconfig();
+    let out = flotilla(&[
+        "unjoin",
+        "west",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        unauthorized(&cert),
+        "an unjoined cluster's agent still authenticates"
+    );
+    let status = eventually("the unjoined cluster's agent stops", || agent.ended());
+    assert!(!status.success());
+    assert!(
+        get(
+            &hub,
+            &[
+                "role",
+                "system:flotilla:cluster:west",
+                "-n",
+                "flotilla-cluster-west"
+            ]
+        )
+        .is_err(),
+        "the agent's Role outlives its Cluster"
+    );
+    eventually(
+        "the agent's ClusterRole goes with its Cluster",
+        || match get(&hub, &["clusterrole", "system:flotilla:cluster:west"]) {
+            Err(e) if e.contains("NotFound") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+
+    // A registration the hub refuses leaves nothing behind: a token bound to set prod,
+    // a cluster registered outside it.
+    let (bound, command) = create_token(&hub, &["--auto-approve", "--clusterset", "prod"]);
+    let stray = agent_flags(&command, &bound, "stray", &sim.kubeconfig("member-1"));
+    let stray_dir = work.path().join("stray");
+    let mut args = vec!["agent", "--data-dir", stray_dir.to_str().unwrap()];
+    args.extend(strs(&stray));
+    let out = flotilla(&args);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("was denied"), "{}", stderr(&out));
+    eventually("the refused registration's Cluster is gone", || {
+        match get(&hub, &["cluster", "stray"]) {
+            Err(e) if e.contains("NotFound") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
     // Expired and deleted tokens are refused.
     let (expiring, command) = create_token(&hub, &["--ttl", "1s"]);
     let expired = token_kubeconfig(&hub, "expired", &expiring);
