@@ -435,7 +435,32 @@ fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
     });
     assert_eq!(
         web_image(&sim, "member-1").unwrap(),
-        (image.clone(), version)
+        (image.clone(), version.clone())
+    );
+
+    // The hub killed and started again: the agent reconnects (its Lease renewed again),
+    // and nothing on the member is applied again needlessly.
+    let mut hub = hub;
+    hub.restart(true);
+    let before = lease(&hub);
+    eventually("the agent renews its Lease on the restarted hub", || {
+        let now = lease(&hub);
+        if now != before {
+            Ok(())
+        } else {
+            Err(format!("{now}; agent: {}", agent.log()))
+        }
+    });
+    eventually(
+        "the cluster is Ready on the restarted hub",
+        || match ready(&get(&hub, &["cluster", "east"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(other.to_owned()),
+        },
+    );
+    assert_eq!(
+        web_image(&sim, "member-1").unwrap(),
+        (image.clone(), version.clone())
     );
 
     // Revoked: 401 at once, the agent stops, nothing more is applied.
