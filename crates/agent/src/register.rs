@@ -194,12 +194,11 @@ async fn register(registration: &Registration, files: &Files) -> Result<Credenti
         HubAuth::Token(&token.to_string()),
     )
     .await?;
-    let refused = |e: kube::Error| {
-        if is_unauthorized(&e) {
-            Error::TokenRefused
-        } else {
-            Error::Kube(e)
-        }
+    // One line: the hub's own words for a refusal.
+    let refused = |e: kube::Error| match e {
+        e if is_unauthorized(&e) => Error::TokenRefused,
+        kube::Error::Api(s) => Error::Hub(format!("{} ({} {})", s.message, s.code, s.reason)),
+        e => Error::Kube(e),
     };
 
     let cluster = Cluster {

@@ -98,6 +98,54 @@ pub fn bootstrapper() -> (ClusterRole, ClusterRoleBinding) {
     (role, binding)
 }
 
+/// The ValidatingAdmissionPolicy (and its binding) that keeps a bootstrap token's Cluster
+/// request to its own: pull access as `system:flotilla:cluster:NAME` and no push access,
+/// the token's id in the annotation, the token's cluster set if it names one, and no
+/// certificate annotations (those are the registrar's). Only requests of
+/// `system:bootstrappers` are matched. As JSON, `admissionregistration.k8s.io/v1`.
+pub fn bootstrapper_policy() -> (serde_json::Value, serde_json::Value) {
+    let policy = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": BOOTSTRAPPER_POLICY,
+            "labels": {"app.kubernetes.io/managed-by": "flotilla"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [GROUP], "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["clusters"]}]},
+            "matchConditions": [{"name": "bootstrappers",
+                "expression": format!("request.userInfo.groups.exists(g, g == '{BOOTSTRAPPERS}')")}],
+            "validations": [
+                {"expression": format!(
+                    "has(object.spec.access) && has(object.spec.access.pull) &&                      !has(object.spec.access.push) &&                      object.spec.access.pull.identity == '{CLUSTER_USER_PREFIX}' + object.metadata.name"),
+                 "message": "a bootstrap token registers a pull cluster, as its own identity only"},
+                {"expression": format!(
+                    "has(object.metadata.annotations) &&                      '{TOKEN_ID_ANNOTATION}' in object.metadata.annotations &&                      '{BOOTSTRAP_USER_PREFIX}' + object.metadata.annotations['{TOKEN_ID_ANNOTATION}']                      == request.userInfo.username"),
+                 "message": format!("a cluster registered with a bootstrap token names that token ({TOKEN_ID_ANNOTATION})")},
+                {"expression": format!(
+                    "!has(object.metadata.annotations) ||                      !('{SERIAL_ANNOTATION}' in object.metadata.annotations)"),
+                 "message": "a cluster's certificate is recorded by the hub, not by its registration"},
+                {"expression": format!(
+                    "request.userInfo.groups.all(g, !g.startsWith('{CLUSTER_SET_GROUP_PREFIX}') ||                      (has(object.spec.clusterSet) && g == '{CLUSTER_SET_GROUP_PREFIX}' + object.spec.clusterSet))"),
+                 "message": "this bootstrap token registers clusters into its cluster set only"},
+            ],
+        },
+    });
+    let binding = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": BOOTSTRAPPER_POLICY,
+            "labels": {"app.kubernetes.io/managed-by": "flotilla"}},
+        "spec": {"policyName": BOOTSTRAPPER_POLICY, "validationActions": ["Deny"]},
+    });
+    (policy, binding)
+}
+
+/// The name of [`bootstrapper_policy`]'s policy and binding (a DNS subdomain, as
+/// admission configurations' names must be).
+pub const BOOTSTRAPPER_POLICY: &str = "flotilla-bootstrapper";
+
 /// What an approved cluster's agent may do on the hub.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentAccess {

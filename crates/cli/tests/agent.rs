@@ -262,6 +262,44 @@ fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
         assert_forbidden(args, &run(&bootstrap, args));
     }
 
+    // Its Cluster request is its own: pull access as its identity, its token named.
+    let id = &token[..6];
+    for (cluster, why) in [
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": id}},
+            "spec": {"access": {"push": {"secretRef": {"namespace": "flotilla-system", "name": "x"}}}}}),
+            "as its own identity only",
+        ),
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": id}},
+            "spec": {"access": {"pull": {"identity": "system:flotilla:cluster:other"}}}}),
+            "as its own identity only",
+        ),
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": "zzzzzz"}},
+            "spec": {"access": {"pull": {"identity": "system:flotilla:cluster:grab"}}}}),
+            "names that token",
+        ),
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": id,
+                "flotilla.io/certificate-serial": "1"}},
+            "spec": {"access": {"pull": {"identity": "system:flotilla:cluster:grab"}}}}),
+            "recorded by the hub",
+        ),
+    ] {
+        let mut cluster = cluster;
+        cluster["apiVersion"] = json!("flotilla.io/v1alpha1");
+        cluster["kind"] = json!("Cluster");
+        let out = run_with(
+            &bootstrap,
+            &["create", "-f", "-"],
+            Some(&cluster.to_string()),
+        );
+        assert!(!out.status.success(), "{cluster}");
+        assert!(text(&out).contains(why), "{}", text(&out));
+    }
+    assert!(hub.fails(&["get", "cluster", "grab"]).contains("NotFound"));
+
     let dir = work.path().join("east");
     let mut agent = Agent::start(&dir, &strs(&flags));
     // Registered, not a member: a pending CSR and a Cluster not Joined.
@@ -628,7 +666,7 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
     );
 
     // A registration the hub refuses leaves nothing behind: a token bound to set prod,
-    // a cluster registered outside it.
+    // a cluster registered outside it (refused at its Cluster request, in one line).
     let (bound, command) = create_token(&hub, &["--auto-approve", "--clusterset", "prod"]);
     let stray = agent_flags(&command, &bound, "stray", &sim.kubeconfig("member-1"));
     let stray_dir = work.path().join("stray");
@@ -636,13 +674,12 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
     args.extend(strs(&stray));
     let out = flotilla(&args);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("was denied"), "{}", stderr(&out));
-    eventually("the refused registration's Cluster is gone", || {
-        match get(&hub, &["cluster", "stray"]) {
-            Err(e) if e.contains("NotFound") => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
+    let said = stderr(&out);
+    assert!(said.contains("into its cluster set only"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(hub.fails(&["get", "cluster", "stray"]).contains("NotFound"));
+    let csrs = get(&hub, &["csr"]).unwrap();
+    assert!(!csrs.to_string().contains("stray-"), "{csrs}");
 
     // Expired and deleted tokens are refused.
     let (expiring, command) = create_token(&hub, &["--ttl", "1s"]);
