@@ -59,8 +59,12 @@ pub struct JoinArgs {
     #[arg(value_parser = cluster_name)]
     pub name: String,
     /// A kubeconfig for the member cluster (its current context is used).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "pull")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Pull mode instead: make a bootstrap token (24 h) and print the command that runs
+    /// the cluster's agent next to the member; the hub holds no member credentials.
+    #[arg(long, conflicts_with_all = ["kubeconfig", "taints"])]
+    pub pull: bool,
     /// The cluster's labels, which placements select on.
     #[arg(long, value_name = "K=V,...", value_parser = labels, default_value = "")]
     pub labels: BTreeMap<String, String>,
@@ -194,8 +198,11 @@ impl JoinArgs {
     }
 
     pub(crate) async fn join(self) -> anyhow::Result<()> {
+        let Some(kubeconfig) = self.kubeconfig.clone() else {
+            return crate::pull::print_agent_command(&self).await;
+        };
         // Everything about the member is checked before anything is written on the hub.
-        let bytes = flatten(&self.kubeconfig)?;
+        let bytes = flatten(&kubeconfig)?;
         let target = Target::of(&bytes);
         let fail = |why: String| {
             anyhow::anyhow!(
@@ -782,6 +789,11 @@ mod tests {
         assert_eq!(args.hub.timeout, Duration::from_secs(60));
         let plain = join(&["a", "--kubeconfig", "k"]).unwrap();
         assert!(plain.labels.is_empty() && plain.taints.is_empty());
+        // Pull mode: no member kubeconfig (the agent holds it), and not both.
+        let pull = join(&["a", "--pull", "--labels", "env=dev"]).unwrap();
+        assert!(pull.pull && pull.kubeconfig.is_none());
+        assert!(join(&["a", "--pull", "--kubeconfig", "k"]).is_err());
+        assert!(join(&["a"]).is_err());
     }
 
     #[test]

@@ -149,39 +149,94 @@ impl TokenArgs {
     }
 }
 
+/// A bootstrap token made on the hub: the token, the hub's URL and its CA's pin.
+struct Made {
+    token: BootstrapToken,
+    url: String,
+    ca_hash: String,
+}
+
+/// Makes a bootstrap token on the hub `hub` reaches.
+async fn make_token(
+    hub: &HubAccess,
+    ttl: Duration,
+    auto_approve: bool,
+    clusterset: Option<&str>,
+) -> anyhow::Result<Made> {
+    let config = hub.config().await?;
+    let ca = config.root_cert.as_ref().and_then(|c| c.first()).context(
+        "the hub kubeconfig has no certificate-authority-data: the agent's --ca-hash cannot be computed",
+    )?;
+    let ca_hash = flotilla_pki::ca_hash(ca).map_err(anyhow::Error::msg)?;
+    let url = config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_owned();
+    let client = kube::Client::try_from(config)?;
+    let token = BootstrapToken::generate()?;
+    let secret = token.secret(jiff::Timestamp::now(), ttl, auto_approve, clusterset)?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), flotilla_agent::token::NAMESPACE);
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .context("cannot create the bootstrap token's Secret")?;
+    if let Some(set) = clusterset {
+        crate::join::ensure_cluster_set(&client, set).await?;
+    }
+    Ok(Made {
+        token,
+        url,
+        ca_hash,
+    })
+}
+
+/// `flotilla join NAME --pull`: a token for the cluster and its agent's command line.
+pub(crate) async fn print_agent_command(join: &crate::join::JoinArgs) -> anyhow::Result<()> {
+    let made = make_token(
+        &join.hub,
+        Duration::from_secs(24 * 3600),
+        false,
+        join.clusterset.as_deref(),
+    )
+    .await?;
+    let mut command = format!(
+        "flotilla agent --hub {} --token {} --ca-hash {} --cluster {} --kubeconfig MEMBER.kubeconfig",
+        made.url, made.token, made.ca_hash, join.name
+    );
+    if !join.labels.is_empty() {
+        let labels: Vec<String> = join
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        command.push_str(&format!(" --labels {}", labels.join(",")));
+    }
+    if let Some(set) = &join.clusterset {
+        command.push_str(&format!(" --clusterset {set}"));
+    }
+    println!("{command}");
+    println!("then approve it on the hub: flotilla approve {}", join.name);
+    Ok(())
+}
+
 impl TokenCreateArgs {
     async fn create(self) -> anyhow::Result<()> {
-        let config = self.hub.config().await?;
-        let ca = config.root_cert.as_ref().and_then(|c| c.first()).context(
-            "the hub kubeconfig has no certificate-authority-data: the agent's --ca-hash cannot be computed",
-        )?;
-        let hash = flotilla_pki::ca_hash(ca).map_err(anyhow::Error::msg)?;
-        let url = config.cluster_url.to_string();
-        let client = kube::Client::try_from(config)?;
-        let token = BootstrapToken::generate()?;
-        let secret = token.secret(
-            jiff::Timestamp::now(),
+        let made = make_token(
+            &self.hub,
             self.ttl,
             self.auto_approve,
             self.clusterset.as_deref(),
-        )?;
-        let secrets: Api<Secret> =
-            Api::namespaced(client.clone(), flotilla_agent::token::NAMESPACE);
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .context("cannot create the bootstrap token's Secret")?;
-        if let Some(set) = &self.clusterset {
-            crate::join::ensure_cluster_set(&client, set).await?;
-        }
+        )
+        .await?;
         let set = match &self.clusterset {
             Some(set) => format!(" --clusterset {set}"),
             None => String::new(),
         };
+        let (token, url, hash) = (made.token, made.url, made.ca_hash);
         println!("{token}");
         println!(
-            "flotilla agent --hub {} --token {token} --ca-hash {hash} --cluster NAME --kubeconfig MEMBER.kubeconfig{set}",
-            url.trim_end_matches('/')
+            "flotilla agent --hub {url} --token {token} --ca-hash {hash} --cluster NAME --kubeconfig MEMBER.kubeconfig{set}"
         );
         Ok(())
     }

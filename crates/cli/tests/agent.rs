@@ -681,6 +681,28 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
     let csrs = get(&hub, &["csr"]).unwrap();
     assert!(!csrs.to_string().contains("stray-"), "{csrs}");
 
+    // `flotilla join NAME --pull` prints the agent's command for that cluster, with a
+    // token that works.
+    let out = flotilla(&[
+        "join",
+        "south",
+        "--pull",
+        "--labels",
+        "env=dev",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let line = printed.lines().next().unwrap();
+    assert!(
+        line.contains("--cluster south") && line.contains("--labels env=dev"),
+        "{line}"
+    );
+    assert!(printed.contains("flotilla approve south"), "{printed}");
+    let south = token_kubeconfig(&hub, "south", flag(line, "--token"));
+    assert!(whoami(&south).is_ok());
+
     // Expired and deleted tokens are refused.
     let (expiring, command) = create_token(&hub, &["--ttl", "1s"]);
     let expired = token_kubeconfig(&hub, "expired", &expiring);
