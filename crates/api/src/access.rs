@@ -19,6 +19,9 @@
 //!
 //!  flotilla:fleet-admin  everything in flotilla.io and multicluster.x-k8s.io; bind on
 //!                        every ClusterSet (bound to nobody: the platform team binds it)
+//!
+//!  group system:bootstrappers ─► system:flotilla:bootstrapper (a pull agent's
+//!                                registration: `crate::agent`)
 //! ```
 //!
 //! Member credentials are readable by the controller's identity (the Role above) and by
@@ -103,6 +106,8 @@ pub struct Objects {
 /// the core group (its discovery's, CRDs' included): the fleet controller reads templates
 /// of any kind in them ([`fleet_controller_role`]).
 pub fn objects(groups: &[String]) -> Objects {
+    // Bootstrap tokens' users: a pull agent's registration (`crate::agent`).
+    let (bootstrapper, bootstrappers) = crate::agent::bootstrapper();
     Objects {
         cluster_roles: vec![
             fleet_controller_role(groups),
@@ -110,12 +115,16 @@ pub fn objects(groups: &[String]) -> Objects {
             aggregate_to_admin(),
             aggregate_to_edit(),
             aggregate_to_view(),
+            bootstrapper,
         ],
-        cluster_role_bindings: vec![ClusterRoleBinding {
-            metadata: named(FLEET_CONTROLLER, None, BTreeMap::new()),
-            role_ref: role_ref("ClusterRole", FLEET_CONTROLLER),
-            subjects: Some(vec![fleet_controller_subject()]),
-        }],
+        cluster_role_bindings: vec![
+            ClusterRoleBinding {
+                metadata: named(FLEET_CONTROLLER, None, BTreeMap::new()),
+                role_ref: role_ref("ClusterRole", FLEET_CONTROLLER),
+                subjects: Some(vec![fleet_controller_subject()]),
+            },
+            bootstrappers,
+        ],
         roles: vec![member_credentials_role()],
         role_bindings: vec![RoleBinding {
             metadata: named(
@@ -208,6 +217,8 @@ pub fn fleet_controller_role(groups: &[String]) -> ClusterRole {
         rule("", &["namespaces"], &["get", "create", "delete"]),
         // Events about the fleet's objects: created, and counted up when repeated.
         rule("", &["events"], &["create", "patch"]),
+        // A pull cluster's heartbeat: its agent's Lease, read by the cluster controller.
+        rule("coordination.k8s.io", &["leases"], &["get"]),
         // Every status the controllers write: their own kinds' (Cluster, Placement,
         // ClusterPlacement, Work, ClusterSetBinding, ClusterProfile) and a template's
         // fleet-wide status, which may be of any kind. Status only: no object's spec.

@@ -27,6 +27,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub mod access;
+pub mod agent;
 pub mod cluster;
 pub mod multicluster;
 pub mod overrides;

@@ -58,6 +58,9 @@ pub fn admission(api: &Api) -> Admission {
 const NAMESPACES: &str = "/api/v1/namespaces";
 const CLUSTER_SETS: &str = "/apis/flotilla.io/v1alpha1/clustersets";
 const CLUSTER_ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+const POLICIES: &str = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies";
+const POLICY_BINDINGS: &str =
+    "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings";
 const CLUSTER_ROLE_BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
 
 fn roles(namespace: &str) -> String {
@@ -126,6 +129,10 @@ pub async fn install(api: &Api) -> anyhow::Result<BTreeSet<String>> {
         )
         .await? as usize;
     }
+    // A bootstrap token's Cluster request kept to its own (a pull agent's registration).
+    let (policy, binding) = flotilla_api::agent::bootstrapper_policy();
+    changed += ensure(&client, POLICIES, &policy).await? as usize;
+    changed += ensure(&client, POLICY_BINDINGS, &binding).await? as usize;
     info!(changed, user = access::FLEET_CONTROLLER, "access ready");
     Ok(groups)
 }
@@ -241,6 +248,8 @@ fn grants(object: &Value) -> Value {
         map.remove("metadata");
         map.remove("apiVersion");
         map.remove("kind");
+        // A policy's status is the server's (its type checking).
+        map.remove("status");
         map.insert("labels".into(), object["metadata"]["labels"].clone());
     }
     grants

@@ -123,7 +123,8 @@ impl DemoArgs {
             wait_for_file(&kubeconfig, &mut children).await?;
             JoinArgs {
                 name: name.into(),
-                kubeconfig,
+                kubeconfig: Some(kubeconfig),
+                pull: false,
                 labels: labels
                     .split(',')
                     .filter_map(|kv| kv.split_once('='))

@@ -475,6 +475,16 @@ impl HubArgs {
             },
             metrics,
         ));
+        // Pull agents' registration (auto-approval, each approved cluster's RBAC), as the
+        // server itself: it writes roles no controller holds.
+        tokio::spawn(flotilla_agent::registrar::run(kube::Client::new(
+            flotilla_apiserver::http::server::local_service_as(
+                server.api.clone(),
+                server.metrics.clone(),
+                flotilla_apiserver::auth::UserInfo::loopback(),
+            ),
+            "default",
+        )));
         server.compact_every(self.compaction_interval);
         server.expire_events_after(self.event_ttl);
         server.serve().await

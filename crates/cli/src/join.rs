@@ -42,7 +42,7 @@ pub struct HubAccess {
 /// Creates ClusterSet `set` unless it exists, so that a ClusterSetBinding to the set a
 /// cluster joined binds it. (It is left when a join fails or the cluster leaves: other
 /// clusters may be in it, and namespaces bound to it.)
-async fn ensure_cluster_set(hub: &Client, set: &str) -> anyhow::Result<()> {
+pub(crate) async fn ensure_cluster_set(hub: &Client, set: &str) -> anyhow::Result<()> {
     let sets: Api<ClusterSet> = Api::all(hub.clone());
     let new = ClusterSet::new(set, ClusterSetSpec::default());
     match sets.create(&kube::api::PostParams::default(), &new).await {
@@ -59,8 +59,12 @@ pub struct JoinArgs {
     #[arg(value_parser = cluster_name)]
     pub name: String,
     /// A kubeconfig for the member cluster (its current context is used).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "pull")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Pull mode instead: make a bootstrap token (24 h) and print the command that runs
+    /// the cluster's agent next to the member; the hub holds no member credentials.
+    #[arg(long, conflicts_with_all = ["kubeconfig", "taints"])]
+    pub pull: bool,
     /// The cluster's labels, which placements select on.
     #[arg(long, value_name = "K=V,...", value_parser = labels, default_value = "")]
     pub labels: BTreeMap<String, String>,
@@ -90,7 +94,7 @@ pub struct UnjoinArgs {
 }
 
 /// A cluster name: a DNS label short enough for its Works namespace.
-fn cluster_name(name: &str) -> Result<String, String> {
+pub(crate) fn cluster_name(name: &str) -> Result<String, String> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name
@@ -109,7 +113,7 @@ fn cluster_name(name: &str) -> Result<String, String> {
 }
 
 /// `k=v,k2=v2` (empty: none).
-fn labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn labels(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut labels = BTreeMap::new();
     for pair in text.split(',').filter(|p| !p.is_empty()) {
         let (key, value) = pair
@@ -159,6 +163,11 @@ fn taint(t: &str) -> Result<Taint, String> {
 
 impl HubAccess {
     pub(crate) async fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::try_from(self.config().await?)?)
+    }
+
+    /// The hub's client configuration.
+    pub(crate) async fn config(&self) -> anyhow::Result<kube::Config> {
         let config = match &self.hub_kubeconfig {
             Some(path) => {
                 let kubeconfig = Kubeconfig::read_from(path).with_context(|| {
@@ -172,7 +181,7 @@ impl HubAccess {
                 .await
                 .context("no hub kubeconfig: pass --hub-kubeconfig or set KUBECONFIG")?,
         };
-        Ok(Client::try_from(config)?)
+        Ok(config)
     }
 }
 
@@ -189,8 +198,11 @@ impl JoinArgs {
     }
 
     pub(crate) async fn join(self) -> anyhow::Result<()> {
+        let Some(kubeconfig) = self.kubeconfig.clone() else {
+            return crate::pull::print_agent_command(&self).await;
+        };
         // Everything about the member is checked before anything is written on the hub.
-        let bytes = flatten(&self.kubeconfig)?;
+        let bytes = flatten(&kubeconfig)?;
         let target = Target::of(&bytes);
         let fail = |why: String| {
             anyhow::anyhow!(
@@ -777,6 +789,11 @@ mod tests {
         assert_eq!(args.hub.timeout, Duration::from_secs(60));
         let plain = join(&["a", "--kubeconfig", "k"]).unwrap();
         assert!(plain.labels.is_empty() && plain.taints.is_empty());
+        // Pull mode: no member kubeconfig (the agent holds it), and not both.
+        let pull = join(&["a", "--pull", "--labels", "env=dev"]).unwrap();
+        assert!(pull.pull && pull.kubeconfig.is_none());
+        assert!(join(&["a", "--pull", "--kubeconfig", "k"]).is_err());
+        assert!(join(&["a"]).is_err());
     }
 
     #[test]

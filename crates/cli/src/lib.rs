@@ -3,6 +3,8 @@
 //! ```text
 //!   flotilla bench  ──► flotilla-bench scenarios (store: SqliteStore vs raw SQLite)
 //!   flotilla hub    ──► flotilla-apiserver over flotilla-store-sqlite, TLS by flotilla-pki
+//!   flotilla agent  ──► flotilla-agent (registration, pull delivery through flotilla-delivery)
+//!   flotilla token | approve | revoke ──► clients of the hub (pull registration)
 //! ```
 
 mod access;
@@ -11,6 +13,7 @@ mod demo;
 mod hub;
 mod join;
 mod limits;
+mod pull;
 mod rollout;
 mod serve;
 mod sim;
@@ -47,6 +50,15 @@ pub enum Command {
     /// Follow, approve, pause, resume or undo a placement's rollout (`status`, `history`,
     /// `approve`, `pause`, `resume`, `undo`), as kubectl rollout does for Deployments.
     Rollout(rollout::RolloutArgs),
+    /// Bootstrap tokens with which pull agents register.
+    Token(pull::TokenArgs),
+    /// Run a pull agent next to a member: register with a token, then apply the
+    /// cluster's Works from the hub.
+    Agent(Box<pull::AgentArgs>),
+    /// Approve a pull cluster's pending certificate request: the cluster joins.
+    Approve(pull::ApproveArgs),
+    /// Revoke a pull cluster's certificate: its agent's next request is refused.
+    Revoke(pull::RevokeArgs),
 }
 
 impl Args {
@@ -73,6 +85,10 @@ impl Args {
             Command::Unjoin(args) => args.run(),
             Command::Demo(args) => args.run(),
             Command::Rollout(args) => args.run(),
+            Command::Token(args) => args.run(),
+            Command::Agent(args) => (*args).run(),
+            Command::Approve(args) => args.run(),
+            Command::Revoke(args) => args.run(),
         }
     }
 }

@@ -29,6 +29,7 @@ use flotilla_apiserver::Registry;
 use flotilla_apiserver::admission::Admission;
 use flotilla_apiserver::admission::dynamic::Dynamic;
 use flotilla_apiserver::admission::webhook::model::ServiceAddresses;
+use flotilla_apiserver::auth::bootstrap::BootstrapTokens;
 use flotilla_apiserver::auth::oidc::{Oidc, OidcConfig};
 use flotilla_apiserver::auth::rbac::Rbac;
 use flotilla_apiserver::auth::serviceaccount::{Issuer, Tokens, controller::TokensController};
@@ -419,9 +420,13 @@ impl ApiServer {
             Some(Authentication { issuer, oidc }) => {
                 // kube-apiserver's order: client certificates, then bearer tokens.
                 let mut chain: Vec<Arc<dyn Authenticator>> = vec![
-                    Arc::new(ClientCertificates::new(identity.client_ca()?)),
+                    Arc::new(
+                        ClientCertificates::new(identity.client_ca()?)
+                            .with_cluster_check(self.store.clone()),
+                    ),
                     admin,
                     Arc::new(Tokens::new(issuer.clone(), self.store.clone())),
+                    Arc::new(BootstrapTokens::new(self.store.clone())),
                 ];
                 if let Some(oidc) = oidc {
                     chain.push(oidc);

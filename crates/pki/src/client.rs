@@ -5,7 +5,7 @@
 //!  TLS handshake ─► RequestClientCert: asks (the CA as the acceptable issuer), never
 //!                   requires; checks that the client holds the leaf's key, not the chain
 //!  a request ─► ClientCa::verify(chain, now): chains to the CA, valid now, clientAuth
-//!                   ─► ClientIdentity { user: CN, groups: O…, not_after }
+//!                   ─► ClientIdentity { user: CN, groups: O…, not_after, serial }
 //!  PEM CSR ─► CertificateRequest::parse (one CERTIFICATE REQUEST, its signature checked)
 //!          ─► HubIdentity::sign_client_certificate (CN and O of the request, clientAuth
 //!             only, backdated 5 minutes, never past the CA) ─► PEM certificate
@@ -125,6 +125,9 @@ pub struct ClientIdentity {
     pub groups: Vec<String>,
     /// When the certificate expires (Unix seconds).
     pub not_after: i64,
+    /// The certificate's serial number, lowercase hex without leading zeros (`0` for 0),
+    /// as [`certificate_serial`] writes it: what a revocation names.
+    pub serial: String,
 }
 
 /// Verifies client certificate chains against the hub's CA.
@@ -196,7 +199,47 @@ pub fn identity(der: &[u8]) -> Result<Option<ClientIdentity>, String> {
         user,
         groups,
         not_after: x509.validity().not_after.timestamp(),
+        serial: serial_hex(x509.raw_serial()),
     }))
+}
+
+/// A serial number's bytes as lowercase hex without leading zeros.
+fn serial_hex(raw: &[u8]) -> String {
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    match hex.trim_start_matches('0') {
+        "" => "0".to_owned(),
+        trimmed => trimmed.to_owned(),
+    }
+}
+
+/// The serial number of the first certificate in `pem`, as [`ClientIdentity::serial`]
+/// writes it.
+pub fn certificate_serial(pem: &[u8]) -> Result<String, String> {
+    let der = rustls_pemfile::certs(&mut &pem[..])
+        .next()
+        .ok_or_else(|| "no CERTIFICATE PEM block".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let (_, x509) = x509_parser::parse_x509_certificate(&der).map_err(|e| e.to_string())?;
+    Ok(serial_hex(x509.raw_serial()))
+}
+
+/// The pin of a CA certificate as kubeadm's `--discovery-token-ca-cert-hash` writes it:
+/// `sha256:` and the lowercase hex SHA-256 of the certificate's DER SubjectPublicKeyInfo.
+pub fn ca_hash(der: &[u8]) -> Result<String, String> {
+    let (_, x509) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
+    let spki = x509.tbs_certificate.subject_pki.raw;
+    let digest = ring::digest::digest(&ring::digest::SHA256, spki);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("sha256:{hex}"))
+}
+
+/// [`ca_hash`] of the first certificate of PEM `pem`.
+pub fn ca_hash_pem(pem: &[u8]) -> Result<String, String> {
+    let der = rustls_pemfile::certs(&mut &pem[..])
+        .next()
+        .ok_or_else(|| "no CERTIFICATE PEM block".to_owned())?
+        .map_err(|e| e.to_string())?;
+    ca_hash(&der)
 }
 
 /// Why a certificate signing request cannot be read.
@@ -594,6 +637,8 @@ mod tests {
             .unwrap();
         assert_eq!(found.user, "alice");
         assert_eq!(found.groups, ["team-a", "ops"]);
+        assert_eq!(found.serial, certificate_serial(cert.as_bytes()).unwrap());
+        assert!(!found.serial.is_empty() && !found.serial.starts_with('0'));
         // After it expires, or from another CA, it does not verify.
         let later =
             UnixTime::since_unix_epoch(Duration::from_secs(UnixTime::now().as_secs() + 7200));
@@ -637,5 +682,35 @@ mod tests {
             id.client_ca().unwrap().verify(&[der], UnixTime::now()),
             Ok(None)
         );
+    }
+
+    /// The pin is kubeadm's: `openssl x509 -pubkey | openssl pkey -pubin -outform der |
+    /// sha256sum` of the CA, computed here by openssl when it is installed.
+    #[test]
+    fn the_ca_hash_is_the_sha256_of_the_public_key_info() {
+        let (dir, id) = identity_dir();
+        let hash = ca_hash_pem(id.ca_cert_pem.as_bytes()).unwrap();
+        assert!(
+            hash.starts_with("sha256:") && hash.len() == 7 + 64,
+            "{hash}"
+        );
+        let (_other_dir, other) = identity_dir();
+        assert_ne!(hash, ca_hash_pem(other.ca_cert_pem.as_bytes()).unwrap());
+        let ca = dir.path().join("ca-for-openssl.crt");
+        std::fs::write(&ca, &id.ca_cert_pem).unwrap();
+        let script = format!(
+            "openssl x509 -in {} -pubkey -noout | openssl pkey -pubin -outform der | sha256sum",
+            ca.display()
+        );
+        let Ok(out) = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+        else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && text.len() >= 64 {
+            assert_eq!(hash, format!("sha256:{}", &text[..64]));
+        }
     }
 }

@@ -51,7 +51,10 @@ mod kubeconfig;
 #[cfg(test)]
 mod tests;
 
-pub use client::{CertificateRequest, ClientCa, ClientIdentity, RequestError};
+pub use client::{
+    CertificateRequest, ClientCa, ClientIdentity, RequestError, ca_hash, ca_hash_pem,
+    certificate_serial,
+};
 pub use kubeconfig::Kubeconfig;
 
 /// File name of the CA certificate inside the data directory.

@@ -6,6 +6,7 @@
 //!     AdminToken                the admin bearer token
 //!     serviceaccount::Tokens    ServiceAccount JWTs of this hub's issuer
 //!     oidc::Oidc                ID tokens of an OIDC issuer (--oidc-issuer-url)
+//!     bootstrap::BootstrapTokens `ID.SECRET` tokens of kube-system's bootstrap Secrets
 //!  ─► User (the first wins) | Missing (none presented) | Invalid(Refusal) (401; the
 //!     refusal goes to the log and the audit log, never to the client)
 //! ```

@@ -18,6 +18,7 @@
 pub mod audit;
 pub mod authn;
 pub mod authz;
+pub mod bootstrap;
 pub mod impersonation;
 pub mod jwt;
 pub mod oidc;

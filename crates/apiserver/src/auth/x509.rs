@@ -8,6 +8,11 @@
 //!     else ClientCa::verify (chains to the CA, valid now, clientAuth)
 //!        ─► Invalid(Certificate(why)) ─► 401 | no CN ─► Missing | User{CN, O…,
 //!           system:authenticated} (cached, bounded)
+//!  a pull agent's user (CN system:flotilla:cluster:NAME), when the hub checks them
+//!  (`with_cluster_check`), on every request: the Cluster NAME in the store (its key
+//!  index, then its facts memoised by revision) must exist, not be deleting, and record
+//!  this certificate's serial (annotation flotilla.io/certificate-serial) ─► else
+//!  Invalid(Revoked): revoked, unjoined or deleted clusters' agents get 401 at once
 //! ```
 
 use std::collections::HashMap;
@@ -15,10 +20,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_pki::ClientCa;
+use flotilla_store::{Revision, Store};
 use rustls::pki_types::{CertificateDer, UnixTime};
 
-use crate::api::Verdict;
+use crate::api::{ROOT_CLUSTER, Verdict};
 use crate::auth::{AUTHENTICATED, Authenticator, Credentials, Presented, Refusal, UserInfo};
+use crate::registry::keys;
+
+/// The prefix of a pull agent's user name; its cluster's name follows.
+pub const CLUSTER_USER_PREFIX: &str = "system:flotilla:cluster:";
+
+/// The annotation on a Cluster naming the serial of the one certificate its agent may use.
+pub const SERIAL_ANNOTATION: &str = "flotilla.io/certificate-serial";
+
+/// The most Clusters' facts kept.
+const CLUSTER_FACTS: usize = 100_000;
 
 /// How long a verified chain is kept without verifying it again.
 const CACHE_TTL: Duration = Duration::from_secs(60);
@@ -30,13 +46,25 @@ struct Verified {
     user: Arc<UserInfo>,
     /// The leaf's expiry (Unix seconds).
     not_after: i64,
+    /// The leaf's serial (lowercase hex).
+    serial: String,
     until: Instant,
+}
+
+/// What the check of an agent's certificate reads of its Cluster at one revision.
+#[derive(Clone, Debug)]
+struct ClusterFacts {
+    deleting: bool,
+    serial: Option<String>,
 }
 
 /// Authenticates client certificates issued by one CA.
 pub struct ClientCertificates {
     ca: ClientCa,
     verified: Mutex<HashMap<[u8; 32], Arc<Verified>>>,
+    /// Where pull agents' Clusters are, when their certificates are checked against them.
+    clusters: Option<Arc<dyn Store>>,
+    cluster_facts: Mutex<HashMap<String, (Revision, ClusterFacts)>>,
 }
 
 impl ClientCertificates {
@@ -45,7 +73,98 @@ impl ClientCertificates {
         ClientCertificates {
             ca,
             verified: Mutex::default(),
+            clusters: None,
+            cluster_facts: Mutex::default(),
         }
+    }
+
+    /// Also checks, on every request, that a pull agent's certificate (user
+    /// `system:flotilla:cluster:NAME`) is the one its Cluster in `store` records: a
+    /// revoked certificate or a deleted Cluster is refused at once.
+    pub fn with_cluster_check(mut self, store: Arc<dyn Store>) -> Self {
+        self.clusters = Some(store);
+        self
+    }
+
+    /// Whether the agent of `cluster` may use the certificate of serial `serial`.
+    async fn check_cluster(
+        &self,
+        store: &dyn Store,
+        cluster: &str,
+        serial: &str,
+    ) -> Result<(), Refusal> {
+        let revoked = |why: String| Refusal::Revoked(format!("cluster {cluster}: {why}"));
+        let key = keys::key_of("flotilla.io", "clusters", ROOT_CLUSTER, None, cluster);
+        let revision = store
+            .mod_revision(&key)
+            .await
+            .map_err(|e| revoked(format!("cannot be read: {e}")))?
+            .ok_or_else(|| revoked("the Cluster does not exist".into()))?;
+        let memo = self
+            .cluster_facts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(cluster)
+            .filter(|(at, _)| *at == revision)
+            .map(|(_, facts)| facts.clone());
+        let facts = match memo {
+            Some(facts) => facts,
+            None => {
+                let kv = store
+                    .get(&key, None)
+                    .await
+                    .map_err(|e| revoked(format!("cannot be read: {e}")))?
+                    .ok_or_else(|| revoked("the Cluster does not exist".into()))?;
+                let object: serde_json::Value =
+                    serde_json::from_slice(&kv.value).unwrap_or_default();
+                let meta = &object["metadata"];
+                let facts = ClusterFacts {
+                    deleting: !meta["deletionTimestamp"].is_null(),
+                    serial: meta["annotations"][SERIAL_ANNOTATION]
+                        .as_str()
+                        .map(str::to_owned),
+                };
+                let mut memo = self
+                    .cluster_facts
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if memo.len() >= CLUSTER_FACTS {
+                    memo.clear();
+                }
+                memo.insert(cluster.to_owned(), (kv.mod_revision, facts.clone()));
+                facts
+            }
+        };
+        if facts.deleting {
+            return Err(revoked("the Cluster is being deleted".into()));
+        }
+        match facts.serial.as_deref() {
+            Some(recorded) if recorded == serial => Ok(()),
+            Some("") | None => Err(revoked(
+                "no certificate is valid for it (revoked, or not approved)".into(),
+            )),
+            Some(_) => Err(revoked(format!(
+                "certificate {serial} was replaced or revoked"
+            ))),
+        }
+    }
+
+    /// `user` (of a certificate of serial `serial`) as the answer, checked against its
+    /// Cluster if it is a pull agent's and clusters are checked.
+    fn answer<'a>(&'a self, user: Arc<UserInfo>, serial: String) -> Verdict<'a, Credentials> {
+        let (Some(store), Some(cluster)) = (
+            self.clusters.as_deref(),
+            user.name.strip_prefix(CLUSTER_USER_PREFIX),
+        ) else {
+            return Verdict::Now(Credentials::User(user));
+        };
+        let cluster = cluster.to_owned();
+        Verdict::Later(Box::pin(async move {
+            match self.check_cluster(store, &cluster, &serial).await {
+                Ok(()) => Credentials::User(user),
+                Err(refusal) => Credentials::Invalid(refusal),
+            }
+        }))
     }
 
     fn verify(&self, chain: &[CertificateDer<'_>], at: Instant) -> Credentials {
@@ -72,6 +191,7 @@ impl ClientCertificates {
                     Arc::new(Verified {
                         user: user.clone(),
                         not_after: identity.not_after,
+                        serial: identity.serial,
                         until: at + CACHE_TTL,
                     }),
                 );
@@ -110,9 +230,21 @@ impl Authenticator for ClientCertificates {
             && found.until > at
             && jiff::Timestamp::now().as_second() < found.not_after
         {
-            return Verdict::Now(Credentials::User(found.user.clone()));
+            return self.answer(found.user.clone(), found.serial.clone());
         }
-        Verdict::Now(self.verify(chain, at))
+        match self.verify(chain, at) {
+            Credentials::User(user) => {
+                let serial = self
+                    .verified
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&key)
+                    .map(|v| v.serial.clone())
+                    .unwrap_or_default();
+                self.answer(user, serial)
+            }
+            other => Verdict::Now(other),
+        }
     }
 }
 
@@ -189,6 +321,77 @@ mod tests {
         assert!(matches!(
             ask(&auth, &[mallory]),
             Credentials::Invalid(Refusal::Certificate(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_agents_certificate_works_while_its_cluster_records_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = flotilla_pki::load_or_create(dir.path(), &[]).unwrap();
+        let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+        let auth =
+            ClientCertificates::new(id.client_ca().unwrap()).with_cluster_check(store.clone());
+        let agent = certificate(
+            &id,
+            "system:flotilla:cluster:east",
+            "system:flotilla:clusters",
+            3600,
+        );
+        let serial = flotilla_pki::client::identity(&agent)
+            .unwrap()
+            .unwrap()
+            .serial;
+        let chain = [agent];
+        let headers = HeaderMap::new();
+        let presented = Presented {
+            headers: &headers,
+            certificates: Some(&chain),
+        };
+        // No Cluster: refused.
+        assert!(matches!(
+            auth.authenticate(&presented).await,
+            Credentials::Invalid(Refusal::Revoked(_))
+        ));
+        let key = keys::key_of("flotilla.io", "clusters", ROOT_CLUSTER, None, "east");
+        let cluster = |serial: &str| {
+            serde_json::json!({"apiVersion": "flotilla.io/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": "east", "annotations": {SERIAL_ANNOTATION: serial}}})
+            .to_string()
+            .into_bytes()
+        };
+        let at = store.create(&key, cluster(&serial).into()).await.unwrap();
+        let Credentials::User(user) = auth.authenticate(&presented).await else {
+            panic!("the agent's recorded certificate is refused");
+        };
+        assert_eq!(user.name, "system:flotilla:cluster:east");
+        // Revoked (the serial emptied): refused on the next request, cache or not.
+        let at = store.update(&key, cluster("").into(), at).await.unwrap();
+        assert!(matches!(
+            auth.authenticate(&presented).await,
+            Credentials::Invalid(Refusal::Revoked(_))
+        ));
+        let at = store
+            .update(&key, cluster(&serial).into(), at)
+            .await
+            .unwrap();
+        assert!(matches!(
+            auth.authenticate(&presented).await,
+            Credentials::User(_)
+        ));
+        store.delete(&key, Some(at)).await.unwrap();
+        assert!(matches!(
+            auth.authenticate(&presented).await,
+            Credentials::Invalid(Refusal::Revoked(_))
+        ));
+        // Other users are not checked against Clusters.
+        let alice = [certificate(&id, "alice", "team-a", 3600)];
+        let presented = Presented {
+            headers: &headers,
+            certificates: Some(&alice),
+        };
+        assert!(matches!(
+            auth.authenticate(&presented).await,
+            Credentials::User(_)
         ));
     }
 

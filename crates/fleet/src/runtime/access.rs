@@ -100,6 +100,8 @@ const CALLS: &[Call] = &[
     ("multicluster.x-k8s.io", "clusterprofiles", "list", ""),
     ("multicluster.x-k8s.io", "clusterprofiles", "delete", "us"),
     ("flotilla.io", "works", "list", "flotilla-cluster-a"),
+    // ... and a pull cluster's heartbeat Lease.
+    ("coordination.k8s.io", "leases", "get", "flotilla-cluster-a"),
     // Bindings controller (bindings.rs).
     ("flotilla.io", "clustersetbindings/status", "patch", "shop"),
     // Events (events.rs).

@@ -233,6 +233,14 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         BTreeMap::from([("flotilla.io/cluster".into(), name.clone())]),
     )
     .await?;
+    if cluster
+        .spec
+        .access
+        .as_ref()
+        .is_some_and(|a| a.pull.is_some())
+    {
+        return check_pull(fleet, cluster, probe_period, reconfirm).await;
+    }
     let probed = match fleet.members.get(cluster).await {
         Ok(member) => {
             let probe = member.probe_within(reconfirm);
@@ -321,6 +329,120 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         if probed.is_ok() && !was_ready {
             // Back (or new): its Works are synced now, not when their backoff or the
             // resync ends.
+            fleet.poke_works_of(&name);
+        }
+    }
+    let inputs = profile_inputs(cluster, &status);
+    let published = fleet
+        .health
+        .confirmed()
+        .profile_published(&name, inputs, reconfirm);
+    if !published {
+        publish_profile(fleet, cluster, &status).await?;
+        let mut confirmed = fleet.health.confirmed();
+        confirmed.profiles.insert(name, (inputs, Instant::now()));
+    }
+    Ok(Action::requeue(probe_period))
+}
+
+/// A pull cluster's health, from what its agent shows: `Joined` once its agent's
+/// certificate is approved (the Cluster records its serial), `Ready` while its heartbeat
+/// Lease is renewed (Unknown once `leaseDurationSeconds`, 4 of the agent's periods, pass
+/// without a renewal: the member may be fine, the hub cannot tell). The member's facts
+/// are the agent's to report.
+async fn check_pull(
+    fleet: &Arc<Fleet>,
+    cluster: &Cluster,
+    probe_period: Duration,
+    reconfirm: Duration,
+) -> Result<Action, Error> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let name = cluster.name_any();
+    let generation = cluster.metadata.generation;
+    fleet
+        .health
+        .confirmed()
+        .probed
+        .insert(name.clone(), (generation, Instant::now()));
+    let approved = cluster
+        .annotations()
+        .get(flotilla_api::agent::SERIAL_ANNOTATION)
+        .is_some_and(|s| !s.is_empty());
+    let leases: Api<Lease> = Api::namespaced(fleet.client.clone(), &work_namespace(&name));
+    let lease = leases
+        .get_opt(flotilla_api::agent::HEARTBEAT_LEASE)
+        .await?
+        .and_then(|l| l.spec);
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let renewed = lease.as_ref().and_then(|l| {
+        let at = l.renew_time.as_ref()?.0;
+        let lasts = l.lease_duration_seconds.unwrap_or(40);
+        Some((at, now.0.duration_since(at).as_secs() < i64::from(lasts)))
+    });
+    let previous = cluster.status.clone().unwrap_or_default();
+    let joined = make_condition(
+        condition::JOINED,
+        approved,
+        if approved {
+            "Approved"
+        } else {
+            "AwaitingApproval"
+        },
+        if approved {
+            "its agent's certificate is approved".into()
+        } else {
+            "its agent's certificate request awaits approval (flotilla approve)".into()
+        },
+        generation,
+        &previous.conditions,
+        &now,
+    );
+    let alive = approved && renewed.is_some_and(|(_, fresh)| fresh);
+    let why = match renewed {
+        _ if !approved => "not approved".to_owned(),
+        None => "no heartbeat from its agent yet".to_owned(),
+        Some((_, true)) => "its agent's heartbeat is renewed".to_owned(),
+        Some((at, false)) => format!("its agent's heartbeat is late: last renewed at {at}"),
+    };
+    // Not alive: Unknown, as kube's node lifecycle controller marks a node whose kubelet
+    // stopped posting: the agent, the member or the path between may be down.
+    let ready = condition::keep_time(
+        condition::READY,
+        if alive { "True" } else { "Unknown" },
+        if alive {
+            "Heartbeat"
+        } else {
+            "HeartbeatMissing"
+        },
+        why.clone(),
+        generation,
+        &previous.conditions,
+        &now,
+    );
+    let mut status = ClusterStatus {
+        conditions: vec![joined, ready],
+        ..previous.clone()
+    };
+    // The heartbeat alone is written at most once per confirmation period, as a push
+    // cluster's (the Lease has every renewal).
+    let stale = previous
+        .last_heartbeat_time
+        .as_ref()
+        .is_none_or(|t| now.0.duration_since(t.0).as_secs_f64() >= reconfirm.as_secs_f64());
+    if status != previous || stale {
+        status.last_heartbeat_time = renewed
+            .map(|(at, _)| Time(at))
+            .or(previous.last_heartbeat_time.clone());
+    }
+    if status != previous {
+        let api: Api<Cluster> = Api::all(fleet.client.clone());
+        api.patch_status(&name, &PatchParams::default(), &status_patch(&status))
+            .await?;
+        let was_ready = crate::model::is_true(&previous.conditions, condition::READY);
+        if was_ready != alive {
+            info!(ready = alive, %why, "pull cluster's readiness changed");
+        }
+        if alive && !was_ready {
             fleet.poke_works_of(&name);
         }
     }

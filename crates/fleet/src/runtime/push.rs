@@ -284,6 +284,12 @@ async fn reconcile(work: Arc<Work>, fleet: Arc<Fleet>) -> Result<Action, Error> 
     if !namespace.starts_with(WORK_NAMESPACE_PREFIX) {
         return Ok(Action::await_change());
     }
+    // A pull cluster's agent applies its Works itself: no finalizer, no delivery here.
+    if cluster_of(&fleet, &work.spec.cluster).is_some_and(|c| is_pull(&c))
+        && !work.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
     let span = info_span!("deliver", work = %work.name_any(), cluster = %work.spec.cluster);
     let api: Api<Work> = Api::namespaced(fleet.client.clone(), &namespace);
     finalizer::finalizer(&api, FINALIZER, work, |event| async {
@@ -297,6 +303,15 @@ async fn reconcile(work: Arc<Work>, fleet: Arc<Fleet>) -> Result<Action, Error> 
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
+/// Whether `cluster` is reached by its agent (pull access), not by the hub.
+fn is_pull(cluster: &flotilla_api::Cluster) -> bool {
+    cluster
+        .spec
+        .access
+        .as_ref()
+        .is_some_and(|a| a.pull.is_some())
+}
+
 fn cluster_of(fleet: &Fleet, name: &str) -> Option<Arc<flotilla_api::Cluster>> {
     // Clusters are cluster-scoped: found by name, not by a scan of them all.
     fleet.caches.clusters.get(&ObjectRef::new(name))
@@ -307,6 +322,10 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     let Some(cluster) = cluster_of(fleet, name) else {
         return Err(Error::Waiting(format!("cluster {name} is not known")));
     };
+    if is_pull(&cluster) {
+        // Finalized before the cluster was known as a pull cluster: its agent delivers.
+        return Ok(Action::await_change());
+    }
     let member = fleet.members.get(&cluster).await?;
     let turn = fleet.members.turn(name).await;
     let previous = work
@@ -613,6 +632,10 @@ async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
         .is_some_and(|s| model::is_true(&s.conditions, flotilla_api::condition::READY));
     if unjoining && !ready {
         warn!("cluster unjoined while not ready: its objects are left on it");
+        return Ok(Action::await_change());
+    }
+    if is_pull(&cluster) {
+        // Its agent releases what it applied when it sees the Work go.
         return Ok(Action::await_change());
     }
     let applied = to_remove(work);

@@ -1,0 +1,145 @@
+//! The pull agent: a member's side of pull mode, and the hub's side of its registration.
+//! The hub holds no member credentials; the agent holds a certificate that lets it read
+//! only its own cluster's Works.
+//!
+//! ```text
+//!  member side (flotilla agent)                      hub side (flotilla hub)
+//!  ─────────────────────────────                     ───────────────────────
+//!  discovery: the hub's CA from the TLS handshake,
+//!     pinned by --ca-hash sha256:HEX
+//!  register (bootstrap token, user system:bootstrap:ID):
+//!     key (0600 in the data dir) ─► Cluster NAME (spec.access.pull) ─────► registrar:
+//!     CSR CN system:flotilla:cluster:NAME, O system:flotilla:clusters        auto-approve
+//!     ◄─ certificate once approved (flotilla approve, kubectl certificate    (the token's
+//!        approve, or at once for an --auto-approve token)                     group, its own
+//!                                                                            Cluster only);
+//!                                                                            on approval: the
+//!                                                                            serial recorded,
+//!                                                                            the agent's RBAC
+//!  pull (its certificate only):                                              (owned by the
+//!     watch Works in flotilla-cluster-NAME ─► delivery::Member::sync         Cluster)
+//!        ─► works/status                                                  cluster health:
+//!     heartbeat Lease every period; facts (version, allocatable) ─►       Ready from the
+//!        clusters/status                                                  Lease's renewals
+//!     401 (revoked, unjoined) ─► stop: nothing more applied
+//! ```
+//!
+//! The crate depends on delivery, api and pki, never on the API server: the hub's side
+//! uses a `kube::Client` (in-process in the hub) as any controller does.
+
+pub mod discovery;
+pub mod pull;
+pub mod register;
+pub mod registrar;
+pub mod token;
+
+use std::path::Path;
+
+/// Errors of the agent and of the hub's registration side.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad input (a flag, a token, a URL): said in one line.
+    #[error("{0}")]
+    Input(String),
+    /// The hub cannot be reached or answered unexpectedly.
+    #[error("hub: {0}")]
+    Hub(String),
+    /// No certificate the hub presents matches the pinned CA hash.
+    #[error("the hub's CA does not match --ca-hash {pinned} (the hub presents {})", presented.join(", "))]
+    CaHash {
+        /// The pin given.
+        pinned: String,
+        /// The hashes of the certificates the hub presented.
+        presented: Vec<String>,
+    },
+    /// The hub refused the bootstrap token (401): expired, deleted or unknown.
+    #[error("the hub refuses the bootstrap token (401): it is expired, deleted or unknown")]
+    TokenRefused,
+    /// The hub refused the agent's certificate (401): revoked, or its cluster is gone.
+    #[error(
+        "the hub refuses this agent's certificate (401): it was revoked or the cluster was removed"
+    )]
+    Revoked,
+    /// The cluster's certificate request was denied or failed.
+    #[error("the certificate request {name} was {outcome}: {message}")]
+    NotApproved {
+        /// The CSR.
+        name: String,
+        /// `denied` or `failed`.
+        outcome: String,
+        /// Its condition's message.
+        message: String,
+    },
+    /// The member cluster cannot be used.
+    #[error("member: {0}")]
+    Member(String),
+    /// A file of the data directory.
+    #[error("{path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A request to the hub failed.
+    #[error("hub: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+impl Error {
+    fn file(path: &Path, source: std::io::Error) -> Self {
+        Error::File {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Whether `e` is the API server's 401.
+pub fn is_unauthorized(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 401)
+}
+
+/// How a client authenticates to the hub.
+pub enum HubAuth<'a> {
+    /// A bearer token (the bootstrap token).
+    Token(&'a str),
+    /// A client certificate and its key (PEM).
+    Certificate {
+        /// The certificate.
+        cert_pem: &'a str,
+        /// Its key.
+        key_pem: &'a str,
+    },
+}
+
+/// A client of the hub at `url`, verifying it against `ca_pem` alone.
+pub async fn hub_client(url: &str, ca_pem: &str, auth: HubAuth<'_>) -> Result<kube::Client, Error> {
+    use base64::Engine as _;
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let user = match auth {
+        HubAuth::Token(token) => serde_json::json!({"token": token}),
+        HubAuth::Certificate { cert_pem, key_pem } => serde_json::json!({
+            "client-certificate-data": b64(cert_pem),
+            "client-key-data": b64(key_pem),
+        }),
+    };
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "hub", "cluster": {"server": url,
+            "certificate-authority-data": b64(ca_pem)}}],
+        "users": [{"name": "agent", "user": user}],
+        "contexts": [{"name": "hub", "context": {"cluster": "hub", "user": "agent"}}],
+        "current-context": "hub",
+    });
+    let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(kubeconfig)
+        .map_err(|e| Error::Input(format!("a kubeconfig for the hub: {e}")))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| Error::Input(format!("a client of the hub at {url}: {e}")))?;
+    kube::Client::try_from(config).map_err(Error::Kube)
+}

@@ -1,0 +1,760 @@
+//! The pull agent end to end (issue 22's foundation): a real `flotilla hub`, a `flotilla
+//! sim` member, the real `flotilla agent` process and kubectl. A member registers with a
+//! bootstrap token, is not a member until approved, then receives its Works; an
+//! `--auto-approve` token joins at once; expired and deleted tokens are refused; the
+//! agent's certificate reaches its own Works only; a revoked agent gets 401 and applies
+//! nothing more.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+use support::identity::{
+    assert_forbidden, certificate_request, csr_manifest, kubeconfig_with, run, run_with, stderr,
+    text, token_kubeconfig, unauthorized, whoami,
+};
+use support::{Hub, Sim, condition, eventually, flotilla, signal};
+
+/// A `flotilla agent` process; killed on drop.
+struct Agent {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Agent {
+    /// Starts `flotilla agent` with `args`, its data in `dir`, its log in `dir/agent.log`.
+    fn start(dir: &Path, args: &[&str]) -> Agent {
+        std::fs::create_dir_all(dir).unwrap();
+        let log = std::fs::File::create(dir.join("../agent.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .arg("agent")
+            .args(["--data-dir", dir.to_str().unwrap()])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start flotilla agent");
+        Agent {
+            child,
+            dir: dir.to_owned(),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("../agent.log")).unwrap_or_default()
+    }
+
+    /// Its exit status once it has ended by itself.
+    fn ended(&mut self) -> Result<std::process::ExitStatus, String> {
+        match self.child.try_wait().unwrap() {
+            Some(status) => Ok(status),
+            None => Err("still running".into()),
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `flotilla token create ARGS` against `hub`: the token and the agent's command line.
+fn create_token(hub: &Hub, args: &[&str]) -> (String, String) {
+    let kubeconfig = hub.kubeconfig();
+    let mut all = vec![
+        "token",
+        "create",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ];
+    all.extend(args);
+    let out = flotilla(&all);
+    assert!(out.status.success(), "token create: {}", text(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut lines = stdout.lines();
+    let token = lines.next().unwrap().to_owned();
+    let command = lines.next().unwrap().to_owned();
+    (token, command)
+}
+
+/// The value of `--flag` in the agent command line `command`.
+fn flag<'a>(command: &'a str, name: &str) -> &'a str {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == name).unwrap();
+    words[at + 1]
+}
+
+/// The agent's flags for `cluster` on member `member` of `sim`, from the printed command.
+fn agent_flags(command: &str, token: &str, cluster: &str, kubeconfig: &Path) -> Vec<String> {
+    vec![
+        "--hub".into(),
+        flag(command, "--hub").into(),
+        "--token".into(),
+        token.into(),
+        "--ca-hash".into(),
+        flag(command, "--ca-hash").into(),
+        "--cluster".into(),
+        cluster.into(),
+        "--kubeconfig".into(),
+        kubeconfig.to_str().unwrap().into(),
+        "--heartbeat-period".into(),
+        "1s".into(),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// A kubeconfig for `hub` with the certificate and key the agent keeps in `dir`.
+fn agent_kubeconfig(hub: &Hub, name: &str, dir: &Path) -> PathBuf {
+    let cert = std::fs::read(dir.join("agent.crt")).unwrap();
+    let key = std::fs::read(dir.join("agent.key")).unwrap();
+    kubeconfig_with(
+        hub,
+        name,
+        json!({"client-certificate-data": STANDARD.encode(cert),
+            "client-key-data": STANDARD.encode(key)}),
+        "",
+    )
+}
+
+/// `kubectl get ARGS -o json` as the admin, or kubectl's error.
+fn get(hub: &Hub, args: &[&str]) -> Result<Value, String> {
+    let mut all = vec!["get"];
+    all.extend(args);
+    all.extend(["-o", "json"]);
+    let out = hub.kubectl(&all);
+    if !out.status.success() {
+        return Err(stderr(&out));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+}
+
+fn ready(cluster: &Value) -> String {
+    condition(cluster, "Ready")
+        .map(|c| c["status"].as_str().unwrap_or("").to_owned())
+        .unwrap_or_default()
+}
+
+fn web_image(sim: &Sim, member: &str) -> Result<(String, String), String> {
+    let out = sim.kubectl(
+        member,
+        &["get", "deployment", "web", "-n", "shop", "-o", "json"],
+        None,
+    );
+    if !out.status.success() {
+        return Err(stderr(&out));
+    }
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    Ok((
+        d["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned(),
+        d["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned(),
+    ))
+}
+
+const WORKLOAD: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx:1.27}]}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: web, namespace: shop}
+spec:
+  resourceSelectors:
+  - {apiVersion: apps/v1, kind: Deployment, name: web}
+  clusters: {labelSelector: {matchLabels: {mode: pull}}}
+";
+
+#[test]
+fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "1", "--ready-delay", "100ms"]);
+    let work = tempfile::tempdir().unwrap();
+    let (token, command) = create_token(&hub, &[]);
+    assert!(token.len() == 23 && token.as_bytes()[6] == b'.', "{token}");
+    assert!(
+        command.starts_with("flotilla agent --hub https://127.0.0.1:"),
+        "{command}"
+    );
+    assert!(
+        flag(&command, "--ca-hash").starts_with("sha256:"),
+        "{command}"
+    );
+    let member = sim.kubeconfig("member-1");
+    let mut flags = agent_flags(&command, &token, "east", &member);
+    flags.extend(["--labels".into(), "mode=pull".into()]);
+
+    // Bad input: one line, a non-zero exit, nothing registered.
+    let mut wrong_pin = flags.clone();
+    let at = wrong_pin.iter().position(|f| f == "--ca-hash").unwrap();
+    wrong_pin[at + 1] = format!("sha256:{}", "0".repeat(64));
+    let mut args = vec!["agent", "--data-dir"];
+    let bad_dir = work.path().join("bad");
+    args.push(bad_dir.to_str().unwrap());
+    args.extend(strs(&wrong_pin));
+    let out = flotilla(&args);
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(said.contains("does not match --ca-hash"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    let mut bad_member = flags.clone();
+    let at = bad_member.iter().position(|f| f == "--kubeconfig").unwrap();
+    bad_member[at + 1] = work
+        .path()
+        .join("missing.kubeconfig")
+        .to_str()
+        .unwrap()
+        .into();
+    let mut args = vec!["agent", "--data-dir", bad_dir.to_str().unwrap()];
+    args.extend(strs(&bad_member));
+    let out = flotilla(&args);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("member kubeconfig"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(hub.fails(&["get", "cluster", "east"]).contains("NotFound"));
+
+    // The token's user may register and nothing else.
+    let bootstrap = token_kubeconfig(&hub, "bootstrap", &token);
+    let me = whoami(&bootstrap).unwrap();
+    assert_eq!(me["username"], format!("system:bootstrap:{}", &token[..6]));
+    assert!(
+        me["groups"].to_string().contains("system:bootstrappers"),
+        "{me}"
+    );
+    for args in [
+        &["get", "secrets", "-n", "kube-system"][..],
+        &["get", "placements", "-A"],
+        &["get", "clusters"],
+        &["get", "works", "-A"],
+        &["create", "namespace", "intruder"],
+    ] {
+        assert_forbidden(args, &run(&bootstrap, args));
+    }
+
+    // Its Cluster request is its own: pull access as its identity, its token named.
+    let id = &token[..6];
+    for (cluster, why) in [
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": id}},
+            "spec": {"access": {"push": {"secretRef": {"namespace": "flotilla-system", "name": "x"}}}}}),
+            "as its own identity only",
+        ),
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": id}},
+            "spec": {"access": {"pull": {"identity": "system:flotilla:cluster:other"}}}}),
+            "as its own identity only",
+        ),
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": "zzzzzz"}},
+            "spec": {"access": {"pull": {"identity": "system:flotilla:cluster:grab"}}}}),
+            "names that token",
+        ),
+        (
+            json!({"metadata": {"name": "grab", "annotations": {"flotilla.io/bootstrap-token-id": id,
+                "flotilla.io/certificate-serial": "1"}},
+            "spec": {"access": {"pull": {"identity": "system:flotilla:cluster:grab"}}}}),
+            "recorded by the hub",
+        ),
+    ] {
+        let mut cluster = cluster;
+        cluster["apiVersion"] = json!("flotilla.io/v1alpha1");
+        cluster["kind"] = json!("Cluster");
+        let out = run_with(
+            &bootstrap,
+            &["create", "-f", "-"],
+            Some(&cluster.to_string()),
+        );
+        assert!(!out.status.success(), "{cluster}");
+        assert!(text(&out).contains(why), "{}", text(&out));
+    }
+    assert!(hub.fails(&["get", "cluster", "grab"]).contains("NotFound"));
+
+    let dir = work.path().join("east");
+    let mut agent = Agent::start(&dir, &strs(&flags));
+    // Registered, not a member: a pending CSR and a Cluster not Joined.
+    let csr = eventually("the agent asks for its certificate", || {
+        let list = get(&hub, &["csr"])?;
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("east-")
+            })
+            .cloned()
+            .ok_or_else(|| format!("no CSR yet; agent: {}", agent.log()))
+    });
+    assert_eq!(
+        csr["spec"]["username"],
+        format!("system:bootstrap:{}", &token[..6])
+    );
+    assert!(csr["status"]["conditions"].is_null(), "{csr}");
+    let cluster = hub.json(&["get", "cluster", "east"]);
+    assert_eq!(
+        cluster["spec"]["access"]["pull"]["identity"],
+        "system:flotilla:cluster:east"
+    );
+    eventually("the unapproved cluster is not Joined", || {
+        let cluster = get(&hub, &["cluster", "east"])?;
+        match condition(&cluster, "Joined") {
+            Some(c) if c["status"] == "False" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert_ne!(ready(&hub.json(&["get", "cluster", "east"])), "True");
+    assert!(!dir.join("agent.crt").exists());
+
+    // A person approves: the cluster joins and receives its Work.
+    let kubeconfig = hub.kubeconfig();
+    let out = flotilla(&[
+        "approve",
+        "east",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    eventually("the approved cluster is Ready", || {
+        let cluster = get(&hub, &["cluster", "east"])?;
+        match ready(&cluster).as_str() {
+            "True" => Ok(()),
+            other => Err(format!(
+                "{other}: {}; agent: {}",
+                cluster["status"],
+                agent.log()
+            )),
+        }
+    });
+    let key_mode = {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(dir.join("agent.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(key_mode, 0o600);
+    hub.create(WORKLOAD);
+    let (image, _) = eventually("the Deployment lands on the member", || {
+        web_image(&sim, "member-1")
+    });
+    assert_eq!(image, "nginx:1.27");
+    eventually("the Work reports Applied", || {
+        let work = get(&hub, &["works", "-n", "flotilla-cluster-east"])?;
+        let item = &work["items"][0];
+        match condition(item, "Applied") {
+            Some(c) if c["status"] == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+
+    // The agent's certificate: its own Works, nothing else.
+    let cert = agent_kubeconfig(&hub, "east-agent", &dir);
+    assert_eq!(
+        whoami(&cert).unwrap()["username"],
+        "system:flotilla:cluster:east"
+    );
+    let own = run(&cert, &["get", "works", "-n", "flotilla-cluster-east"]);
+    assert!(own.status.success(), "{}", text(&own));
+    hub.ok(&["create", "namespace", "flotilla-cluster-other"]);
+    for args in [
+        &["get", "works", "-n", "flotilla-cluster-other"][..],
+        &["get", "secrets", "-A"],
+        &["get", "secrets", "-n", "flotilla-cluster-east"],
+        &[
+            "patch",
+            "placement",
+            "web",
+            "-n",
+            "shop",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"clusters":{}}}"#,
+        ],
+        &["delete", "works", "--all", "-n", "flotilla-cluster-east"],
+    ] {
+        assert_forbidden(args, &run(&cert, args));
+    }
+
+    // A restart registers nothing and applies nothing again: the member's Deployment,
+    // once its rollout is over, keeps its resourceVersion.
+    let version = eventually("the member's Deployment is rolled out", || {
+        let out = sim.kubectl(
+            "member-1",
+            &["get", "deployment", "web", "-n", "shop", "-o", "json"],
+            None,
+        );
+        let d: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        let status = &d["status"];
+        let done = [
+            "replicas",
+            "readyReplicas",
+            "availableReplicas",
+            "updatedReplicas",
+        ]
+        .iter()
+        .all(|k| status[k] == 2)
+            && status["observedGeneration"] == d["metadata"]["generation"];
+        match done {
+            true => Ok(d["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()),
+            false => Err(status.to_string()),
+        }
+    });
+    agent.kill();
+    let mut restarted: Vec<String> = flags.clone();
+    let at = restarted.iter().position(|f| f == "--token").unwrap();
+    restarted.drain(at..at + 2);
+    let mut agent = Agent::start(&dir, &strs(&restarted));
+    let lease = |hub: &Hub| {
+        hub.json(&[
+            "get",
+            "lease",
+            "flotilla-agent",
+            "-n",
+            "flotilla-cluster-east",
+        ])["spec"]["renewTime"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let before = lease(&hub);
+    eventually("the restarted agent renews its Lease", || {
+        let now = lease(&hub);
+        if now != before {
+            Ok(())
+        } else {
+            Err(format!("{now}; agent: {}", agent.log()))
+        }
+    });
+    assert!(agent.log().contains("registered before"), "{}", agent.log());
+    eventually("the restarted agent has synced its Work", || {
+        if agent.log().contains("Work synced") {
+            Ok(())
+        } else {
+            Err(agent.log())
+        }
+    });
+    assert_eq!(
+        web_image(&sim, "member-1").unwrap(),
+        (image.clone(), version.clone())
+    );
+
+    // The hub killed and started again: the agent reconnects (its Lease renewed again),
+    // and nothing on the member is applied again needlessly.
+    let mut hub = hub;
+    hub.restart(true);
+    let before = lease(&hub);
+    eventually("the agent renews its Lease on the restarted hub", || {
+        let now = lease(&hub);
+        if now != before {
+            Ok(())
+        } else {
+            Err(format!("{now}; agent: {}", agent.log()))
+        }
+    });
+    eventually(
+        "the cluster is Ready on the restarted hub",
+        || match ready(&get(&hub, &["cluster", "east"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(other.to_owned()),
+        },
+    );
+    assert_eq!(
+        web_image(&sim, "member-1").unwrap(),
+        (image.clone(), version.clone())
+    );
+
+    // Revoked: 401 at once, the agent stops, nothing more is applied.
+    let out = flotilla(&[
+        "revoke",
+        "east",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        unauthorized(&cert),
+        "the revoked certificate still authenticates"
+    );
+    let status = eventually("the revoked agent stops", || agent.ended());
+    assert!(!status.success());
+    assert!(agent.log().contains("revoked"), "{}", agent.log());
+    hub.ok(&[
+        "set",
+        "image",
+        "deployment/web",
+        "-n",
+        "shop",
+        "web=nginx:1.28",
+    ]);
+    eventually("the hub's Work has the new image", || {
+        let work = get(&hub, &["works", "-n", "flotilla-cluster-east"])?;
+        if work.to_string().contains("nginx:1.28") {
+            Ok(())
+        } else {
+            Err("old".into())
+        }
+    });
+    assert_eq!(web_image(&sim, "member-1").unwrap().0, "nginx:1.27");
+    eventually("the revoked cluster is not Ready", || {
+        match ready(&get(&hub, &["cluster", "east"])?).as_str() {
+            "Unknown" => Ok(()),
+            other => Err(other.to_owned()),
+        }
+    });
+}
+
+#[test]
+fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "1", "--ready-delay", "100ms"]);
+    let work = tempfile::tempdir().unwrap();
+    let (token, command) = create_token(&hub, &["--auto-approve"]);
+    let flags = agent_flags(&command, &token, "west", &sim.kubeconfig("member-1"));
+    let dir = work.path().join("west");
+    let agent = Agent::start(&dir, &strs(&flags));
+    eventually("the auto-approved cluster is Ready", || {
+        let cluster = get(&hub, &["cluster", "west"])?;
+        match ready(&cluster).as_str() {
+            "True" => Ok(()),
+            other => Err(format!(
+                "{other}: {}; agent: {}",
+                cluster["status"],
+                agent.log()
+            )),
+        }
+    });
+    let approved = hub.json(&["get", "csr"]);
+    let west = approved["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["metadata"]["name"].as_str().unwrap().starts_with("west-"))
+        .unwrap();
+    assert_eq!(
+        condition(west, "Approved").unwrap()["reason"],
+        "AutoApproved"
+    );
+    // The agent's RBAC exists and is the Cluster's.
+    let role = hub.json(&[
+        "get",
+        "role",
+        "system:flotilla:cluster:west",
+        "-n",
+        "flotilla-cluster-west",
+    ]);
+    assert_eq!(role["metadata"]["ownerReferences"][0]["kind"], "Cluster");
+
+    // With this token, a certificate for another cluster's name is refused.
+    hub.create(
+        &json!({"apiVersion": "flotilla.io/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": "prod"},
+            "spec": {"access": {"pull": {"identity": "system:flotilla:cluster:prod"}}}})
+        .to_string(),
+    );
+    let bootstrap = token_kubeconfig(&hub, "bootstrap", &token);
+    let (request, _key) =
+        certificate_request("system:flotilla:cluster:prod", "system:flotilla:clusters");
+    let manifest = csr_manifest(
+        "steal-prod",
+        &request,
+        "kubernetes.io/kube-apiserver-client",
+        &["client auth", "digital signature"],
+    );
+    let out = run_with(&bootstrap, &["create", "-f", "-"], Some(&manifest));
+    assert!(out.status.success(), "{}", text(&out));
+    eventually("the CSR for another cluster is denied", || {
+        let csr = get(&hub, &["csr", "steal-prod"])?;
+        match condition(&csr, "Denied") {
+            Some(c) if c["status"] == "True" => Ok(()),
+            _ => Err(csr["status"].to_string()),
+        }
+    });
+    assert!(hub.json(&["get", "csr", "steal-prod"])["status"]["certificate"].is_null());
+
+    // The agent stopped: Unknown within its 4 heartbeats (and the hub's period); back
+    // once it runs again.
+    signal(agent.child.id(), "STOP");
+    eventually("the stopped agent's cluster is Unknown", || {
+        match ready(&get(&hub, &["cluster", "west"])?).as_str() {
+            "Unknown" => Ok(()),
+            other => Err(other.to_owned()),
+        }
+    });
+    signal(agent.child.id(), "CONT");
+    eventually("the agent's cluster is Ready again", || {
+        match ready(&get(&hub, &["cluster", "west"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(other.to_owned()),
+        }
+    });
+
+    // Unjoined: the agent's certificate is refused at once and the agent stops.
+    let mut agent = agent;
+    let cert = agent_kubeconfig(&hub, "west-agent", &dir);
+    assert!(whoami(&cert).is_ok());
+    let kubeconfig = hub.kubeconfig();
+    let out = flotilla(&[
+        "unjoin",
+        "west",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        unauthorized(&cert),
+        "an unjoined cluster's agent still authenticates"
+    );
+    let status = eventually("the unjoined cluster's agent stops", || agent.ended());
+    assert!(!status.success());
+    assert!(
+        get(
+            &hub,
+            &[
+                "role",
+                "system:flotilla:cluster:west",
+                "-n",
+                "flotilla-cluster-west"
+            ]
+        )
+        .is_err(),
+        "the agent's Role outlives its Cluster"
+    );
+    eventually(
+        "the agent's ClusterRole goes with its Cluster",
+        || match get(&hub, &["clusterrole", "system:flotilla:cluster:west"]) {
+            Err(e) if e.contains("NotFound") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+
+    // A registration the hub refuses leaves nothing behind: a token bound to set prod,
+    // a cluster registered outside it (refused at its Cluster request, in one line).
+    let (bound, command) = create_token(&hub, &["--auto-approve", "--clusterset", "prod"]);
+    let stray = agent_flags(&command, &bound, "stray", &sim.kubeconfig("member-1"));
+    let stray_dir = work.path().join("stray");
+    let mut args = vec!["agent", "--data-dir", stray_dir.to_str().unwrap()];
+    args.extend(strs(&stray));
+    let out = flotilla(&args);
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(said.contains("into its cluster set only"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(hub.fails(&["get", "cluster", "stray"]).contains("NotFound"));
+    let csrs = get(&hub, &["csr"]).unwrap();
+    assert!(!csrs.to_string().contains("stray-"), "{csrs}");
+
+    // `flotilla join NAME --pull` prints the agent's command for that cluster, with a
+    // token that works.
+    let out = flotilla(&[
+        "join",
+        "south",
+        "--pull",
+        "--labels",
+        "env=dev",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let line = printed.lines().next().unwrap();
+    assert!(
+        line.contains("--cluster south") && line.contains("--labels env=dev"),
+        "{line}"
+    );
+    assert!(printed.contains("flotilla approve south"), "{printed}");
+    let south = token_kubeconfig(&hub, "south", flag(line, "--token"));
+    assert!(whoami(&south).is_ok());
+
+    // Expired and deleted tokens are refused.
+    let (expiring, command) = create_token(&hub, &["--ttl", "1s"]);
+    let expired = token_kubeconfig(&hub, "expired", &expiring);
+    eventually("the token expires", || {
+        if unauthorized(&expired) {
+            Ok(())
+        } else {
+            Err("still valid".into())
+        }
+    });
+    let mut args = vec!["agent", "--data-dir"];
+    let late_dir = work.path().join("late");
+    args.push(late_dir.to_str().unwrap());
+    let late_flags = agent_flags(&command, &expiring, "late", &sim.kubeconfig("member-1"));
+    args.extend(strs(&late_flags));
+    let out = flotilla(&args);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("refuses the bootstrap token"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(hub.fails(&["get", "cluster", "late"]).contains("NotFound"));
+    let (deleted, _) = create_token(&hub, &[]);
+    let gone = token_kubeconfig(&hub, "gone", &deleted);
+    assert!(whoami(&gone).is_ok());
+    hub.ok(&[
+        "delete",
+        "secret",
+        &format!("bootstrap-token-{}", &deleted[..6]),
+        "-n",
+        "kube-system",
+    ]);
+    assert!(unauthorized(&gone), "a deleted token still authenticates");
+    // A malformed token is refused by the agent's flags.
+    let out = flotilla(&[
+        "agent",
+        "--hub",
+        "https://127.0.0.1:1",
+        "--token",
+        "nope",
+        "--ca-hash",
+        flag(&command, "--ca-hash"),
+        "--cluster",
+        "x",
+        "--kubeconfig",
+        "k",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not a bootstrap token"),
+        "{}",
+        stderr(&out)
+    );
+}
