@@ -69,6 +69,10 @@ pub struct BenchArgs {
     /// measures this one against.
     #[arg(long, value_name = "BINARY")]
     pub baseline: Option<PathBuf>,
+    /// The binary whose hub the baseline scenario measures against `--baseline` (default:
+    /// this one), to compare two builds older than the benchmark.
+    #[arg(long, value_name = "BINARY", requires = "baseline")]
+    pub hub_binary: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -94,6 +98,9 @@ impl BenchArgs {
                     anyhow::bail!("--baseline {}: no such file", binary.display())
                 }
                 Some(_) => {}
+            }
+            if let Some(binary) = self.hub_binary.as_ref().filter(|b| !b.is_file()) {
+                anyhow::bail!("--hub-binary {}: no such file", binary.display());
             }
         }
         scenarios.sort();
@@ -260,10 +267,11 @@ impl BenchArgs {
                     let Some(theirs) = self.baseline.clone() else {
                         anyhow::bail!("--scenario baseline needs --baseline BINARY");
                     };
+                    let ours = self.hub_binary.clone().unwrap_or_else(|| binary.clone());
                     let options = if self.quick {
-                        baseline::Options::quick(&self.out, binary.clone(), theirs)
+                        baseline::Options::quick(&self.out, ours, theirs)
                     } else {
-                        baseline::Options::new(&self.out, binary.clone(), theirs)
+                        baseline::Options::new(&self.out, ours, theirs)
                     };
                     let report = runtime.block_on(baseline::run(&options))?;
                     let output = Output {
@@ -455,6 +463,11 @@ mod tests {
                 .len(),
             8
         );
+        // Another binary may be measured in this one's place, against a baseline only.
+        assert!(parse(&["--hub-binary", binary]).is_err());
+        let args = parse(&["--baseline", binary, "--hub-binary", "/nonexistent/new"]).unwrap();
+        let err = args.chosen().unwrap_err().to_string();
+        assert!(err.contains("--hub-binary /nonexistent/new: no such file"), "{err}");
     }
 
     #[test]
