@@ -467,7 +467,10 @@ mod tests {
         assert!(parse(&["--hub-binary", binary]).is_err());
         let args = parse(&["--baseline", binary, "--hub-binary", "/nonexistent/new"]).unwrap();
         let err = args.chosen().unwrap_err().to_string();
-        assert!(err.contains("--hub-binary /nonexistent/new: no such file"), "{err}");
+        assert!(
+            err.contains("--hub-binary /nonexistent/new: no such file"),
+            "{err}"
+        );
     }
 
     #[test]
