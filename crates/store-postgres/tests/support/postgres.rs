@@ -178,8 +178,27 @@ impl PgServer {
     }
 
     /// Starts the server (again) on the same data and port; waits until it accepts
-    /// connections (after crash recovery, if it was killed).
+    /// connections (after crash recovery, if it was killed). A start refused because the
+    /// killed server's shared memory is still attached (a backend of it not yet reaped by
+    /// a loaded machine) is tried again until [`START`] has passed.
     pub fn restart(&mut self) {
+        let deadline = Instant::now() + START;
+        loop {
+            match self.start_once() {
+                Ok(()) => return,
+                Err(text)
+                    if text.contains("pre-existing shared memory block")
+                        && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(text) => panic!("postgres exited at start:\n{text}"),
+            }
+        }
+    }
+
+    /// One start: Ok once it accepts connections, Err with its log if it exited.
+    fn start_once(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "the server is running");
         self.starts += 1;
         let log = self
@@ -213,13 +232,17 @@ impl PgServer {
         loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             if text.contains("ready to accept connections") {
-                return;
+                return Ok(());
             }
             if let Some(child) = &mut self.child
                 && let Ok(Some(status)) = child.try_wait()
             {
                 self.child = None;
-                panic!("postgres exited ({status}) at start:\n{text}");
+                if let Some(mut watchdog) = self.watchdog.take() {
+                    let _ = watchdog.kill();
+                    let _ = watchdog.wait();
+                }
+                return Err(format!("({status})\n{text}"));
             }
             assert!(
                 Instant::now() < deadline,
