@@ -18,7 +18,8 @@ fn ready<'a, T>(value: T) -> Verdict<'a, T> {
     Verdict::Now(value)
 }
 
-fn writes(attributes: &Attributes<'_>) -> bool {
+/// Whether the request writes an object (anything but a delete).
+pub(super) fn writes(attributes: &Attributes<'_>) -> bool {
     attributes.operation != Operation::Delete
 }
 

@@ -21,7 +21,8 @@ pub(crate) mod validate;
 
 use serde_json::Value;
 
-use super::{Attributes, Mutating, Operation, Validating};
+use super::plugins::writes;
+use super::{Attributes, Mutating, Validating};
 use crate::api::Verdict;
 use crate::http::error::{ApiError, ApiResult};
 use crate::registry::object::meta_str;
@@ -31,10 +32,6 @@ use crate::registry::strategy::Behaviour;
 /// Whether `rt` is a built-in kind (not a custom resource, not a review).
 fn builtin(rt: &ResourceType) -> bool {
     rt.schema.is_none() && !matches!(rt.behaviour, Behaviour::CustomResource | Behaviour::Review)
-}
-
-fn writes(attributes: &Attributes<'_>) -> bool {
-    attributes.operation != Operation::Delete
 }
 
 /// Refuses a built-in object whose fields do not decode into its kind's types (400).
