@@ -73,10 +73,13 @@ pub struct BenchArgs {
     /// this one), to compare two builds older than the benchmark.
     #[arg(long, value_name = "BINARY", requires = "baseline")]
     pub hub_binary: Option<PathBuf>,
+    /// The rounds of the rbac and baseline scenarios instead of their defaults (12 and
+    /// 10): more rounds narrow the median of their paired ratios.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: Option<u32>,
 }
 
 impl BenchArgs {
-    /// The scenarios to run, in order, each once.
     /// The scenarios to run, in order, each once; the baseline scenario only with a
     /// baseline binary, which it must have when asked for.
     fn chosen(&self) -> anyhow::Result<Vec<Scenario>> {
@@ -246,11 +249,14 @@ impl BenchArgs {
                     (output, report.table(), report.summary())
                 }
                 Scenario::Rbac => {
-                    let options = if self.quick {
+                    let mut options = if self.quick {
                         rbac::Options::quick(&self.out, binary.clone())
                     } else {
                         rbac::Options::new(&self.out, binary.clone())
                     };
+                    if let Some(rounds) = self.rounds {
+                        options.rounds = rounds as usize;
+                    }
                     let report = runtime.block_on(rbac::run(&options))?;
                     let output = Output {
                         scenario: "rbac",
@@ -268,11 +274,14 @@ impl BenchArgs {
                         anyhow::bail!("--scenario baseline needs --baseline BINARY");
                     };
                     let ours = self.hub_binary.clone().unwrap_or_else(|| binary.clone());
-                    let options = if self.quick {
+                    let mut options = if self.quick {
                         baseline::Options::quick(&self.out, ours, theirs)
                     } else {
                         baseline::Options::new(&self.out, ours, theirs)
                     };
+                    if let Some(rounds) = self.rounds {
+                        options.rounds = rounds as usize;
+                    }
                     let report = runtime.block_on(baseline::run(&options))?;
                     let output = Output {
                         scenario: "baseline",
@@ -471,6 +480,15 @@ mod tests {
             err.contains("--hub-binary /nonexistent/new: no such file"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn rounds_are_a_positive_count() {
+        assert_eq!(parse(&["--rounds", "30"]).unwrap().rounds, Some(30));
+        assert_eq!(parse(&[]).unwrap().rounds, None);
+        let err = parse(&["--rounds", "0"]).unwrap_err().to_string();
+        assert!(err.contains("invalid value '0'"), "{err}");
+        assert!(parse(&["--rounds", "many"]).is_err());
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 pub(crate) mod aggregation;
 pub mod bootstrap;
+pub(crate) mod decisions;
 pub(crate) mod index;
 pub mod rule;
 
@@ -36,6 +37,7 @@ use tracing::Instrument;
 use super::{Attributes, Authorizer, Decision, Rules, UserInfo};
 use crate::api::Verdict;
 use crate::registry::keys;
+use decisions::Decisions;
 use index::Index;
 pub use index::Kind;
 pub use rule::Rule;
@@ -63,6 +65,8 @@ pub enum RbacError {
 /// watch of the store, and the default roles each cluster gets.
 pub struct Rbac {
     index: RwLock<Index>,
+    /// The decisions made from the index as it is; emptied whenever it changes.
+    decisions: Decisions,
     /// The store revision whose changes the index has applied.
     applied: tokio::sync::watch::Sender<Revision>,
     /// The logical clusters whose ClusterRoles changed since the aggregation controller
@@ -89,6 +93,7 @@ impl Rbac {
         bootstrap.extend(extra);
         let rbac = Arc::new(Rbac {
             index: RwLock::new(index),
+            decisions: Decisions::default(),
             applied: tokio::sync::watch::Sender::new(revision),
             changed: Mutex::default(),
             wake: tokio::sync::Notify::new(),
@@ -157,6 +162,7 @@ impl Rbac {
             EventKind::Put => put(&mut index, kind, place, &event.kv.key, &event.kv.value),
             EventKind::Delete => index.remove(kind, place.cluster, place.namespace, place.name),
         }
+        self.decisions.forget();
         drop(index);
         if kind == Kind::ClusterRole {
             self.roles_changed([Arc::from(place.cluster)]);
@@ -170,6 +176,7 @@ impl Rbac {
             let mut current = self.index.write().unwrap_or_else(PoisonError::into_inner);
             clusters.extend(current.clusters());
             *current = index;
+            self.decisions.forget();
         }
         self.roles_changed(clusters);
         self.applied.send_replace(revision);
@@ -178,7 +185,15 @@ impl Rbac {
 
 impl Authorizer for Rbac {
     fn authorize<'a>(&'a self, attributes: &'a Attributes<'a>) -> Verdict<'a, Decision> {
-        let allowed = self.read().allows(attributes);
+        let recalled = self.decisions.recall(attributes);
+        let allowed = match recalled.allowed {
+            Some(allowed) => allowed,
+            None => {
+                let allowed = self.read().allows(attributes);
+                self.decisions.remember(&recalled, attributes, allowed);
+                allowed
+            }
+        };
         Verdict::Now(match allowed {
             true => Decision::Allow,
             false => Decision::NoOpinion,

@@ -70,7 +70,8 @@ pub(super) struct Verified {
 /// What the authenticator reads of an object the store holds at one revision.
 #[derive(Clone, Debug, Default)]
 struct Facts {
-    uid: String,
+    /// Shared: the facts are cloned out of the memo on every request.
+    uid: Arc<str>,
     /// `metadata.deletionTimestamp` (Unix seconds).
     deleted_at: Option<i64>,
     /// A Secret's `data.token`, hashed.
@@ -93,7 +94,7 @@ impl Facts {
                 .map(|token| digest(&token))
         });
         Facts {
-            uid: meta["uid"].as_str().unwrap_or("").to_owned(),
+            uid: Arc::from(meta["uid"].as_str().unwrap_or("")),
             deleted_at: meta["deletionTimestamp"]
                 .as_str()
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
@@ -201,7 +202,7 @@ impl Tokens {
                 .map_err(|e| Refusal::Revoked(format!("{} cannot be read: {e}", reference.what)))?
                 .ok_or_else(|| Refusal::Revoked(format!("{} does not exist", reference.what)))?;
             let facts = self.facts(&reference.key, revision).await?;
-            if !reference.uid.is_empty() && facts.uid != reference.uid {
+            if !reference.uid.is_empty() && *facts.uid != *reference.uid {
                 return Err(Refusal::Revoked(format!(
                     "{} was re-created (uid {}, the token names {})",
                     reference.what, facts.uid, reference.uid
