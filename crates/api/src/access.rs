@@ -5,7 +5,8 @@
 //! ```text
 //!  user system:flotilla:fleet-controller (the hub's controllers)
 //!     ├─ ClusterRoleBinding ─► ClusterRole system:flotilla:fleet-controller
-//!     │                        (the fleet's kinds, Works, profiles, decisions, namespaces,
+//!     │                        (the fleet's kinds, Works, ComputeNamespaces, profiles,
+//!     │                         decisions, namespaces,
 //!     │                         Events; templates read in every group, core without
 //!     │                         Secrets; every status)
 //!     └─ RoleBinding in flotilla-system ─► Role system:flotilla:member-credentials
@@ -168,6 +169,13 @@ pub fn fleet_controller_role(groups: &[String]) -> ClusterRole {
         rule(
             GROUP,
             &["placements", "clusterplacements"],
+            &["get", "list", "watch", "patch"],
+        ),
+        // ComputeNamespaces: cached; their finalizer patched (their Works are written
+        // as placements' are, below; the hub namespace of each created, below).
+        rule(
+            GROUP,
+            &["computenamespaces"],
             &["get", "list", "watch", "patch"],
         ),
         // What plans are made from, read only: overrides of both scopes, the sets and

@@ -12,6 +12,9 @@
 //!      │ resourceSelectors, clusters, replicas            flotilla-cluster-<name>)
 //!      │                                                  ▲
 //!   Override / ClusterOverride ── patches per cluster ────┘
+//!                                                         │
+//!   ComputeNamespace (a namespace every member of its ──────┘ (one Work per member)
+//!      ClusterSets has the same)
 //!
 //!  multicluster.x-k8s.io/v1alpha1 (SIG-Multicluster, verbatim)
 //!   ClusterProfile (KEP-4322)   PlacementDecision (KEP-5313)   published for consumers
@@ -29,6 +32,7 @@ use kube::CustomResourceExt;
 pub mod access;
 pub mod agent;
 pub mod cluster;
+pub mod compute;
 pub mod multicluster;
 pub mod overrides;
 pub mod placement;
@@ -41,6 +45,10 @@ pub use cluster::{
     Cluster, ClusterAccess, ClusterSet, ClusterSetBinding, ClusterSetBindingSpec,
     ClusterSetBindingStatus, ClusterSetSpec, ClusterSetStatus, ClusterSpec, ClusterStatus,
     DEFAULT_CLUSTER_SET, PullAccess, PushAccess, SecretReference, Taint, TaintEffect,
+};
+pub use compute::{
+    ComputeNamespace, ComputeNamespaceSpec, ComputeNamespaceStatus, MemberState, MemberStatus,
+    RoleBindingTemplate, RoleTemplate, ServiceAccountTemplate,
 };
 pub use multicluster::{
     AccessProvider, ClusterDecision, ClusterManager, ClusterProfile, ClusterProfileRef,
@@ -152,6 +160,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ClusterProfile::crd(),
         PlacementDecision::crd(),
         PlacementRevision::crd(),
+        ComputeNamespace::crd(),
     ]
 }
 

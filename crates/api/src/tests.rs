@@ -182,6 +182,13 @@ fn groups_scopes_and_names() {
             "Namespaced",
             &["plrev"],
         ),
+        (
+            "computenamespaces",
+            "flotilla.io",
+            "ComputeNamespace",
+            "Cluster",
+            &["cns"],
+        ),
     ];
     let all = crds();
     assert_eq!(all.len(), expected.len());
@@ -238,6 +245,7 @@ fn groups_scopes_and_names() {
         "clusterplacements.flotilla.io",
         "works.flotilla.io",
         "clusterprofiles.multicluster.x-k8s.io",
+        "computenamespaces.flotilla.io",
     ] {
         assert_eq!(
             by_name(name)["spec"]["versions"][0]["subresources"],
@@ -296,6 +304,15 @@ fn printer_columns() {
             s("Placement", ".spec.placement.name"),
             s("Applied", &ready("Applied")),
             s("Available", &ready("Available")),
+            age.clone()
+        ]
+    );
+    assert_eq!(
+        columns("computenamespaces.flotilla.io"),
+        [
+            s("Clusters", ".status.clusters"),
+            s("Ready", ".status.readyClusters"),
+            s("Status", ".status.summary"),
             age.clone()
         ]
     );
@@ -1014,4 +1031,86 @@ fn taints_display_as_kubectl_writes_them() {
         taint("dedicated", "gpu", TaintEffect::NoExecute).to_string(),
         "dedicated=gpu:NoExecute"
     );
+}
+
+fn compute_namespace(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "flotilla.io/v1alpha1", "kind": "ComputeNamespace",
+        "metadata": {"name": name}, "spec": spec})
+}
+
+#[test]
+fn a_compute_namespace_is_a_namespace_on_some_sets_with_unique_names() {
+    let crd = "computenamespaces.flotilla.io";
+    let team_a = compute_namespace(
+        "team-a",
+        json!({"clusterSets": ["eu"], "labels": {"team": "a"},
+            "serviceAccounts": [{"name": "deployer"}],
+            "limitRange": {"limits": [{"type": "Container", "default": {"cpu": "500m"}}]},
+            "resourceQuota": {"hard": {"pods": "10"}},
+            "roleBindings": [{"name": "team-a-edit",
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"kind": "Group", "name": "team-a"}]}]}),
+    );
+    assert_eq!(broken(crd, &team_a, None), []);
+    // The issue's shape reads back into the typed object, and the policy defaults.
+    let typed: ComputeNamespace = serde_json::from_value(team_a).unwrap();
+    assert_eq!(typed.spec.cluster_sets, ["eu"]);
+    assert_eq!(typed.spec.deletion_policy, DeletionPolicy::Delete);
+    assert_eq!(typed.spec.role_bindings[0].role_ref.name, "edit");
+    let quota = typed.spec.resource_quota.unwrap();
+    assert_eq!(quota.hard.unwrap()["pods"].0, "10");
+
+    let message = |name: &str, spec: Value| -> Vec<String> {
+        broken(crd, &compute_namespace(name, spec), None)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect()
+    };
+    let eu = || json!(["eu"]);
+    assert!(message("Team_A", json!({"clusterSets": eu()}))[0].contains("DNS-1123 label"));
+    for system in ["kube-system", "default", "flotilla-cluster-a"] {
+        assert!(
+            message(system, json!({"clusterSets": eu()}))
+                .iter()
+                .any(|m| m.contains("system namespace")),
+            "{system}"
+        );
+    }
+    assert!(message("team-a", json!({"clusterSets": []}))[0].contains("at least one ClusterSet"));
+    let twice = message(
+        "team-a",
+        json!({"clusterSets": eu(), "serviceAccounts": [{"name": "ci"}, {"name": "ci"}]}),
+    );
+    assert!(
+        twice[0].contains("serviceAccounts[].name must be unique"),
+        "{twice:?}"
+    );
+    let twice = message(
+        "team-a",
+        json!({"clusterSets": eu(), "roleBindings": [
+            {"name": "b", "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}},
+            {"name": "b", "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "s"}}]}),
+    );
+    assert!(
+        twice[0].contains("roleBindings[].name must be unique"),
+        "{twice:?}"
+    );
+}
+
+#[test]
+fn a_compute_namespace_s_works_are_told_apart_from_placements() {
+    let reference = compute::reference("team-a");
+    assert_eq!(compute::referenced(&reference), Some("team-a"));
+    assert_eq!(compute::work_name("team-a"), "computenamespace.team-a");
+    // No placement's reference is taken for a ComputeNamespace's.
+    let placement = PlacementReference {
+        namespace: Some("ComputeNamespace".into()),
+        name: "team-a".into(),
+    };
+    assert_eq!(compute::referenced(&placement), None);
+    let cluster_placement = PlacementReference {
+        namespace: None,
+        name: "team-a".into(),
+    };
+    assert_eq!(compute::referenced(&cluster_placement), None);
 }

@@ -6,7 +6,7 @@ mod support;
 
 use support::Hub;
 
-const FLOTILLA: [&str; 9] = [
+const FLOTILLA: [&str; 10] = [
     "clusters.flotilla.io",
     "clustersets.flotilla.io",
     "clustersetbindings.flotilla.io",
@@ -16,6 +16,7 @@ const FLOTILLA: [&str; 9] = [
     "clusteroverrides.flotilla.io",
     "works.flotilla.io",
     "placementrevisions.flotilla.io",
+    "computenamespaces.flotilla.io",
 ];
 
 const MULTICLUSTER: [&str; 2] = [

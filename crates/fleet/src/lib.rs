@@ -24,6 +24,7 @@
 //! order, and a decision fed back as `previous` is reproduced unchanged.
 
 mod cluster;
+pub mod compute;
 pub mod model;
 pub mod plan;
 pub mod render;

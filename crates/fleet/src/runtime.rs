@@ -14,13 +14,15 @@
 //!      │                    Placement.status, the template's aggregated status
 //!      ▼
 //!   Work ──► push: flotilla_delivery::Member::sync on the member ─► Work.status
-//!              ▲ member objects changed (drift)
+//!     ▲        ▲ member objects changed (drift)
+//!     │ compute: one Work per member of its sets ◄── ComputeNamespace, Clusters
 //! ```
 
 #[cfg(test)]
 mod access;
 mod bindings;
 mod caches;
+mod compute;
 mod events;
 mod health;
 mod members;
@@ -40,8 +42,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_api::{
-    Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, Override, Placement,
-    PlacementRevision, Work,
+    Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, ComputeNamespace,
+    Override, Placement, PlacementRevision, Work,
 };
 use futures_util::{Stream, StreamExt};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -147,6 +149,7 @@ struct Pokes {
     cluster_placement: mpsc::UnboundedSender<ObjectRef<ClusterPlacement>>,
     work: mpsc::UnboundedSender<ObjectRef<Work>>,
     binding: mpsc::UnboundedSender<ObjectRef<ClusterSetBinding>>,
+    compute: mpsc::UnboundedSender<ObjectRef<ComputeNamespace>>,
 }
 
 impl Pokes {
@@ -224,6 +227,14 @@ impl Fleet {
             if b.spec.cluster_set == set {
                 let _ = self.pokes.binding.send(ObjectRef::from_obj(&*b));
             }
+        }
+    }
+
+    /// Makes the ComputeNamespace controller look at every ComputeNamespace again (a
+    /// cluster joined, left or changed sets).
+    fn poke_compute_namespaces(&self) {
+        for c in self.caches.compute_namespaces.state() {
+            let _ = self.pokes.compute.send(ObjectRef::from_obj(&*c));
         }
     }
 
@@ -479,6 +490,9 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         reflect_shared::<ClusterSetBinding>(&client);
     let (cluster_sets, cluster_sets_writer, cluster_sets_api) = reflect::<ClusterSet>(&client);
     let (revisions, revisions_writer, revisions_api) = reflect::<PlacementRevision>(&client);
+    let (compute_namespaces, compute_writer, compute_api, changed_compute) =
+        reflect_shared::<ComputeNamespace>(&client);
+    let (poke_compute, compute_rx) = mpsc::unbounded_channel();
     let hub_name = config.hub.clone();
     let fleet = Arc::new(Fleet {
         client: client.clone(),
@@ -499,12 +513,14 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             bindings,
             cluster_sets,
             revisions,
+            compute_namespaces,
         },
         pokes: Pokes {
             placement: poke_placement,
             cluster_placement: poke_cluster_placement,
             work: poke_work,
             binding: poke_binding,
+            compute: poke_compute,
         },
         placement: placement::PlacementState::default(),
         push: push::PushState::default(),
@@ -538,6 +554,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         }
         if changed && !matches!(event, watcher::Event::InitApply(_)) {
             fleet.poke_all();
+            fleet.poke_compute_namespaces();
         }
     });
     watch_credentials(&fleet);
@@ -568,6 +585,13 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             namespace: w.spec.placement.namespace.clone(),
             name: w.spec.placement.name.clone(),
         };
+        // A ComputeNamespace's Work: its status (or its going) is that one's.
+        if let watcher::Event::Apply(w) | watcher::Event::Delete(w) = event
+            && let Some(name) = flotilla_api::compute::referenced(&w.spec.placement)
+        {
+            let _ = fleet.pokes.compute.send(ObjectRef::new(name));
+            return;
+        }
         match event {
             watcher::Event::Delete(w) => fleet.pokes.placement(&key(w)),
             watcher::Event::Apply(w) => {
@@ -593,6 +617,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         }
     });
     spawn_reflector("placements", placements_api, placements_writer, |_| {});
+    spawn_reflector("computenamespaces", compute_api, compute_writer, |_| {});
     spawn_reflector(
         "placementrevisions",
         revisions_api,
@@ -639,6 +664,15 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
             "placementrevisions",
             fleet.caches.revisions.wait_until_ready().await.is_ok(),
         ),
+        (
+            "computenamespaces",
+            fleet
+                .caches
+                .compute_namespaces
+                .wait_until_ready()
+                .await
+                .is_ok(),
+        ),
     ] {
         if !ready {
             warn!(cache = name, "cache never filled");
@@ -663,6 +697,7 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         ),
         health::run(fleet.clone(), changed_clusters),
         bindings::run(fleet.clone(), changed_bindings, receiver_stream(binding_rx)),
+        compute::run(fleet.clone(), changed_compute, receiver_stream(compute_rx)),
     );
 }
 

@@ -36,6 +36,8 @@ const CALLS: &[Call] = &[
     ("flotilla.io", "works", "watch", ""),
     ("flotilla.io", "placementrevisions", "list", ""),
     ("flotilla.io", "placementrevisions", "watch", ""),
+    ("flotilla.io", "computenamespaces", "list", ""),
+    ("flotilla.io", "computenamespaces", "watch", ""),
     // Member credentials (members.rs, runtime.rs watch_credentials, health.rs unjoin).
     ("", "secrets", "get", "flotilla-system"),
     ("", "secrets", "list", "flotilla-system"),
@@ -102,6 +104,10 @@ const CALLS: &[Call] = &[
     ("flotilla.io", "works", "list", "flotilla-cluster-a"),
     // ... and a pull cluster's heartbeat Lease.
     ("coordination.k8s.io", "leases", "get", "flotilla-cluster-a"),
+    // ComputeNamespace controller (compute.rs): its finalizer, status, Works (applied,
+    // deleted: as the placement controller's), the hub namespace.
+    ("flotilla.io", "computenamespaces", "patch", ""),
+    ("flotilla.io", "computenamespaces/status", "patch", ""),
     // Bindings controller (bindings.rs).
     ("flotilla.io", "clustersetbindings/status", "patch", "shop"),
     // Events (events.rs).

@@ -7,8 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use flotilla_api::{
-    Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, Override, Placement,
-    PlacementRevision, Work,
+    Cluster, ClusterOverride, ClusterPlacement, ClusterSet, ClusterSetBinding, ComputeNamespace,
+    Override, Placement, PlacementRevision, Work,
 };
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -29,6 +29,8 @@ pub(super) struct Caches {
     pub cluster_sets: Store<ClusterSet>,
     /// Every placement's revisions.
     pub revisions: Store<PlacementRevision>,
+    /// Every ComputeNamespace (a cluster's change pokes them all).
+    pub compute_namespaces: Store<ComputeNamespace>,
 }
 
 /// Every Work, and which are whose: by placement and by cluster namespace, so that a
