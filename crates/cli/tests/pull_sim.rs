@@ -2,13 +2,16 @@
 //! running one pull agent per simulated member inside its own process, each registered
 //! through the real flow (an auto-approve bootstrap token the simulator makes through the
 //! hub kubeconfig, a CSR, the hub's approval), with kubectl. The Clusters become Ready
-//! with pull access, a Placement reaches every member, status comes back.
+//! with pull access, a Placement reaches every member, status comes back; the fleet
+//! scenario (`support::fleet_scenario`, as `fleet.rs` runs it on push members) passes on
+//! pull members.
 
 mod support;
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
+use support::fleet_scenario::{self, Members};
 use support::{Hub, Sim, condition, eventually};
 
 /// `flotilla sim --agents` of `clusters` members named `prefix`N, registering with `hub`
@@ -194,3 +197,71 @@ fn sim_agents_register_through_the_real_flow_and_deliver_a_placement() {
     assert_eq!(applied, names);
 }
 
+/// `flotilla token create --auto-approve` on `hub`: the token.
+fn auto_approve_token(hub: &Hub) -> String {
+    let kubeconfig = hub.kubeconfig();
+    let out = support::flotilla(&[
+        "token",
+        "create",
+        "--auto-approve",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    stdout.lines().next().unwrap().to_owned()
+}
+
+#[test]
+fn the_fleet_scenario_passes_on_pull_clusters() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    // small-1's simulator makes its own token; the others use one made with
+    // `flotilla token create --auto-approve`. Works are applied again every second, so
+    // that drift is seen soon (the agent learns of it at its resync).
+    let small = pull_sim(
+        &hub,
+        1,
+        "small-",
+        &["--labels", "region=eu,size=small", "--resync-period", "1s"],
+    );
+    let token = auto_approve_token(&hub);
+    let large = pull_sim(
+        &hub,
+        1,
+        "large-",
+        &[
+            "--labels",
+            "region=eu,size=large",
+            "--resync-period",
+            "1s",
+            "--token",
+            &token,
+        ],
+    );
+    let us = pull_sim(
+        &hub,
+        1,
+        "us-",
+        &[
+            "--labels",
+            "region=us,size=large",
+            "--resync-period",
+            "1s",
+            "--token",
+            &token,
+        ],
+    );
+    let names: BTreeSet<String> = ["small-1", "large-1", "us-1"].map(str::to_owned).into();
+    wait_ready_pull_clusters(&hub, &names);
+    let members = Members {
+        small: &small,
+        large: &large,
+        us: &us,
+    };
+    fleet_scenario::deliver(&hub, &members);
+    fleet_scenario::release(&hub, &members);
+}
