@@ -73,6 +73,21 @@ pub struct BenchArgs {
     /// this one), to compare two builds older than the benchmark.
     #[arg(long, value_name = "BINARY", requires = "baseline")]
     pub hub_binary: Option<PathBuf>,
+    /// The propagation scenario's members: push (`flotilla join`), pull (an agent per
+    /// member inside the simulator), or both side by side at each fleet size.
+    #[arg(long, value_enum, default_value = "push")]
+    pub mode: Mode,
+}
+
+/// `--mode` of the propagation scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Push clusters, against a bare apply.
+    Push,
+    /// Pull clusters (`flotilla sim --agents`).
+    Pull,
+    /// Push and pull, side by side.
+    Both,
 }
 
 impl BenchArgs {
@@ -117,6 +132,11 @@ impl BenchArgs {
         if !self.clusters.is_empty() {
             options.clusters = self.clusters.iter().map(|&n| n as usize).collect();
         }
+        options.mode = match self.mode {
+            Mode::Push => propagation::Mode::Push,
+            Mode::Pull => propagation::Mode::Pull,
+            Mode::Both => propagation::Mode::Both,
+        };
         options
     }
 
