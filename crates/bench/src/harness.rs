@@ -55,13 +55,13 @@ pub(crate) struct Processes {
     pools: Pools,
 }
 
-fn free_port() -> Result<u16, Error> {
+pub(crate) fn free_port() -> Result<u16, Error> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child, Error> {
+pub(crate) fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child, Error> {
     Ok(Command::new(binary)
         .args(args)
         .env("RUST_LOG", "warn")
@@ -71,7 +71,7 @@ fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child, Error> {
         .spawn()?)
 }
 
-async fn wait_for(path: &Path) -> Result<(), Error> {
+pub(crate) async fn wait_for(path: &Path) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(120);
     while !path.exists() {
         if Instant::now() > deadline {

@@ -31,6 +31,7 @@ mod harness;
 pub mod memory;
 pub mod plot;
 pub mod propagation;
+pub mod pull;
 pub mod rbac;
 pub mod resync;
 pub mod server_store;

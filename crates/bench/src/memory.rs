@@ -334,6 +334,7 @@ mod tests {
                 point(100, 50.0, 60.0, 58.0),
                 point(1000, 50.0, 150.0, 238.0),
             ],
+            ..Default::default()
         };
         let report = Report::derive(&propagation, &resync(), "test");
         // 1 MiB per 10 clusters = 102.4 KiB each; the simulator 0.2 MiB = 204.8 KiB.
@@ -351,6 +352,7 @@ mod tests {
     fn one_point_falls_back_to_differences() {
         let propagation = propagation::Report {
             points: vec![point(10, 50.0, 51.0, 20.0)],
+            ..Default::default()
         };
         let report = Report::derive(&propagation, &resync(), "test");
         assert!((report.hub_kib_per_cluster - 102.4).abs() < 1e-9);

@@ -74,6 +74,39 @@ pub struct Options {
     pub rounds: usize,
     /// Members per simulator process (more start side by side).
     pub members_per_sim: usize,
+    /// Push clusters (`flotilla join`), pull clusters (`flotilla sim --agents`), or both
+    /// side by side at each fleet size.
+    pub mode: Mode,
+}
+
+/// Which members the propagation scenario measures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Push clusters: the hub applies (against a bare apply by the bench).
+    #[default]
+    Push,
+    /// Pull clusters: an agent per member inside the simulator (`crate::pull`).
+    Pull,
+    /// Both, push then pull, at each fleet size.
+    Both,
+}
+
+impl Mode {
+    fn push(self) -> bool {
+        self != Mode::Pull
+    }
+
+    fn pull(self) -> bool {
+        self != Mode::Push
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Push => "push",
+            Mode::Pull => "pull",
+            Mode::Both => "both",
+        }
+    }
 }
 
 impl Options {
@@ -87,6 +120,7 @@ impl Options {
             concurrency: CONCURRENCY,
             rounds: 3,
             members_per_sim: MEMBERS_PER_SIM,
+            mode: Mode::Push,
         }
     }
 
@@ -105,7 +139,7 @@ impl Options {
     pub fn json(&self) -> Value {
         json!({"clusters": self.clusters, "replicas": self.replicas,
             "concurrency": self.concurrency, "rounds": self.rounds, "sim_ready_delay_ms": 100, "joins_at_once": 8,
-            "members_per_sim": self.members_per_sim})
+            "members_per_sim": self.members_per_sim, "mode": self.mode.name()})
     }
 }
 
@@ -282,8 +316,10 @@ impl Point {
 /// Every fleet size measured.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
-    /// One per fleet size.
+    /// One per fleet size (push clusters).
     pub points: Vec<Point>,
+    /// One per fleet size (pull clusters).
+    pub pull: Vec<crate::pull::PullPoint>,
 }
 
 impl Report {
@@ -313,6 +349,26 @@ impl Report {
                 p.sim_rss_joined_mib,
             ));
         }
+        if !self.pull.is_empty() {
+            out.push_str(
+                "propagation on pull clusters (an agent per member in the simulator)\n\
+                 clusters  register s  place s   p50/p99/max ms       hub KiB/cluster  sim KiB/agent  agent process MiB\n",
+            );
+            for p in &self.pull {
+                out.push_str(&format!(
+                    "{:>8} {:>11.1} {:>8.1}   {:>5.0} /{:>5.0} /{:>5.0}   {:>15.1} {:>14.1} {:>18.1}\n",
+                    p.clusters,
+                    p.register.as_secs_f64(),
+                    p.place.as_secs_f64(),
+                    p.latency.p50_ms,
+                    p.latency.p99_ms,
+                    p.latency.max_ms,
+                    p.hub_kib_per_cluster(),
+                    p.sim_kib_per_agent(),
+                    p.agent_rss_mib,
+                ));
+            }
+        }
         out
     }
 
@@ -338,7 +394,8 @@ impl Report {
             "hub_requests": p.hub_requests,
             "overhead_p99_range": [p.overhead_range().0, p.overhead_range().1],
             "rounds": p.rounds.iter().map(Round::json).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>()})
+        })).collect::<Vec<_>>(),
+        "pull": self.pull.iter().map(crate::pull::PullPoint::json).collect::<Vec<_>>()})
     }
 
     /// The summary's rows.
@@ -408,7 +465,50 @@ impl Report {
                 "per change, until idle (by verb in the JSON)",
             ));
         }
+        self.pull_summary(&mut rows);
         rows
+    }
+
+    /// The summary's rows of the pull side, beside push's p99 at the same size.
+    fn pull_summary(&self, rows: &mut Vec<Row>) {
+        for p in &self.pull {
+            let push = self.points.iter().find(|q| q.clusters == p.clusters);
+            let versus = match push {
+                Some(q) => format!(
+                    "; push {:.0} / {:.0} ms: pull p99 = {:.2}× push",
+                    q.hub.p50_ms,
+                    q.hub.p99_ms,
+                    ratio(p.latency.p99_ms, q.hub.p99_ms)
+                ),
+                None => String::new(),
+            };
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: pull p50 / p99", p.clusters),
+                format!(
+                    "{:.0} / {:.0} ms{versus}",
+                    p.latency.p50_ms, p.latency.p99_ms
+                ),
+                "pull p99 ≤ 1.2× push p99 at N=1000",
+            ));
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: pull memory", p.clusters),
+                format!(
+                    "hub {:.1} KiB/cluster, sim {:.1} KiB/agent, one agent process {:.1} MiB",
+                    p.hub_kib_per_cluster(),
+                    p.sim_kib_per_agent(),
+                    p.agent_rss_mib
+                ),
+                "< 40 KiB, < 100 KiB, < 20 MiB",
+            ));
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: registering N agents", p.clusters),
+                format!("{:.1} s", p.register.as_secs_f64()),
+                "< 60 s at N=1000 (auto-approve token)",
+            ));
+        }
     }
 
     /// Charts: latency and memory by fleet size.
@@ -443,7 +543,14 @@ impl Report {
 pub async fn run(options: &Options) -> Result<Report, Error> {
     let mut report = Report::default();
     for &clusters in &options.clusters {
-        report.points.push(measure(options, clusters).await?);
+        if options.mode.push() {
+            report.points.push(measure(options, clusters).await?);
+        }
+        if options.mode.pull() {
+            report
+                .pull
+                .push(crate::pull::measure(options, clusters).await?);
+        }
     }
     Ok(report)
 }
@@ -500,7 +607,7 @@ fn with_image(mut object: Value, image: &str) -> Result<Value, Error> {
 
 /// One watch per member on Deployment `bench/<name>`, each reporting when it first sees
 /// `image`.
-struct Watchers {
+pub(crate) struct Watchers {
     tasks: tokio::task::JoinSet<()>,
     seen: mpsc::UnboundedReceiver<Instant>,
     members: usize,
@@ -514,11 +621,24 @@ impl Watchers {
         name: &str,
         image: &str,
     ) -> Result<Self, Error> {
+        let mut clients = Vec::with_capacity(n);
+        for i in 1..=n {
+            clients.push(processes.member_client(i).await?);
+        }
+        Self::start_with(clients, name, image).await
+    }
+
+    /// [`Watchers::start`] through `clients`, one per member.
+    pub(crate) async fn start_with(
+        clients: Vec<kube::Client>,
+        name: &str,
+        image: &str,
+    ) -> Result<Self, Error> {
+        let n = clients.len();
         let (listening, mut listening_rx) = mpsc::unbounded_channel();
         let (seen_tx, seen) = mpsc::unbounded_channel();
         let mut tasks = tokio::task::JoinSet::new();
-        for i in 1..=n {
-            let client = processes.member_client(i).await?;
+        for client in clients {
             let (listening, seen_tx) = (listening.clone(), seen_tx.clone());
             let (field, image) = (format!("metadata.name={name}"), image.to_owned());
             tasks.spawn(async move {
@@ -564,7 +684,7 @@ impl Watchers {
     }
 
     /// Each member's delay from `t0` to its watch seeing the image.
-    async fn collect(mut self, t0: Instant) -> Result<Latency, Error> {
+    pub(crate) async fn collect(mut self, t0: Instant) -> Result<Latency, Error> {
         let n = self.members;
         let mut delays = Vec::with_capacity(n);
         let deadline = tokio::time::Instant::from_std(t0) + Duration::from_secs(300);
@@ -822,7 +942,7 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
 /// Waits until the hub reports the Deployment's current generation ready on every member:
 /// the placement chose all `n` members and the template reads `replicas` ready (its status
 /// is in the template's units: every copy of a Duplicated placement ready).
-async fn ready_everywhere(
+pub(crate) async fn ready_everywhere(
     deployments: &Api<Deployment>,
     placements: &Api<DynamicObject>,
     replicas: i32,
@@ -989,6 +1109,7 @@ mod tests {
         assert_eq!(point.overhead_range(), (1.2, 3.0));
         let json = Report {
             points: vec![point.clone()],
+            ..Report::default()
         }
         .json();
         assert_eq!(json["points"][0]["rounds"].as_array().unwrap().len(), 3);
@@ -999,6 +1120,7 @@ mod tests {
         assert!(median_round(&[]).is_none());
         let summary = Report {
             points: vec![point],
+            ..Report::default()
         }
         .summary();
         assert!(
@@ -1035,6 +1157,7 @@ mod tests {
         };
         let report = Report {
             points: vec![point(5, 150.0, 100.0), point(10, 300.0, 100.0)],
+            ..Report::default()
         };
         assert_eq!(report.points[1].overhead_p99(), 3.0);
         let json = report.json();
@@ -1050,5 +1173,54 @@ mod tests {
             assert_eq!(chart.svg().matches("<polyline").count(), chart.series.len());
         }
         assert!(report.table().contains("p99 ratio"));
+    }
+
+    #[test]
+    fn pull_is_reported_per_cluster_and_beside_push() {
+        let pull = crate::pull::PullPoint {
+            clusters: 10,
+            register: Duration::from_secs(3),
+            latency: Latency {
+                p50_ms: 100.0,
+                p99_ms: 240.0,
+                max_ms: 250.0,
+                samples: 10,
+            },
+            hub_rss_empty_mib: 20.0,
+            hub_rss_pull_mib: 20.25,
+            sim_rss_plain_mib: 30.0,
+            sim_rss_agents_mib: 31.0,
+            agent_rss_mib: 12.0,
+            ..Default::default()
+        };
+        assert!((pull.hub_kib_per_cluster() - 25.6).abs() < 1e-9);
+        assert!((pull.sim_kib_per_agent() - 102.4).abs() < 1e-9);
+        let push = Point {
+            clusters: 10,
+            hub: Latency {
+                p50_ms: 80.0,
+                p99_ms: 200.0,
+                max_ms: 210.0,
+                samples: 10,
+            },
+            ..Point::default()
+        };
+        let report = Report {
+            points: vec![push],
+            pull: vec![pull],
+        };
+        let rows = report.summary();
+        let latency = rows
+            .iter()
+            .find(|r| r.what == "N=10: pull p50 / p99")
+            .unwrap();
+        assert!(
+            latency.value.contains("pull p99 = 1.20× push"),
+            "{latency:?}"
+        );
+        let json = report.json();
+        assert_eq!(json["pull"][0]["hub_kib_per_pull_cluster"], 25.6);
+        assert_eq!(json["pull"][0]["agent_process_rss_mib"], 12.0);
+        assert!(report.table().contains("on pull clusters"));
     }
 }

@@ -77,6 +77,21 @@ pub struct BenchArgs {
     /// 10): more rounds narrow the median of their paired ratios.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
+    /// The propagation scenario's members: push (`flotilla join`), pull (an agent per
+    /// member inside the simulator), or both side by side at each fleet size.
+    #[arg(long, value_enum, default_value = "push")]
+    pub mode: Mode,
+}
+
+/// `--mode` of the propagation scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Push clusters, against a bare apply.
+    Push,
+    /// Pull clusters (`flotilla sim --agents`).
+    Pull,
+    /// Push and pull, side by side.
+    Both,
 }
 
 impl BenchArgs {
@@ -120,6 +135,11 @@ impl BenchArgs {
         if !self.clusters.is_empty() {
             options.clusters = self.clusters.iter().map(|&n| n as usize).collect();
         }
+        options.mode = match self.mode {
+            Mode::Push => propagation::Mode::Push,
+            Mode::Pull => propagation::Mode::Pull,
+            Mode::Both => propagation::Mode::Both,
+        };
         options
     }
 

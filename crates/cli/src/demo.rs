@@ -8,6 +8,14 @@
 //!                 └─ apply namespace demo: Deployment web ×6, Placement (Divided 1:2
 //!                    over region=eu), Override (image from the registry mirror of
 //!                    the cluster's region: eu.mirror.example.com/library/nginx:1.27)
+//!
+//!  flotilla demo --pull: pull clusters instead; the hub holds no member credentials
+//!                 ├─ flotilla hub, then flotilla sim --clusters 3 --agents
+//!                 │    --hub-kubeconfig DIR/hub/admin.kubeconfig (one agent per member,
+//!                 │    registered with an auto-approve token the simulator makes)
+//!                 ├─ wait for Clusters member-1..3 Ready, then label them (the hub's
+//!                 │    admin decides where a cluster stands)
+//!                 └─ the same example
 //! ```
 
 use std::collections::BTreeMap;
@@ -46,6 +54,23 @@ pub struct DemoArgs {
     /// The simulated members' address.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7443")]
     pub sim_listen: SocketAddr,
+    /// Pull clusters: an agent per simulated member (inside the simulator) registers with
+    /// the hub and pulls its Works; the hub holds no member credentials.
+    #[arg(long)]
+    pub pull: bool,
+}
+
+/// How often the demo's agents apply their Works again, and so report their objects'
+/// status from the members.
+const DEMO_RESYNC: &str = "5s";
+
+/// The labels of a demo member, from `k=v,…`.
+fn member_labels(labels: &str) -> BTreeMap<String, String> {
+    labels
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// The hub and simulator processes; killed when dropped.
@@ -101,49 +126,65 @@ impl DemoArgs {
                 "2s",
             ],
         )?);
-        children.0.push(spawn(
-            dir,
-            "sim.log",
-            &[
-                "sim",
-                "--clusters",
-                "3",
-                "--data-dir",
-                &text(&sim_dir),
-                "--listen",
-                &self.sim_listen.to_string(),
-            ],
-        )?);
         let hub_kubeconfig = hub_dir.join("admin.kubeconfig");
-        let hub = wait_for_hub(&hub_kubeconfig, &mut children).await?;
-        for (name, labels) in MEMBERS {
-            let kubeconfig = sim_dir
-                .join("kubeconfigs")
-                .join(format!("{name}.kubeconfig"));
-            wait_for_file(&kubeconfig, &mut children).await?;
-            JoinArgs {
-                name: name.into(),
-                kubeconfig: Some(kubeconfig),
-                pull: false,
-                labels: labels
-                    .split(',')
-                    .filter_map(|kv| kv.split_once('='))
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-                clusterset: None,
-                taints: Vec::new(),
-                hub: HubAccess {
-                    hub_kubeconfig: Some(hub_kubeconfig.clone()),
-                    timeout: Duration::from_secs(60),
-                },
+        let (sim_dir_text, listen) = (text(&sim_dir), self.sim_listen.to_string());
+        let mut sim = vec![
+            "sim",
+            "--clusters",
+            "3",
+            "--data-dir",
+            &sim_dir_text,
+            "--listen",
+            &listen,
+        ];
+        let hub = if self.pull {
+            // The agents register with the hub: it must answer first.
+            let hub = wait_for_hub(&hub_kubeconfig, &mut children).await?;
+            let hub_kubeconfig = text(&hub_kubeconfig);
+            sim.extend([
+                "--agents",
+                "--hub-kubeconfig",
+                &hub_kubeconfig,
+                "--resync-period",
+                DEMO_RESYNC,
+            ]);
+            children.0.push(spawn(dir, "sim.log", &sim)?);
+            label_pull_members(&hub, &mut children).await?;
+            hub
+        } else {
+            children.0.push(spawn(dir, "sim.log", &sim)?);
+            let hub = wait_for_hub(&hub_kubeconfig, &mut children).await?;
+            for (name, labels) in MEMBERS {
+                let kubeconfig = sim_dir
+                    .join("kubeconfigs")
+                    .join(format!("{name}.kubeconfig"));
+                wait_for_file(&kubeconfig, &mut children).await?;
+                JoinArgs {
+                    name: name.into(),
+                    kubeconfig: Some(kubeconfig),
+                    pull: false,
+                    labels: member_labels(labels),
+                    clusterset: None,
+                    taints: Vec::new(),
+                    hub: HubAccess {
+                        hub_kubeconfig: Some(hub_kubeconfig.clone()),
+                        timeout: Duration::from_secs(60),
+                    },
+                }
+                .join()
+                .await?;
             }
-            .join()
-            .await?;
-        }
+            hub
+        };
         apply_example(&hub).await?;
         let member = text(&sim_dir.join("kubeconfigs").join("member-1.kubeconfig"));
+        let kind = if self.pull {
+            "3 simulated pull clusters (an agent each, inside the simulator)"
+        } else {
+            "3 simulated clusters"
+        };
         println!(
-            "\nFlotilla demo: a hub and 3 simulated clusters; Deployment demo/web (6 replicas) \
+            "\nFlotilla demo: a hub and {kind}; Deployment demo/web (6 replicas) \
              placed on region=eu, divided 1:2, each pulling its image from its region's mirror.\nLook around:\n\
              \n  export KUBECONFIG={}\
              \n  kubectl get clusters\
@@ -167,6 +208,41 @@ impl DemoArgs {
         println!("demo stopped");
         Ok(())
     }
+}
+
+/// Waits until the simulator's agents have registered member-1..3 and they are Ready,
+/// then gives each its labels (as `kubectl label cluster` would).
+async fn label_pull_members(hub: &Client, children: &mut Children) -> anyhow::Result<()> {
+    let clusters: Api<flotilla_api::Cluster> = Api::all(hub.clone());
+    for (name, labels) in MEMBERS {
+        let mut ready = false;
+        for _ in 0..1200 {
+            check_children(children)?;
+            if let Ok(Some(cluster)) = clusters.get_opt(name).await {
+                ready = cluster
+                    .status
+                    .as_ref()
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+            }
+            if ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !ready {
+            bail!("cluster {name}'s agent did not register within two minutes; see sim.log");
+        }
+        let patch = json!({"metadata": {"labels": member_labels(labels)}});
+        clusters
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("cannot label cluster {name}"))?;
+        println!("cluster {name} joined (pull agent, labels {labels})");
+    }
+    Ok(())
 }
 
 /// Fails if a child process has ended (its log says why).

@@ -17,6 +17,7 @@ mod pull;
 mod rollout;
 mod serve;
 mod sim;
+mod sim_agents;
 
 use std::process::ExitCode;
 

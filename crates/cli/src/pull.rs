@@ -124,7 +124,7 @@ fn hub_url(text: &str) -> Result<String, String> {
     Ok(text.trim_end_matches('/').to_owned())
 }
 
-fn bootstrap_token(text: &str) -> Result<BootstrapToken, String> {
+pub(crate) fn bootstrap_token(text: &str) -> Result<BootstrapToken, String> {
     text.parse()
         .map_err(|e: flotilla_agent::Error| e.to_string())
 }
@@ -133,7 +133,7 @@ fn ca_hash(text: &str) -> Result<String, String> {
     flotilla_agent::discovery::check_pin(text).map_err(|e| e.to_string())
 }
 
-fn positive_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
         d if d.is_zero() => Err(format!("{text:?} must be longer than zero")),
         d => Ok(d),
@@ -150,20 +150,17 @@ impl TokenArgs {
 }
 
 /// A bootstrap token made on the hub: the token, the hub's URL and its CA's pin.
-struct Made {
-    token: BootstrapToken,
-    url: String,
-    ca_hash: String,
+pub(crate) struct Made {
+    /// The token.
+    pub(crate) token: BootstrapToken,
+    /// The hub's URL, as the hub kubeconfig names it.
+    pub(crate) url: String,
+    /// The pin of the hub kubeconfig's CA (`sha256:HEX`).
+    pub(crate) ca_hash: String,
 }
 
-/// Makes a bootstrap token on the hub `hub` reaches.
-async fn make_token(
-    hub: &HubAccess,
-    ttl: Duration,
-    auto_approve: bool,
-    clusterset: Option<&str>,
-) -> anyhow::Result<Made> {
-    let config = hub.config().await?;
+/// The hub's URL and its CA's pin (`sha256:HEX`), from the kubeconfig of `config`.
+fn pin_of(config: &kube::Config) -> anyhow::Result<(String, String)> {
     let ca = config.root_cert.as_ref().and_then(|c| c.first()).context(
         "the hub kubeconfig has no certificate-authority-data: the agent's --ca-hash cannot be computed",
     )?;
@@ -173,6 +170,23 @@ async fn make_token(
         .to_string()
         .trim_end_matches('/')
         .to_owned();
+    Ok((url, ca_hash))
+}
+
+/// The URL and CA pin of the hub `hub` reaches, as `flotilla token create` prints them.
+pub(crate) async fn hub_pin(hub: &HubAccess) -> anyhow::Result<(String, String)> {
+    pin_of(&hub.config().await?)
+}
+
+/// Makes a bootstrap token on the hub `hub` reaches.
+pub(crate) async fn make_token(
+    hub: &HubAccess,
+    ttl: Duration,
+    auto_approve: bool,
+    clusterset: Option<&str>,
+) -> anyhow::Result<Made> {
+    let config = hub.config().await?;
+    let (url, ca_hash) = pin_of(&config)?;
     let client = kube::Client::try_from(config)?;
     let token = BootstrapToken::generate()?;
     let secret = token.secret(jiff::Timestamp::now(), ttl, auto_approve, clusterset)?;

@@ -1,6 +1,7 @@
 //! `flotilla sim`: N simulated member clusters, the logical clusters of one API server,
 //! each with nodes, the About API and workloads that progress to ready.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -60,6 +61,33 @@ pub struct SimArgs {
     /// The log format.
     #[arg(long, value_enum, default_value = "plain")]
     pub log_format: LogFormat,
+    /// Pull mode: run one agent per member inside this process, each registered with the
+    /// hub through the real flow (bootstrap token, CSR, approval) with its own key and
+    /// certificate; the hub holds no member credentials.
+    #[arg(long, requires = "hub_kubeconfig")]
+    pub agents: bool,
+    /// The hub the agents register with: its URL and CA come from this kubeconfig, and,
+    /// without --token, an --auto-approve bootstrap token is made through it.
+    #[arg(long, value_name = "FILE", requires = "agents")]
+    pub hub_kubeconfig: Option<PathBuf>,
+    /// The bootstrap token the agents register with (`flotilla token create`).
+    #[arg(long, value_name = "TOKEN", requires = "agents", value_parser = crate::pull::bootstrap_token)]
+    pub token: Option<flotilla_agent::token::BootstrapToken>,
+    /// The agents' cluster labels, which placements select on.
+    #[arg(long, value_name = "K=V,...", value_parser = crate::join::labels, default_value = "", requires = "agents")]
+    pub labels: BTreeMap<String, String>,
+    /// The cluster set the agents' clusters join.
+    #[arg(long, value_name = "SET", value_parser = crate::join::cluster_name, requires = "agents")]
+    pub clusterset: Option<String>,
+    /// How often each agent renews its heartbeat Lease on the hub.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::pull::positive_duration)]
+    pub heartbeat_period: Duration,
+    /// How often each agent applies every Work again (drift corrected).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::pull::positive_duration)]
+    pub resync_period: Duration,
+    /// The hub's name, as the objects it places carry it (the hub's `--name`).
+    #[arg(long, value_name = "NAME", default_value = "flotilla-hub")]
+    pub hub_name: String,
 }
 
 /// A cluster-name prefix: `<prefix><number>` must be a DNS label.
@@ -161,6 +189,25 @@ impl SimArgs {
             fail_images: self.fail_images.clone(),
         };
         tokio::spawn(Simulator::new(server.api.clone(), server.store.clone(), config).run());
+        if let Some(hub_kubeconfig) = self.hub_kubeconfig.clone().filter(|_| self.agents) {
+            let agents = crate::sim_agents::AgentsConfig {
+                hub_kubeconfig,
+                token: self.token.clone(),
+                labels: self.labels.clone(),
+                cluster_set: self.clusterset.clone(),
+                heartbeat_period: self.heartbeat_period,
+                resync_period: self.resync_period,
+                hub_name: self.hub_name.clone(),
+            };
+            crate::sim_agents::start(
+                agents,
+                &self.data_dir,
+                &members,
+                &server.api,
+                &server.metrics,
+            )
+            .await?;
+        }
         info!(
             clusters = members.len(),
             kubeconfigs = %kubeconfigs.display(),
@@ -268,6 +315,50 @@ mod tests {
         assert!(e.contains("invalid regular expression"), "{e}");
         assert!(error(&["--clusters", "1", "--ready-delay", "1d"]).contains("invalid duration"));
         assert!(error(&["--clusters", "1", "--listen", "nowhere"]).contains("invalid value"));
+    }
+
+    #[test]
+    fn agents_need_a_hub_and_their_flags_need_agents() {
+        let args = parse(&[
+            "--clusters",
+            "2",
+            "--agents",
+            "--hub-kubeconfig",
+            "hub.kubeconfig",
+            "--token",
+            "abcdef.0123456789abcdef",
+            "--labels",
+            "mode=pull,env=dev",
+            "--heartbeat-period",
+            "2s",
+        ])
+        .unwrap();
+        assert!(args.agents);
+        assert_eq!(args.hub_kubeconfig, Some(PathBuf::from("hub.kubeconfig")));
+        assert_eq!(args.token.unwrap().id, "abcdef");
+        assert_eq!(args.labels["env"], "dev");
+        assert_eq!(args.heartbeat_period, Duration::from_secs(2));
+        assert_eq!(args.resync_period, Duration::from_secs(60));
+        let defaults = parse(&["--clusters", "1"]).unwrap();
+        assert!(!defaults.agents && defaults.token.is_none() && defaults.labels.is_empty());
+        // --agents without a hub, and agent flags without --agents, are refused.
+        assert!(error(&["--clusters", "1", "--agents"]).contains("--hub-kubeconfig"));
+        let e = error(&["--clusters", "1", "--hub-kubeconfig", "h"]);
+        assert!(e.contains("--agents"), "{e}");
+        let e = error(&["--clusters", "1", "--labels", "a=b"]);
+        assert!(e.contains("--agents"), "{e}");
+        let e = error(&[
+            "--clusters",
+            "1",
+            "--agents",
+            "--hub-kubeconfig",
+            "h",
+            "--token",
+            "x",
+        ]);
+        assert!(e.contains("invalid value"), "{e}");
+        let e = error(&["--clusters", "1", "--heartbeat-period", "0s"]);
+        assert!(e.contains("longer than zero"), "{e}");
     }
 
     #[test]

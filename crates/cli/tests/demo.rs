@@ -1,5 +1,6 @@
 //! `flotilla demo` as a user runs it: it starts a hub and three simulated members, places
-//! its example, prints how to look around, and stops everything on SIGTERM.
+//! its example, prints how to look around, and stops everything on SIGTERM; with
+//! `--pull`, the members are pull clusters, an agent each inside the simulator.
 
 mod support;
 
@@ -9,6 +10,16 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn the_demo_places_its_example_and_stops_cleanly() {
+    demo(&[]);
+}
+
+#[test]
+fn the_pull_demo_places_its_example_through_agents_and_stops_cleanly() {
+    demo(&["--pull"]);
+}
+
+/// Runs `flotilla demo ARGS` until its example runs, then stops it.
+fn demo(args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let (hub_port, sim_port) = (support::free_port(), support::free_port());
     let mut demo = Command::new(env!("CARGO_BIN_EXE_flotilla"))
@@ -16,6 +27,7 @@ fn the_demo_places_its_example_and_stops_cleanly() {
         .arg(dir.path())
         .args(["--hub-listen", &format!("127.0.0.1:{hub_port}")])
         .args(["--sim-listen", &format!("127.0.0.1:{sim_port}")])
+        .args(args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .spawn()
@@ -68,6 +80,20 @@ fn the_demo_places_its_example_and_stops_cleanly() {
     }
     let three = kubectl(&member(3), &["get", "deploy", "-n", "demo"]);
     assert!(!three.contains("web"), "us is not placed on: {three}");
+    // Pull: every cluster has pull access only, and the hub holds no member kubeconfig.
+    let access = kubectl(
+        &hub,
+        &["get", "clusters", "-o", "jsonpath={.items[*].spec.access}"],
+    );
+    let secrets = kubectl(&hub, &["get", "secrets", "-A", "-o", "name"]);
+    if args.contains(&"--pull") {
+        assert_eq!(access.matches("\"pull\"").count(), 3, "{access}");
+        assert!(!access.contains("push"), "{access}");
+        assert!(!secrets.contains("kubeconfig"), "{secrets}");
+    } else {
+        assert_eq!(access.matches("\"push\"").count(), 3, "{access}");
+        assert!(secrets.contains("cluster-member-1-kubeconfig"), "{secrets}");
+    }
 
     Command::new("kill")
         .args(["-TERM", &demo.id().to_string()])

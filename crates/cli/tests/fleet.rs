@@ -9,9 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{
-    Hub, Sim, condition, eventually_every, flotilla, image, join_labelled, member_web, signal,
-};
+use support::fleet_scenario::{self, Members, wait_member};
+use support::{Hub, Sim, condition, eventually_every, flotilla, join_labelled, signal};
 
 /// [`support::eventually`], polling every 150 ms.
 fn eventually<T>(what: &str, probe: impl FnMut() -> Result<T, String>) -> T {
@@ -39,67 +38,6 @@ fn requests(hub: &Hub, labels: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
-
-fn replicas_and_image(sim: &Sim, cluster: &str) -> Result<(i64, String), String> {
-    let web = member_web(sim, cluster).map_err(|_| "no Deployment yet")?;
-    Ok((
-        web["spec"]["replicas"].as_i64().unwrap_or(-1),
-        image(&web).to_owned(),
-    ))
-}
-
-fn wait_member(sim: &Sim, cluster: &str, replicas: i64, image: &str) {
-    eventually(&format!("{cluster} runs {replicas} × {image}"), || {
-        let got = replicas_and_image(sim, cluster)?;
-        if got == (replicas, image.to_owned()) {
-            Ok(())
-        } else {
-            Err(format!("{got:?}"))
-        }
-    })
-}
-
-fn placement(hub: &Hub) -> Value {
-    hub.json(&["get", "placement", "web", "-n", "shop"])
-}
-
-const APP: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: shop}
-spec:
-  replicas: 9
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: web, image: "nginx:1.27"}]
----
-apiVersion: flotilla.io/v1alpha1
-kind: Placement
-metadata: {name: web, namespace: shop}
-spec:
-  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
-  clusters: {labelSelector: {matchLabels: {region: eu}}}
-  replicas:
-    mode: Divided
-    weights:
-    - {clusters: {labelSelector: {matchLabels: {size: small}}}, weight: 1}
-    - {clusters: {labelSelector: {matchLabels: {size: large}}}, weight: 2}
----
-apiVersion: flotilla.io/v1alpha1
-kind: Override
-metadata: {name: web-image, namespace: shop}
-spec:
-  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: web}]
-  rules:
-  - jsonPatch:
-    - {op: replace, path: /spec/template/spec/containers/0/image, value: "nginx:${cluster.name}"}
-"#;
 
 #[test]
 fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
@@ -215,131 +153,12 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     let profiles = hub.ok(&["get", "clusterprofiles", "-A"]);
     assert!(profiles.contains("large-1"), "{profiles}");
 
-    hub.create(APP);
-    // 9 replicas divided 1:2, the image specialised per cluster; nothing on us-1.
-    wait_member(&small, "small-1", 3, "nginx:small-1");
-    wait_member(&large, "large-1", 6, "nginx:large-1");
-    assert!(member_web(&us, "us-1").is_err());
-    let web = member_web(&small, "small-1").unwrap();
-    assert_eq!(
-        web["metadata"]["labels"]["app.kubernetes.io/managed-by"],
-        "flotilla"
-    );
-    assert_eq!(
-        web["metadata"]["annotations"]["flotilla.io/placement"],
-        "shop/web"
-    );
-
-    // Status comes back: 9/9 ready on the hub's template; the placement lists both.
-    eventually("the hub's Deployment reports 9 ready", || {
-        let web = hub.json(&["get", "deploy", "web", "-n", "shop"]);
-        (web["status"]["readyReplicas"] == 9 && web["status"]["availableReplicas"] == 9)
-            .then_some(())
-            .ok_or_else(|| web["status"].to_string())
-    });
-    let table = hub.ok(&["get", "deploy", "web", "-n", "shop"]);
-    assert!(table.contains("9/9"), "{table}");
-    let status = eventually("the placement is available", || {
-        let p = placement(&hub);
-        (condition(&p, "Available").is_some_and(|c| c["status"] == "True"))
-            .then(|| p["status"].clone())
-            .ok_or_else(|| p["status"].to_string())
-    });
-    let table = hub.ok(&["get", "placements", "-n", "shop"]);
-    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(
-        header,
-        [
-            "NAME",
-            "SCHEDULED",
-            "AVAILABLE",
-            "REVISION",
-            "UPDATED",
-            "PROGRESSING",
-            "AGE"
-        ],
-        "{table}"
-    );
-    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
-    assert_eq!(row[..3], ["web", "True", "True"], "{table}");
-    let listed: Vec<(&str, i64)> = status["clusters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| (c["name"].as_str().unwrap(), c["replicas"].as_i64().unwrap()))
-        .collect();
-    assert_eq!(listed, [("large-1", 6), ("small-1", 3)]);
-    assert_eq!(status["excluded"][0]["name"], "us-1");
-    let decision = hub.json(&["get", "placementdecisions", "web-decision-1", "-n", "shop"]);
-    assert_eq!(
-        decision["decisions"].as_array().unwrap().len(),
-        2,
-        "{decision}"
-    );
-
-    // Scaling the template re-divides; a new image propagates (specialised again).
-    hub.ok(&["scale", "deploy", "web", "-n", "shop", "--replicas", "12"]);
-    wait_member(&small, "small-1", 4, "nginx:small-1");
-    wait_member(&large, "large-1", 8, "nginx:large-1");
-    hub.ok(&["delete", "override", "web-image", "-n", "shop"]);
-    hub.ok(&["set", "image", "deploy/web", "-n", "shop", "web=nginx:1.28"]);
-    wait_member(&small, "small-1", 4, "nginx:1.28");
-    wait_member(&large, "large-1", 8, "nginx:1.28");
-
-    // A hand edit on a member is put back (drift: Correct, the default).
-    large.ok(
-        "large-1",
-        &["scale", "deploy", "web", "-n", "shop", "--replicas", "1"],
-    );
-    wait_member(&large, "large-1", 8, "nginx:1.28");
-
-    // Under drift: Report it stays, and the placement says where and what.
-    hub.ok(&[
-        "patch",
-        "placement",
-        "web",
-        "-n",
-        "shop",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec": {"apply": {"drift": "Report"}}}"#,
-    ]);
-    large.ok(
-        "large-1",
-        &["scale", "deploy", "web", "-n", "shop", "--replicas", "2"],
-    );
-    let drift = eventually("the drift is reported", || {
-        let p = placement(&hub);
-        p["status"]["clusters"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["name"] == "large-1"))
-            .and_then(|c| c["drift"].as_array().filter(|d| !d.is_empty()).cloned())
-            .ok_or_else(|| p["status"].to_string())
-    });
-    assert_eq!(
-        drift[0]["path"], "Deployment/web/spec/replicas",
-        "{drift:?}"
-    );
-    assert_eq!(drift[0]["hub"], "8");
-    assert_eq!(drift[0]["member"], "2");
-    assert_eq!(
-        replicas_and_image(&large, "large-1").unwrap().0,
-        2,
-        "not overwritten"
-    );
-    hub.ok(&[
-        "patch",
-        "placement",
-        "web",
-        "-n",
-        "shop",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec": {"apply": {"drift": "Correct"}}}"#,
-    ]);
-    wait_member(&large, "large-1", 8, "nginx:1.28");
+    let members = Members {
+        small: &small,
+        large: &large,
+        us: &us,
+    };
+    fleet_scenario::deliver(&hub, &members);
 
     // Member clients are trusted while their credentials Secrets stand still (a watch of
     // the Secrets says when one changes). Past a recheck period (six health periods: 6 s
@@ -392,19 +211,7 @@ fn a_deployment_is_divided_specialised_kept_and_reported_across_the_fleet() {
     wait_member(&small, "small-1", 4, "nginx:1.28");
     wait_member(&large, "large-1", 8, "nginx:1.28");
 
-    // Deleting the Placement removes what it placed (deletion: Delete, the default).
-    hub.ok(&["delete", "placement", "web", "-n", "shop", "--wait=true"]);
-    eventually("the members' copies are gone", || {
-        match (
-            member_web(&small, "small-1").ok(),
-            member_web(&large, "large-1").ok(),
-        ) {
-            (None, None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    });
-    let works = hub.ok(&["get", "works", "-A"]);
-    assert!(!works.contains("shop.web"), "{works}");
+    fleet_scenario::release(&hub, &members);
 }
 
 #[test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // Each test file uses a different part of it.
 
 pub mod audit;
+pub mod fleet_scenario;
 pub mod identity;
 
 use std::path::{Path, PathBuf};

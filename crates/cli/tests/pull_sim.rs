@@ -1,0 +1,267 @@
+//! Pull at scale end to end (issue 22): a real `flotilla hub`, and `flotilla sim --agents`
+//! running one pull agent per simulated member inside its own process, each registered
+//! through the real flow (an auto-approve bootstrap token the simulator makes through the
+//! hub kubeconfig, a CSR, the hub's approval), with kubectl. The Clusters become Ready
+//! with pull access, a Placement reaches every member, status comes back; the fleet
+//! scenario (`support::fleet_scenario`, as `fleet.rs` runs it on push members) passes on
+//! pull members.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use support::fleet_scenario::{self, Members};
+use support::{Hub, Sim, condition, eventually};
+
+/// `flotilla sim --agents` of `clusters` members named `prefix`N, registering with `hub`
+/// (`more` added).
+fn pull_sim(hub: &Hub, clusters: u32, prefix: &str, more: &[&str]) -> Sim {
+    let kubeconfig = hub.kubeconfig();
+    let clusters = clusters.to_string();
+    let mut args = vec![
+        "--clusters",
+        &clusters,
+        "--prefix",
+        prefix,
+        "--ready-delay",
+        "100ms",
+        "--agents",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--heartbeat-period",
+        "1s",
+    ];
+    args.extend(more);
+    Sim::start(&args)
+}
+
+fn ready(cluster: &Value) -> bool {
+    condition(cluster, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
+/// Waits until the hub lists exactly `names` as Ready pull Clusters; returns them.
+fn wait_ready_pull_clusters(hub: &Hub, names: &BTreeSet<String>) -> Vec<Value> {
+    eventually("every simulated agent's Cluster is Ready", || {
+        let list = hub.json(&["get", "clusters"]);
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let ready_names: BTreeSet<String> = items
+            .iter()
+            .filter(|c| ready(c))
+            .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        if &ready_names == names {
+            Ok(items)
+        } else {
+            Err(format!("ready: {ready_names:?}"))
+        }
+    })
+}
+
+const WORKLOAD: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx:1.27}]}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: web, namespace: shop}
+spec:
+  resourceSelectors:
+  - {apiVersion: apps/v1, kind: Deployment, name: web}
+  clusters: {labelSelector: {matchLabels: {mode: pull}}}
+";
+
+#[test]
+fn sim_agents_register_through_the_real_flow_and_deliver_a_placement() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    // An agent learns of its objects' status on the member at its resync (it follows its
+    // Works on the hub, not the member's objects): every 2 s here.
+    let sim = pull_sim(
+        &hub,
+        5,
+        "edge-",
+        &["--labels", "mode=pull", "--resync-period", "2s"],
+    );
+    let names: BTreeSet<String> = (1..=5).map(|i| format!("edge-{i}")).collect();
+
+    // Five Clusters, each with pull access as its own identity, no push access, and a
+    // certificate of its own recorded (the serial the hub authenticates).
+    let clusters = wait_ready_pull_clusters(&hub, &names);
+    let mut serials = BTreeSet::new();
+    for cluster in &clusters {
+        let name = cluster["metadata"]["name"].as_str().unwrap();
+        assert_eq!(
+            cluster["spec"]["access"]["pull"]["identity"],
+            format!("system:flotilla:cluster:{name}"),
+            "{cluster}"
+        );
+        assert!(cluster["spec"]["access"]["push"].is_null(), "{cluster}");
+        assert_eq!(cluster["metadata"]["labels"]["mode"], "pull", "{cluster}");
+        let serial = cluster["metadata"]["annotations"]["flotilla.io/certificate-serial"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(!serial.is_empty(), "{cluster}");
+        serials.insert(serial);
+        // Its key and certificate are its own, readable by the simulator's user alone.
+        let dir = sim.dir.path().join("agents").join(name);
+        for file in ["agent.key", "agent.crt", "hub-ca.crt"] {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(dir.join(file))
+                .unwrap_or_else(|e| panic!("{name}/{file}: {e}"))
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{name}/{file}");
+        }
+        // The hub holds no credentials of the member.
+        let out = hub.kubectl(&[
+            "get",
+            "secret",
+            &format!("cluster-{name}-kubeconfig"),
+            "-n",
+            "flotilla-system",
+        ]);
+        assert!(!out.status.success(), "{name} has a push Secret");
+    }
+    assert_eq!(serials.len(), 5, "one certificate per agent: {serials:?}");
+    // Registered with the token the simulator made: auto-approved, so nothing is pending.
+    let csrs = hub.json(&["get", "csr"]);
+    for csr in csrs["items"].as_array().unwrap() {
+        assert!(
+            condition(csr, "Approved").is_some_and(|c| c["status"] == "True"),
+            "{csr}"
+        );
+    }
+
+    // A Placement reaches all five members through their agents; status comes back.
+    hub.create(WORKLOAD);
+    for name in &names {
+        let web = sim.wait_for(name, &["get", "deployment", "web", "-n", "shop"], |d| {
+            d["status"]["readyReplicas"] == 2
+        });
+        assert_eq!(
+            web["metadata"]["labels"]["app.kubernetes.io/managed-by"], "flotilla",
+            "{web}"
+        );
+        assert_eq!(
+            web["metadata"]["annotations"]["flotilla.io/placement"], "shop/web",
+            "{web}"
+        );
+    }
+    let status = eventually("the placement is available on all five", || {
+        let p = hub.json(&["get", "placement", "web", "-n", "shop"]);
+        let listed: BTreeSet<String> = p["status"]["clusters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(str::to_owned))
+            .collect();
+        (condition(&p, "Available").is_some_and(|c| c["status"] == "True") && listed == names)
+            .then(|| p["status"].clone())
+            .ok_or_else(|| p["status"].to_string())
+    });
+    assert_eq!(status["clusters"].as_array().unwrap().len(), 5, "{status}");
+    // Duplicated: the template reports its replicas ready on every cluster.
+    eventually("the hub's Deployment reports all five clusters", || {
+        let web = hub.json(&["get", "deploy", "web", "-n", "shop"]);
+        let all = condition(&web, "Available")
+            .is_some_and(|c| c["status"] == "True" && c["message"] == "5/5 clusters");
+        (all && web["status"]["readyReplicas"] == 2)
+            .then_some(())
+            .ok_or_else(|| web["status"].to_string())
+    });
+    // Every Work's status was written by its cluster's agent.
+    let works = hub.json(&["get", "works", "-A"]);
+    let applied: BTreeSet<String> = works["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| condition(w, "Applied").is_some_and(|c| c["status"] == "True"))
+        .filter_map(|w| {
+            w["metadata"]["namespace"]
+                .as_str()?
+                .strip_prefix("flotilla-cluster-")
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(applied, names);
+}
+
+/// `flotilla token create --auto-approve` on `hub`: the token.
+fn auto_approve_token(hub: &Hub) -> String {
+    let kubeconfig = hub.kubeconfig();
+    let out = support::flotilla(&[
+        "token",
+        "create",
+        "--auto-approve",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    stdout.lines().next().unwrap().to_owned()
+}
+
+#[test]
+fn the_fleet_scenario_passes_on_pull_clusters() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    // small-1's simulator makes its own token; the others use one made with
+    // `flotilla token create --auto-approve`. Works are applied again every second, so
+    // that drift is seen soon (the agent learns of it at its resync).
+    let small = pull_sim(
+        &hub,
+        1,
+        "small-",
+        &["--labels", "region=eu,size=small", "--resync-period", "1s"],
+    );
+    let token = auto_approve_token(&hub);
+    let large = pull_sim(
+        &hub,
+        1,
+        "large-",
+        &[
+            "--labels",
+            "region=eu,size=large",
+            "--resync-period",
+            "1s",
+            "--token",
+            &token,
+        ],
+    );
+    let us = pull_sim(
+        &hub,
+        1,
+        "us-",
+        &[
+            "--labels",
+            "region=us,size=large",
+            "--resync-period",
+            "1s",
+            "--token",
+            &token,
+        ],
+    );
+    let names: BTreeSet<String> = ["small-1", "large-1", "us-1"].map(str::to_owned).into();
+    wait_ready_pull_clusters(&hub, &names);
+    let members = Members {
+        small: &small,
+        large: &large,
+        us: &us,
+    };
+    fleet_scenario::deliver(&hub, &members);
+    fleet_scenario::release(&hub, &members);
+}
