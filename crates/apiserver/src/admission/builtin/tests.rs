@@ -971,3 +971,23 @@ async fn jobs_get_a_generated_selector() {
     let (status, _) = get(&api, &format!("{jobs}/chosen")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// Without the built-in kinds' plugins (the benchmark's baseline), built-in objects are
+/// stored as sent: not defaulted, not validated.
+#[tokio::test]
+async fn without_the_builtin_kinds_plugins_objects_are_stored_as_sent() {
+    let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+    let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1")
+        .with_admission(crate::admission::Admission::without_builtin_kinds());
+    api.bootstrap().await.unwrap();
+    let (status, body) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(body["spec"].get("strategy").is_none(), "{body}");
+    let port = service("wide", json!({"ports": [{"port": 70000}]}));
+    let (status, body) = post(&api, SERVICES, port).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // And with them (the default chain): defaulted, and the port refused.
+    let api = self::api().await;
+    let (_, body) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(body["spec"]["strategy"]["type"], "RollingUpdate", "{body}");
+}
