@@ -182,7 +182,10 @@ impl Admission {
     pub fn without_builtin_kinds() -> Self {
         Admission {
             mutating: vec![Arc::new(plugins::Prune), Arc::new(plugins::Defaults)],
-            validating: vec![Arc::new(plugins::StructuralSchema), Arc::new(plugins::Rules)],
+            validating: vec![
+                Arc::new(plugins::StructuralSchema),
+                Arc::new(plugins::Rules),
+            ],
             dynamic: None,
         }
     }
