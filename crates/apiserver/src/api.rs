@@ -93,6 +93,8 @@ pub struct Api {
     /// The RBAC authorizer, when requests are authorized by it: its default roles are
     /// created in each logical cluster, and writes of roles and bindings wait for it.
     pub(crate) rbac: Option<Arc<Rbac>>,
+    /// Service cluster IPs, of every logical cluster (the service range's allocator).
+    pub(crate) cluster_ips: Arc<crate::registry::services::ClusterIps>,
     /// The ServiceAccount token issuer (TokenRequests, the issuer's discovery documents);
     /// none: neither is served.
     pub(crate) service_accounts: Option<Arc<crate::auth::serviceaccount::Issuer>>,
@@ -116,7 +118,16 @@ impl Api {
             admission: Arc::default(),
             rbac: None,
             service_accounts: None,
+            cluster_ips: Arc::default(),
         }
+    }
+
+    /// Allocates Services' cluster IPs from `cidr` (by default
+    /// [`crate::registry::services::DEFAULT_SERVICE_CIDR`], as kube-apiserver's), in this
+    /// API and every clone of it (set it before Services are written).
+    pub fn with_service_cidr(self, cidr: crate::registry::services::ServiceCidr) -> Self {
+        self.cluster_ips.set_cidr(cidr);
+        self
     }
 
     /// Issues ServiceAccount tokens with `issuer` (`serviceaccounts/token`) and serves

@@ -12,6 +12,7 @@ use flotilla_apiserver::auth::audit::log::{AuditLog, LogConfig};
 use flotilla_apiserver::auth::audit::policy::Policy;
 use flotilla_apiserver::auth::oidc::OidcConfig;
 use flotilla_apiserver::client::Client;
+use flotilla_apiserver::registry::services::{CidrError, DEFAULT_SERVICE_CIDR, ServiceCidr};
 use flotilla_apiserver::{Api, ApiError, Reason};
 use tracing::{debug, info};
 
@@ -117,6 +118,12 @@ pub struct HubArgs {
     /// reaches the clusters of the sets bound to it either way.
     #[arg(long, value_name = "open|bound", default_value = "open")]
     pub tenancy: flotilla_fleet::tenancy::Tenancy,
+    /// The IPv4 range Services' cluster IPs are allocated from, as kube-apiserver's
+    /// --service-cluster-ip-range (its network address and a prefix from /12 to /29). The
+    /// first address is kept (a cluster's `kubernetes` Service has it); each logical
+    /// cluster allocates from the whole range. Members allocate their own.
+    #[arg(long, value_name = "CIDR", default_value = DEFAULT_SERVICE_CIDR, value_parser = service_cidr)]
+    pub service_cidr: ServiceCidr,
     /// The issuer of the ServiceAccount tokens the hub issues (their `iss`, and the
     /// audience the API accepts): by default the advertise address, else
     /// https://<listen address>. Its discovery documents are served at
@@ -166,6 +173,11 @@ pub struct HubArgs {
     /// Service has no address fails as one that is down, under its failurePolicy.
     #[arg(long = "webhook-service", value_name = "NAMESPACE/NAME=HOST[:PORT]", value_parser = webhook_service)]
     pub webhook_services: Vec<String>,
+}
+
+/// A `--service-cidr`: an IPv4 network address and its prefix.
+fn service_cidr(text: &str) -> Result<ServiceCidr, String> {
+    text.parse().map_err(|e: CidrError| e.to_string())
 }
 
 /// A `--webhook-service`: `NAMESPACE/NAME=HOST[:PORT]`.
@@ -424,6 +436,8 @@ impl HubArgs {
         let options = self.open_options();
         let mut server =
             ApiServer::open("hub", &self.data_dir, self.listen, &store, &options).await?;
+        server.api = server.api.clone().with_service_cidr(self.service_cidr);
+        info!(cidr = %self.service_cidr, "service cluster IPs");
         // Before the hub's own first requests, which are recorded as any other.
         if let (Some(policy), Some(log)) = (policy, &self.audit_log_path) {
             let audit = AuditLog::open(policy, self.audit_log_config(log))?;
@@ -932,6 +946,25 @@ mod tests {
             .unwrap()
             .open_options();
         assert!(options.init && options.skip_store_check);
+    }
+
+    #[test]
+    fn the_service_range_is_an_ipv4_network_of_kube_apiservers_sizes() {
+        let default = parse(&[]).unwrap().service_cidr;
+        assert_eq!(default.to_string(), "10.96.0.0/12");
+        let set = parse(&["--service-cidr=172.20.0.0/16"])
+            .unwrap()
+            .service_cidr;
+        assert_eq!(set.to_string(), "172.20.0.0/16");
+        for (bad, why) in [
+            ("10.96.0.0", "is not an IPv4 CIDR"),
+            ("fd00::/108", "is not an IPv4 CIDR"),
+            ("10.0.0.0/8", "the prefix must be between /12 and /29"),
+            ("10.96.0.1/12", "did you mean 10.96.0.0/12?"),
+        ] {
+            let e = parse(&["--service-cidr", bad]).unwrap_err().to_string();
+            assert!(e.contains("invalid value") && e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -116,14 +116,18 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         chart(dir, &format!("api-{op}"), lines);
     }
 
-    // The four configurations side by side; every create of the webhook's reviewed.
+    // The six configurations side by side; every create of the webhook's reviewed.
     let admission = results(dir, "admission");
     let configurations = admission["configurations"].as_array().unwrap();
     let names: Vec<&str> = configurations
         .iter()
         .map(|c| c["configuration"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["none", "vap20", "vap5", "webhook"], "{admission}");
+    assert_eq!(
+        names,
+        ["none", "vap20", "vap5", "webhook", "builtin", "builtin-off"],
+        "{admission}"
+    );
     for c in configurations {
         latency(&c["create"], 400);
         assert!(positive(&c["p50_ratio_to_none"]), "{c}");
@@ -131,7 +135,11 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
     }
     assert_eq!(admission["webhook_calls"], 400, "{admission}");
     assert!(number(&admission["webhook_added_p50_ms"]).is_finite());
-    chart(dir, "admission-latency", 4);
+    assert!(
+        positive(&admission["builtin_p50_ratio_to_builtin_off"]),
+        "{admission}"
+    );
+    chart(dir, "admission-latency", 6);
 
     // The service account's requests against the admin's, every one answered, on a hub
     // holding the policy the quick run loads; its idle memory before and after.

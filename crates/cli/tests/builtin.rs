@@ -1,6 +1,8 @@
 //! Built-in kinds on the hub as a cluster treats them, through the real kubectl: a body
 //! that does not decode is a 400 naming the field, an invalid object a 422, an immutable
-//! field stays, and the documentation's Service and Deployment read back defaulted.
+//! field stays, and the documentation's Service and Deployment read back defaulted; a
+//! Service gets a cluster IP of `--service-cidr` (never one another holds, across a
+//! restart), a Job its generated selector and labels.
 
 mod support;
 
@@ -202,4 +204,171 @@ fn the_documentation_objects_read_back_with_a_clusters_defaults() {
     assert_eq!(secret["data"], serde_json::json!({"user": "YWRtaW4="}));
     assert_eq!(secret["type"], "Opaque");
     assert!(secret.get("stringData").is_none(), "{secret}");
+}
+
+fn cluster_ip(hub: &Hub, name: &str) -> String {
+    let service = hub.json(&["get", "service", name]);
+    let ip = service["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert_eq!(
+        service["spec"]["clusterIPs"],
+        serde_json::json!([ip]),
+        "{service}"
+    );
+    ip
+}
+
+/// In 10.100.0.0/24, past the network address and the first (the `kubernetes` Service's).
+fn in_range(ip: &str) -> bool {
+    ip.strip_prefix("10.100.0.")
+        .and_then(|last| last.parse::<u8>().ok())
+        .is_some_and(|last| (2..255).contains(&last))
+}
+
+#[test]
+fn services_get_cluster_ips_of_the_service_range() {
+    let mut hub = Hub::start_with(&["--service-cidr", "10.100.0.0/24"]);
+    hub.ok(&["create", "service", "clusterip", "web", "--tcp=80:8080"]);
+    hub.ok(&["create", "service", "nodeport", "edge", "--tcp=443:8443"]);
+    let (web, edge) = (cluster_ip(&hub, "web"), cluster_ip(&hub, "edge"));
+    assert!(in_range(&web) && in_range(&edge), "{web} {edge}");
+    assert_ne!(web, edge);
+    let service = hub.json(&["get", "service", "web"]);
+    assert_eq!(service["spec"]["ipFamilies"], serde_json::json!(["IPv4"]));
+    assert_eq!(service["spec"]["ipFamilyPolicy"], "SingleStack");
+
+    // Asked for: kept when free; refused when taken or outside the range.
+    hub.ok(&[
+        "create",
+        "service",
+        "clusterip",
+        "fixed",
+        "--tcp=80",
+        "--clusterip=10.100.0.50",
+    ]);
+    assert_eq!(cluster_ip(&hub, "fixed"), "10.100.0.50");
+    let taken = hub.fails(&[
+        "create",
+        "service",
+        "clusterip",
+        "again",
+        "--tcp=80",
+        "--clusterip=10.100.0.50",
+    ]);
+    assert!(
+        taken.contains("spec.clusterIPs[0]") && taken.contains("provided IP is already allocated"),
+        "{taken}"
+    );
+    let outside = hub.fails(&[
+        "create",
+        "service",
+        "clusterip",
+        "out",
+        "--tcp=80",
+        "--clusterip=10.96.0.50",
+    ]);
+    assert!(outside.contains("is not in the valid range"), "{outside}");
+    // Headless stays headless; ExternalName gets none.
+    hub.ok(&["create", "service", "clusterip", "db", "--clusterip=None"]);
+    assert_eq!(cluster_ip(&hub, "db"), "None");
+    hub.ok(&[
+        "create",
+        "service",
+        "externalname",
+        "ext",
+        "--external-name=db.example.com",
+    ]);
+    let ext = hub.json(&["get", "service", "ext"]);
+    assert!(ext["spec"].get("clusterIP").is_none(), "{ext}");
+
+    // Applied again without the address (client- and server-side): it stays.
+    let manifest = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"applied"},
+        "spec":{"selector":{"app":"a"},"ports":[{"port":80,"protocol":"TCP"}]}}"#;
+    for args in [
+        &["apply", "-f", "-"][..],
+        &["apply", "--server-side", "-f", "-"][..],
+    ] {
+        let out = hub.kubectl_with(args, Some(manifest));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let applied = cluster_ip(&hub, "applied");
+    let out = hub.kubectl_with(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&manifest.replace(r#""app":"a""#, r#""app":"b""#)),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(cluster_ip(&hub, "applied"), applied);
+
+    // After a restart, a new Service gets none of the addresses held; a deleted Service's
+    // address can be had again.
+    hub.restart(false);
+    let held = [web, edge, "10.100.0.50".to_owned(), applied];
+    for i in 0..5 {
+        let name = format!("after-{i}");
+        hub.ok(&["create", "service", "clusterip", &name, "--tcp=80"]);
+        let ip = cluster_ip(&hub, &name);
+        assert!(in_range(&ip) && !held.contains(&ip), "{ip} {held:?}");
+    }
+    hub.ok(&["delete", "service", "fixed"]);
+    hub.ok(&[
+        "create",
+        "service",
+        "clusterip",
+        "again",
+        "--tcp=80",
+        "--clusterip=10.100.0.50",
+    ]);
+    assert_eq!(cluster_ip(&hub, "again"), "10.100.0.50");
+}
+
+#[test]
+fn jobs_read_back_with_their_generated_selector_and_labels() {
+    let hub = Hub::start();
+    hub.ok(&[
+        "create",
+        "job",
+        "pi",
+        "--image=perl:5.34",
+        "--",
+        "perl",
+        "-e",
+        "print 1",
+    ]);
+    let job = hub.json(&["get", "job", "pi"]);
+    let uid = job["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        job["spec"]["selector"],
+        serde_json::json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    );
+    assert_eq!(
+        job["spec"]["template"]["metadata"]["labels"],
+        serde_json::json!({"controller-uid": uid, "job-name": "pi",
+            "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": "pi"})
+    );
+    // The generated selector finds the template's labels, as `kubectl get -l` would.
+    let selected = hub.ok(&[
+        "get",
+        "jobs",
+        "-l",
+        "batch.kubernetes.io/job-name!=x",
+        "-o",
+        "name",
+    ]);
+    assert!(selected.contains("job.batch/pi"), "{selected}");
+    // A selector chosen without manualSelector: 422.
+    let chosen = r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"chosen"},
+        "spec":{"selector":{"matchLabels":{"app":"c"}},"template":{"metadata":{"labels":{"app":"c"}},
+        "spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"busybox"}]}}}}"#;
+    let stderr = refused(&hub, chosen);
+    assert!(stderr.contains("`selector` not auto-generated"), "{stderr}");
 }

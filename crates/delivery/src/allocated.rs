@@ -4,7 +4,9 @@
 //!
 //! ```text
 //!  manifest ─► v1 Service   spec.clusterIP / clusterIPs (not "None": headless stays),
-//!                           spec.ports[].nodePort, spec.healthCheckNodePort
+//!                           spec.ports[].nodePort, spec.healthCheckNodePort, and
+//!                           ipFamilies [IPv4] with the ipFamilyPolicy a cluster
+//!                           defaults (see `hub_families`)
 //!              batch/v1 Job spec.selector and the template's controller-uid / job-name
 //!                           labels, unless spec.manualSelector
 //!              other kinds  unchanged (borrowed, not copied)
@@ -49,9 +51,28 @@ fn allocated_ip(ip: &Value) -> bool {
     ip.as_str().is_some_and(|ip| !ip.is_empty() && ip != "None")
 }
 
+/// Whether a Service's IP families are those the hub fills in when a client sets none:
+/// `[IPv4]` (the hub's single family) with `SingleStack`, or `RequireDualStack` for a
+/// headless Service without a selector. The hub cannot tell them from the same values set
+/// by hand (both are stored alike), so both are left to the member, whose own defaults
+/// follow its own families: an IPv6 or dual-stack member would refuse, or mislabel, the
+/// hub's IPv4. Any other choice (IPv6, two families, PreferDualStack) is the client's and
+/// is sent.
+fn hub_families(spec: &Value) -> bool {
+    let headless_without_selector =
+        spec["clusterIP"] == "None" && spec["selector"].as_object().is_none_or(|s| s.is_empty());
+    let defaulted_policy = match headless_without_selector {
+        true => "RequireDualStack",
+        false => "SingleStack",
+    };
+    spec["ipFamilies"] == serde_json::json!(["IPv4"])
+        && (spec["ipFamilyPolicy"].is_null() || spec["ipFamilyPolicy"] == defaulted_policy)
+}
+
 fn service_allocations(service: &Value) -> bool {
     let spec = &service["spec"];
-    allocated_ip(&spec["clusterIP"])
+    hub_families(spec)
+        || allocated_ip(&spec["clusterIP"])
         || spec["clusterIPs"]
             .as_array()
             .is_some_and(|ips| ips.iter().any(allocated_ip))
@@ -62,6 +83,12 @@ fn service_allocations(service: &Value) -> bool {
 }
 
 fn prune_service(service: &mut Value) {
+    if hub_families(&service["spec"])
+        && let Some(spec) = service["spec"].as_object_mut()
+    {
+        spec.remove("ipFamilies");
+        spec.remove("ipFamilyPolicy");
+    }
     let Some(spec) = service.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
@@ -123,6 +150,7 @@ mod tests {
     fn a_services_allocations_are_left_to_the_member() {
         let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
             "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.12", "clusterIPs": ["10.96.0.12"],
+                     "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
                      "healthCheckNodePort": 31000, "externalTrafficPolicy": "Local",
                      "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}]}});
         let pruned = without_allocated(&service);
@@ -136,6 +164,26 @@ mod tests {
         let headless = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
             "spec": {"clusterIP": "None", "clusterIPs": ["None"], "ports": [{"port": 5432}]}});
         assert!(matches!(without_allocated(&headless), Cow::Borrowed(_)));
+        // The families a headless Service without a selector is given go too.
+        let mut defaulted = headless.clone();
+        defaulted["spec"]["ipFamilies"] = json!(["IPv4"]);
+        defaulted["spec"]["ipFamilyPolicy"] = json!("RequireDualStack");
+        assert_eq!(*without_allocated(&defaulted), headless);
+        // Families a client chose are sent.
+        for (families, policy) in [
+            (json!(["IPv6"]), json!("SingleStack")),
+            (json!(["IPv4", "IPv6"]), json!("PreferDualStack")),
+            (json!(["IPv4"]), json!("PreferDualStack")),
+        ] {
+            let mut chosen = headless.clone();
+            chosen["spec"]["selector"] = json!({"app": "db"});
+            chosen["spec"]["ipFamilies"] = families;
+            chosen["spec"]["ipFamilyPolicy"] = policy;
+            assert!(
+                matches!(without_allocated(&chosen), Cow::Borrowed(_)),
+                "{chosen}"
+            );
+        }
     }
 
     #[test]

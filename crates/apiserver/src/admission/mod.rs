@@ -174,6 +174,22 @@ impl Admission {
         }
     }
 
+    /// The built-in plugins without those of built-in kinds (`builtin::Decode`,
+    /// `builtin::Defaults`, `builtin::Validate`): built-in objects stored as sent, as
+    /// kube-apiserver's `--disable-admission-plugins` would if these were plugins there.
+    /// For measuring what they cost (`flotilla bench --scenario admission`); no server
+    /// flag sets it, since a hub without them stores what no cluster would.
+    pub fn without_builtin_kinds() -> Self {
+        Admission {
+            mutating: vec![Arc::new(plugins::Prune), Arc::new(plugins::Defaults)],
+            validating: vec![
+                Arc::new(plugins::StructuralSchema),
+                Arc::new(plugins::Rules),
+            ],
+            dynamic: None,
+        }
+    }
+
     /// Adds dynamic admission (webhooks and ValidatingAdmissionPolicies, configured through
     /// the API) after the plugins already there: mutating webhooks last among the mutating
     /// plugins; policies, then validating webhooks, last among the validating ones.

@@ -5,7 +5,10 @@
 //!    Plain                     every hook at its default
 //!    Namespace                 Label names; finalizer `kubernetes`, phase Active; deletion
 //!                              always waits for the server to empty it (Terminating)
-//!    Service                   Label names
+//!    Service                   Label names; a cluster IP allocated from the service range
+//!                              (`services`), what was allocated kept by an update
+//!    Job                       a generated selector and its template's labels
+//!                              (`controller-uid`, `job-name`) unless manualSelector
 //!    Event                     one resource in two versions: read as the version asked
 //!    CustomResourceDefinition  checked, status set, its resources served once stored,
 //!                              unserved when it goes; deletion empties its resources
@@ -41,7 +44,7 @@ use crate::http::error::{ApiError, ApiResult, Reason};
 use crate::http::route::Target;
 use crate::registry::object::{self, NameRule};
 use crate::registry::resources::ResourceType;
-use crate::registry::{certificates, crd, events, rbac, review};
+use crate::registry::{certificates, crd, events, rbac, review, services};
 
 /// Which strategy a resource type follows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,6 +56,8 @@ pub enum Behaviour {
     Namespace,
     /// `v1` Services.
     Service,
+    /// `batch/v1` Jobs.
+    Job,
     /// Events, of `v1` and of `events.k8s.io/v1`.
     Event,
     /// `apiextensions.k8s.io/v1` CustomResourceDefinitions.
@@ -78,6 +83,7 @@ impl Behaviour {
         match (group, plural) {
             ("", "namespaces") => Behaviour::Namespace,
             ("", "services") => Behaviour::Service,
+            ("batch", "jobs") => Behaviour::Job,
             ("", "secrets") => Behaviour::Secret,
             ("" | events::GROUP, "events") => Behaviour::Event,
             (crd::GROUP, "customresourcedefinitions") => Behaviour::CustomResourceDefinition,
@@ -112,6 +118,7 @@ impl Behaviour {
             Behaviour::Plain => &Plain,
             Behaviour::Namespace => &Namespaces,
             Behaviour::Service => &Services,
+            Behaviour::Job => &Jobs,
             Behaviour::Event => &Events,
             Behaviour::CustomResourceDefinition => &Definitions,
             Behaviour::CustomResource => &CustomResources,
@@ -134,6 +141,20 @@ pub(crate) enum Effect {
     None,
     /// A CustomResourceDefinition: what it defines, and whether its names can be served.
     Defines(crd::Definition, bool),
+}
+
+/// What a write reserved ([`Strategy::allocate`]): held once the object is stored
+/// ([`Allocation::commit`]), released if it is dropped before.
+#[derive(Default)]
+pub(crate) struct Allocation(Option<services::Reservation>);
+
+impl Allocation {
+    /// The object is stored: what was reserved for it is held.
+    pub(crate) fn commit(self) {
+        if let Some(reservation) = self.0 {
+            reservation.commit();
+        }
+    }
 }
 
 /// The hooks a resource's strategy may fill; each default is the generic registry's
@@ -220,6 +241,20 @@ pub(crate) trait Strategy: Send + Sync {
         Verdict::Now(Ok(()))
     }
 
+    /// Allocates what the server gives an object (a Service's cluster IP, a Job's
+    /// selector): on a create (`old` is `None`), or on an update of `old` that needs it
+    /// now. Runs after admission and after the fields' owners are recorded (nobody owns
+    /// what the server allocates, as in Kubernetes), dry runs included (what they reserve
+    /// is released). A refusal is answered and nothing is written.
+    fn allocate<'a>(
+        &'a self,
+        _api: &'a Api,
+        _object: &'a mut Value,
+        _old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<Allocation>> {
+        Verdict::Now(Ok(Allocation::default()))
+    }
+
     /// The object was stored.
     fn written(&self, _api: &Api, _effect: &Effect) {}
 
@@ -297,6 +332,49 @@ struct Services;
 impl Strategy for Services {
     fn name_rule(&self) -> NameRule {
         NameRule::Label
+    }
+
+    /// An update keeps the cluster IPs and node ports the client left out.
+    fn complete_write(
+        &self,
+        _user: &UserInfo,
+        sub: &str,
+        object: &mut Value,
+        current: &Value,
+        _requested: &Value,
+    ) -> ApiResult<()> {
+        if !current.is_null() && sub.is_empty() {
+            services::keep_allocated(object, current);
+        }
+        Ok(())
+    }
+
+    fn allocate<'a>(
+        &'a self,
+        api: &'a Api,
+        object: &'a mut Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<Allocation>> {
+        Verdict::Later(Box::pin(async move {
+            Ok(Allocation(services::allocate(api, object, old).await?))
+        }))
+    }
+}
+
+struct Jobs;
+
+impl Strategy for Jobs {
+    fn allocate<'a>(
+        &'a self,
+        _api: &'a Api,
+        object: &'a mut Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<Allocation>> {
+        if old.is_none() {
+            let outcome = crate::registry::jobs::generate_selector(object);
+            return Verdict::Now(outcome.map(|()| Allocation::default()));
+        }
+        Verdict::Now(Ok(Allocation::default()))
     }
 }
 

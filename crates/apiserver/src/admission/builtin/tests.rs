@@ -655,3 +655,339 @@ async fn valid_objects_are_accepted() {
         assert_eq!(status, StatusCode::CREATED, "{object}: {body}");
     }
 }
+
+async fn get(api: &Api, path: &str) -> (StatusCode, Value) {
+    call(api, Method::GET, path, Value::Null, "").await
+}
+
+fn in_range(ip: &Value) -> bool {
+    let ip: std::net::Ipv4Addr = ip.as_str().unwrap().parse().unwrap();
+    let bits = u32::from(ip);
+    // 10.96.0.0/12 without its network, first and broadcast addresses.
+    bits & 0xfff0_0000 == 0x0a60_0000 && bits > 0x0a60_0001 && bits != 0x0a6f_ffff
+}
+
+/// A Service that needs a cluster IP gets one of the range, with its families; one asked
+/// for is kept when free and in range; headless and ExternalName get none.
+#[tokio::test]
+async fn services_get_cluster_ips_from_the_range() {
+    let api = api().await;
+    let (status, web) = post(&api, SERVICES, service("web", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{web}");
+    let ip = web["spec"]["clusterIP"].clone();
+    assert!(in_range(&ip), "{web}");
+    assert_eq!(web["spec"]["clusterIPs"], json!([ip]));
+    assert_eq!(web["spec"]["ipFamilies"], json!(["IPv4"]));
+    assert_eq!(web["spec"]["ipFamilyPolicy"], "SingleStack");
+    // Nobody owns what the server allocated (an apply without it keeps it).
+    let owned = web["metadata"]["managedFields"].to_string();
+    assert!(!owned.contains("clusterIP"), "{owned}");
+    for ty in ["NodePort", "LoadBalancer"] {
+        let name = ty.to_lowercase();
+        let (status, body) = post(&api, SERVICES, service(&name, json!({"type": ty}))).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert!(in_range(&body["spec"]["clusterIP"]), "{body}");
+    }
+    let (_, asked) = post(
+        &api,
+        SERVICES,
+        service("asked", json!({"clusterIP": "10.96.0.10"})),
+    )
+    .await;
+    assert_eq!(asked["spec"]["clusterIP"], "10.96.0.10", "{asked}");
+    assert_eq!(asked["spec"]["clusterIPs"], json!(["10.96.0.10"]));
+    let (_, by_list) = post(
+        &api,
+        SERVICES,
+        service("by-list", json!({"clusterIPs": ["10.96.0.11"]})),
+    )
+    .await;
+    assert_eq!(by_list["spec"]["clusterIP"], "10.96.0.11", "{by_list}");
+    let (_, headless) = post(
+        &api,
+        SERVICES,
+        service("headless", json!({"clusterIP": "None"})),
+    )
+    .await;
+    assert_eq!(headless["spec"]["clusterIP"], "None", "{headless}");
+    assert_eq!(headless["spec"]["clusterIPs"], json!(["None"]));
+    let external = service(
+        "external",
+        json!({"type": "ExternalName", "externalName": "db.example.com"}),
+    );
+    let (status, external) = post(&api, SERVICES, external).await;
+    assert_eq!(status, StatusCode::CREATED, "{external}");
+    assert!(external["spec"].get("clusterIP").is_none(), "{external}");
+
+    // Taken, outside the range, the first address, a clusterIPs that differs: 422.
+    for (name, spec, message) in [
+        (
+            "taken",
+            json!({"clusterIP": "10.96.0.10"}),
+            "provided IP is already allocated",
+        ),
+        (
+            "taken-too",
+            json!({"clusterIP": ip}),
+            "provided IP is already allocated",
+        ),
+        (
+            "first",
+            json!({"clusterIP": "10.96.0.1"}),
+            "provided IP is already allocated",
+        ),
+        (
+            "outside",
+            json!({"clusterIP": "192.168.0.10"}),
+            "is not in the valid range",
+        ),
+        (
+            "network",
+            json!({"clusterIP": "10.96.0.0"}),
+            "is not in the valid range",
+        ),
+        (
+            "differs",
+            json!({"clusterIP": "10.96.0.12", "clusterIPs": ["10.96.0.13"]}),
+            "must match `clusterIP`",
+        ),
+    ] {
+        let (status, body) = post(&api, SERVICES, service(name, spec)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{name}: {body}");
+        assert_eq!(
+            body["details"]["causes"][0]["field"], "spec.clusterIPs[0]",
+            "{body}"
+        );
+        assert!(
+            body["message"].as_str().unwrap().contains(message),
+            "{name}: {body}"
+        );
+        let (status, _) = get(&api, &format!("{SERVICES}/{name}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{name} was stored");
+    }
+}
+
+/// Concurrent creates never share an address; nor do creates after a restart (a new API
+/// over the same store); a deleted Service's address can be asked for again; a dry run
+/// holds nothing; an update that leaves the address out keeps it.
+#[tokio::test]
+async fn cluster_ips_are_unique_across_concurrent_creates_and_restarts() {
+    let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+    // A /28 leaves 13 addresses: a collision would show.
+    let cidr = "10.0.0.0/28".parse().unwrap();
+    let api =
+        Api::new(store.clone(), Arc::new(Registry::builtin()), "127.0.0.1").with_service_cidr(cidr);
+    api.bootstrap().await.unwrap();
+    let creates = (0..8).map(|i| {
+        let api = api.clone();
+        async move { post(&api, SERVICES, service(&format!("s{i}"), json!({}))).await }
+    });
+    let mut seen = std::collections::HashSet::new();
+    for (status, body) in futures_util::future::join_all(creates).await {
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert!(
+            seen.insert(body["spec"]["clusterIP"].as_str().unwrap().to_owned()),
+            "{seen:?}"
+        );
+    }
+    let restarted =
+        Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1").with_service_cidr(cidr);
+    // A dry run gets an address and holds none of it (else
+    // the range would be full one create early).
+    let body = Bytes::from(service("dry", json!({})).to_string());
+    let response = restarted
+        .serve(
+            Method::POST,
+            SERVICES,
+            Some("dryRun=All"),
+            &HeaderMap::new(),
+            body,
+        )
+        .await;
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let dry: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{dry}");
+    assert!(!seen.contains(dry["spec"]["clusterIP"].as_str().unwrap()));
+
+    for i in 8..13 {
+        let (status, body) = post(&restarted, SERVICES, service(&format!("s{i}"), json!({}))).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert!(
+            seen.insert(body["spec"]["clusterIP"].as_str().unwrap().to_owned()),
+            "{seen:?}"
+        );
+    }
+    // The range is full: a 500 in Kubernetes' words, nothing stored.
+    let (status, body) = post(&restarted, SERVICES, service("s13", json!({}))).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("range is full"),
+        "{body}"
+    );
+
+    // A deleted Service's address is free again, asked for or not.
+    let (_, s0) = get(&restarted, &format!("{SERVICES}/s0")).await;
+    let freed = s0["spec"]["clusterIP"].clone();
+    let (status, _) = call(
+        &restarted,
+        Method::DELETE,
+        &format!("{SERVICES}/s0"),
+        Value::Null,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, again) = post(
+        &restarted,
+        SERVICES,
+        service("again", json!({"clusterIP": freed})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{again}");
+    let (_, s1) = get(&restarted, &format!("{SERVICES}/s1")).await;
+    call(
+        &restarted,
+        Method::DELETE,
+        &format!("{SERVICES}/s1"),
+        Value::Null,
+        "",
+    )
+    .await;
+    let (status, any) = post(&restarted, SERVICES, service("any", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{any}");
+    assert_eq!(any["spec"]["clusterIP"], s1["spec"]["clusterIP"]);
+
+    // A replace without the address keeps it (not a change of an immutable field).
+    let mut replaced = any.clone();
+    replaced["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("clusterIP");
+    replaced["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("clusterIPs");
+    replaced["metadata"]["labels"] = json!({"changed": "yes"});
+    let (status, body) = call(
+        &restarted,
+        Method::PUT,
+        &format!("{SERVICES}/any"),
+        replaced,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["spec"]["clusterIP"], any["spec"]["clusterIP"]);
+}
+
+/// From ExternalName to ClusterIP, a Service is given an address.
+#[tokio::test]
+async fn a_service_that_comes_to_need_an_address_gets_one() {
+    let api = api().await;
+    let external = service(
+        "db",
+        json!({"type": "ExternalName", "externalName": "db.example.com"}),
+    );
+    let (status, _) = post(&api, SERVICES, external).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let patch = json!({"spec": {"type": "ClusterIP", "externalName": null}});
+    let (status, body) = call(
+        &api,
+        Method::PATCH,
+        &format!("{SERVICES}/db"),
+        patch,
+        "application/merge-patch+json",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(in_range(&body["spec"]["clusterIP"]), "{body}");
+}
+
+/// A Job gets its generated selector and labels, unless manualSelector.
+#[tokio::test]
+async fn jobs_get_a_generated_selector() {
+    let api = api().await;
+    let jobs = "/apis/batch/v1/namespaces/default/jobs";
+    let job = |name: &str, spec: Value| {
+        let mut full = json!({"template": {"spec": {"restartPolicy": "Never",
+            "containers": [container()]}}});
+        merge(&mut full, spec);
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": full})
+    };
+    let (status, pi) = post(&api, jobs, job("pi", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{pi}");
+    let uid = pi["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        pi["spec"]["selector"],
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    );
+    assert_eq!(
+        pi["spec"]["template"]["metadata"]["labels"],
+        json!({"controller-uid": uid, "job-name": "pi",
+            "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": "pi"})
+    );
+    let (_, read) = get(&api, &format!("{jobs}/pi")).await;
+    assert_eq!(read["spec"]["selector"], pi["spec"]["selector"]);
+    // A label change of the generated ones is a change of the template: refused.
+    let patch = json!({"spec": {"template": {"metadata": {"labels": {"job-name": "other"}}}}});
+    let (status, _) = call(
+        &api,
+        Method::PATCH,
+        &format!("{jobs}/pi"),
+        patch,
+        "application/merge-patch+json",
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    let manual = job(
+        "manual",
+        json!({"manualSelector": true,
+        "selector": {"matchLabels": {"app": "m"}},
+        "template": {"metadata": {"labels": {"app": "m"}}}}),
+    );
+    let (status, body) = post(&api, jobs, manual).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(
+        body["spec"]["selector"],
+        json!({"matchLabels": {"app": "m"}})
+    );
+    assert_eq!(
+        body["spec"]["template"]["metadata"]["labels"],
+        json!({"app": "m"})
+    );
+
+    let chosen = job(
+        "chosen",
+        json!({"selector": {"matchLabels": {"app": "c"}},
+        "template": {"metadata": {"labels": {"app": "c"}}}}),
+    );
+    let (status, body) = post(&api, jobs, chosen).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["details"]["causes"][0]["field"], "spec.selector");
+    let (status, _) = get(&api, &format!("{jobs}/chosen")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Without the built-in kinds' plugins (the benchmark's baseline), built-in objects are
+/// stored as sent: not defaulted, not validated.
+#[tokio::test]
+async fn without_the_builtin_kinds_plugins_objects_are_stored_as_sent() {
+    let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+    let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1")
+        .with_admission(crate::admission::Admission::without_builtin_kinds());
+    api.bootstrap().await.unwrap();
+    let (status, body) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(body["spec"].get("strategy").is_none(), "{body}");
+    let port = service("wide", json!({"ports": [{"port": 70000}]}));
+    let (status, body) = post(&api, SERVICES, port).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // And with them (the default chain): defaulted, and the port refused.
+    let api = self::api().await;
+    let (_, body) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
+    assert_eq!(body["spec"]["strategy"]["type"], "RollingUpdate", "{body}");
+}

@@ -1,0 +1,620 @@
+//! Service cluster IPs: a Service that needs one gets a free address of the service range
+//! (`--service-cidr`, kube-apiserver's `--service-cluster-ip-range`); one it asks for is
+//! kept if it is in the range and free.
+//!
+//! ```text
+//!  create of a Service of type ClusterIP, NodePort or LoadBalancer, clusterIP not "None"
+//!    (after admission and after its fields' owners are recorded: nobody owns what the
+//!    server allocates, as in Kubernetes)
+//!    ─► Taken (its logical cluster's addresses, in memory)
+//!         clusterIP asked for: outside the range ─► 422   held ─► rebuilt, still held ─► 422
+//!         none asked for:      a random free address above the static band, else in it
+//!    ─► Reservation (pending) ─► stored: committed    refused, failed, dry run: released
+//!  an update keeps what the stored Service was allocated when the client leaves it out
+//!  (`keep_allocated`), and allocates when the type changes from ExternalName
+//! ```
+//!
+//! The truth is the stored Services; the addresses held in memory are derived from them,
+//! per logical cluster: listed from the store the first time that cluster allocates after
+//! the hub starts, then kept as a superset of the truth: an address is added when a create
+//! takes it, and nothing is removed when a Service goes (a Service goes by many paths: a
+//! delete, a deletecollection, its namespace's cleanup, garbage collection). Wherever
+//! "held" would refuse or fail something — an address asked for that the set holds, a
+//! range with nothing free — the set is listed again from the store and asked again; so an
+//! address is free once its Service is gone, at the moment it is needed. Reservations not
+//! yet stored and addresses committed while a listing runs are kept across it, so that two
+//! concurrent creates never get one address. An allocation object written in the same
+//! transaction as the Service is not possible (the store has no multi-key transactions),
+//! and not needed while one hub process serves a store; hub replicas would need one (as
+//! Kubernetes' `IPAddress` objects).
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::{Value, json};
+
+use crate::api::Api;
+use crate::http::error::{ApiError, ApiResult, Cause};
+use crate::registry::keys;
+
+/// kube-apiserver's default service range.
+pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
+
+/// An IPv4 service range: its network address and prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServiceCidr {
+    network: u32,
+    prefix: u8,
+}
+
+/// Why a service range is refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CidrError {
+    /// Not `ADDRESS/PREFIX` with an IPv4 address.
+    #[error("{0:?} is not an IPv4 CIDR (ADDRESS/PREFIX, such as 10.96.0.0/12)")]
+    Syntax(String),
+    /// Fewer than 8 addresses, or more than 2^20, as kube-apiserver bounds it.
+    #[error("{0:?}: the prefix must be between /12 and /29 (at least 8 addresses, at most 2^20)")]
+    Size(String),
+    /// Bits set past the prefix.
+    #[error("{0:?} is not a network address (did you mean {1}?)")]
+    NotNetwork(String, String),
+}
+
+impl FromStr for ServiceCidr {
+    type Err = CidrError;
+
+    fn from_str(text: &str) -> Result<Self, CidrError> {
+        let syntax = || CidrError::Syntax(text.to_owned());
+        let (address, prefix) = text.split_once('/').ok_or_else(syntax)?;
+        let address: Ipv4Addr = address.parse().map_err(|_| syntax())?;
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) || prefix.len() > 2 {
+            return Err(syntax());
+        }
+        let prefix: u8 = prefix.parse().map_err(|_| syntax())?;
+        if prefix > 32 {
+            return Err(syntax());
+        }
+        if !(12..=29).contains(&prefix) {
+            return Err(CidrError::Size(text.to_owned()));
+        }
+        let cidr = ServiceCidr {
+            network: u32::from(address) & mask(prefix),
+            prefix,
+        };
+        if cidr.network != u32::from(address) {
+            return Err(CidrError::NotNetwork(text.to_owned(), cidr.to_string()));
+        }
+        Ok(cidr)
+    }
+}
+
+impl fmt::Display for ServiceCidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", Ipv4Addr::from(self.network), self.prefix)
+    }
+}
+
+impl Default for ServiceCidr {
+    fn default() -> Self {
+        DEFAULT_SERVICE_CIDR.parse().unwrap_or(ServiceCidr {
+            network: 0x0a60_0000,
+            prefix: 12,
+        })
+    }
+}
+
+fn mask(prefix: u8) -> u32 {
+    match prefix {
+        0 => 0,
+        p => u32::MAX << (32 - u32::from(p)),
+    }
+}
+
+impl ServiceCidr {
+    /// How many addresses the range spans (network and broadcast included).
+    fn size(self) -> u32 {
+        1 << (32 - u32::from(self.prefix))
+    }
+
+    /// The offset of `ip` in the range, if it is inside (not the network address, not
+    /// the broadcast address).
+    fn offset(self, ip: Ipv4Addr) -> Option<u32> {
+        let offset = u32::from(ip).wrapping_sub(self.network);
+        (u32::from(ip) & mask(self.prefix) == self.network
+            && offset != 0
+            && offset != self.size() - 1)
+            .then_some(offset)
+    }
+
+    fn address(self, offset: u32) -> Ipv4Addr {
+        Ipv4Addr::from(self.network + offset)
+    }
+
+    /// The first address, which kube-apiserver gives the `kubernetes` Service.
+    pub fn first(self) -> Ipv4Addr {
+        self.address(1)
+    }
+
+    /// The end of the static band: addresses below it are left to Services that ask for
+    /// one, as long as others are free (Kubernetes' `ServiceIPStaticSubrange`).
+    fn band(self) -> u32 {
+        let usable = self.size() - 2;
+        (usable / 16).clamp(16, 256).min(usable) + 1
+    }
+}
+
+/// A logical cluster's addresses: those held (a superset of the stored Services'), those
+/// reserved by creates not yet stored, and, while a listing runs, those committed since it
+/// began.
+#[derive(Default)]
+struct Taken {
+    loaded: bool,
+    held: HashSet<u32>,
+    pending: HashSet<u32>,
+    listing: bool,
+    committed_while_listing: Vec<u32>,
+}
+
+impl Taken {
+    fn free(&self, offset: u32) -> bool {
+        !self.held.contains(&offset) && !self.pending.contains(&offset)
+    }
+}
+
+/// The cluster IP allocator of every logical cluster of one store (shared by every clone
+/// of an [`Api`] and every logical cluster's view).
+pub struct ClusterIps {
+    state: Mutex<State>,
+    /// One listing at a time (held across the store's list).
+    listing: tokio::sync::Mutex<()>,
+}
+
+impl Default for ClusterIps {
+    fn default() -> Self {
+        Self::new(ServiceCidr::default())
+    }
+}
+
+impl fmt::Debug for ClusterIps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterIps")
+            .field("cidr", &self.cidr())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The range and what each logical cluster holds of it.
+struct State {
+    cidr: ServiceCidr,
+    clusters: HashMap<String, Taken>,
+}
+
+/// An address reserved for a create: released when dropped unless committed.
+pub(crate) struct Reservation {
+    ips: Arc<ClusterIps>,
+    cluster: String,
+    offset: u32,
+    ip: Ipv4Addr,
+    committed: bool,
+}
+
+impl Reservation {
+    /// The Service is stored: the address is held.
+    pub(crate) fn commit(mut self) {
+        self.committed = true;
+        let mut state = self.ips.lock();
+        let taken = state.clusters.entry(self.cluster.clone()).or_default();
+        taken.pending.remove(&self.offset);
+        taken.held.insert(self.offset);
+        if taken.listing {
+            taken.committed_while_listing.push(self.offset);
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if !self.committed
+            && let Some(taken) = self.ips.lock().clusters.get_mut(&self.cluster)
+        {
+            taken.pending.remove(&self.offset);
+        }
+    }
+}
+
+/// Which address a create asks for.
+enum Asked {
+    /// None: any free one.
+    Any,
+    /// This one.
+    Address(Ipv4Addr),
+}
+
+impl ClusterIps {
+    /// An allocator over `cidr`.
+    pub fn new(cidr: ServiceCidr) -> Self {
+        ClusterIps {
+            state: Mutex::new(State {
+                cidr,
+                clusters: HashMap::new(),
+            }),
+            listing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The service range.
+    pub fn cidr(&self) -> ServiceCidr {
+        self.lock().cidr
+    }
+
+    /// Allocates from `cidr` from now on (set as the server starts, before any Service is
+    /// written: what was held is listed again from the store).
+    pub fn set_cidr(&self, cidr: ServiceCidr) {
+        let mut state = self.lock();
+        state.cidr = cidr;
+        state.clusters.clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lists the addresses of `api`'s stored Services and holds exactly those (with what
+    /// is pending or committed meanwhile).
+    async fn list(&self, api: &Api) -> ApiResult<()> {
+        let _one = self.listing.lock().await;
+        let cluster = api.cluster().to_owned();
+        self.lock()
+            .clusters
+            .entry(cluster.clone())
+            .or_default()
+            .listing = true;
+        let listed = self.stored(api).await;
+        let mut state = self.lock();
+        let taken = state.clusters.entry(cluster).or_default();
+        taken.listing = false;
+        let committed = std::mem::take(&mut taken.committed_while_listing);
+        let mut held = listed?;
+        held.extend(committed);
+        taken.held = held;
+        taken.loaded = true;
+        Ok(())
+    }
+
+    /// The offsets of the addresses the stored Services of `api`'s cluster hold.
+    async fn stored(&self, api: &Api) -> ApiResult<HashSet<u32>> {
+        let rt = api.resource("", "v1", "services")?;
+        let prefix = keys::prefix(&rt, &api.cluster, None);
+        let (kvs, _) = api.store.list_all(&prefix).await?;
+        let cidr = self.cidr();
+        let mut held = HashSet::new();
+        for kv in kvs {
+            let Ok(service) = serde_json::from_slice::<Value>(&kv.value) else {
+                continue;
+            };
+            let spec = &service["spec"];
+            let ips = spec["clusterIPs"].as_array().into_iter().flatten();
+            for ip in ips.chain(std::iter::once(&spec["clusterIP"])) {
+                if let Some(offset) = ip
+                    .as_str()
+                    .and_then(|ip| ip.parse().ok())
+                    .and_then(|ip| cidr.offset(ip))
+                {
+                    held.insert(offset);
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Reserves `asked` in `api`'s logical cluster; `Err` the cause of a refusal.
+    async fn reserve(
+        self: &Arc<Self>,
+        api: &Api,
+        asked: Asked,
+    ) -> ApiResult<Result<Reservation, Cause>> {
+        let cluster = api.cluster().to_owned();
+        let cidr = self.cidr();
+        if !self.lock().clusters.get(&cluster).is_some_and(|t| t.loaded) {
+            self.list(api).await?;
+        }
+        let reservation = |offset| Reservation {
+            ips: self.clone(),
+            cluster: cluster.clone(),
+            offset,
+            ip: cidr.address(offset),
+            committed: false,
+        };
+        match asked {
+            Asked::Address(ip) => {
+                let Some(offset) = cidr.offset(ip) else {
+                    return Ok(Err(refused(
+                        ip,
+                        &format!(
+                            "the provided IP ({ip}) is not in the valid range. The range of valid IPs is {}",
+                            cidr
+                        ),
+                    )));
+                };
+                if offset == 1 {
+                    return Ok(Err(refused(ip, "provided IP is already allocated")));
+                }
+                for listed in [false, true] {
+                    if listed {
+                        self.list(api).await?;
+                    }
+                    let mut state = self.lock();
+                    let taken = state.clusters.entry(cluster.clone()).or_default();
+                    if taken.free(offset) {
+                        taken.pending.insert(offset);
+                        return Ok(Ok(reservation(offset)));
+                    }
+                }
+                Ok(Err(refused(ip, "provided IP is already allocated")))
+            }
+            Asked::Any => {
+                for listed in [false, true] {
+                    if listed {
+                        self.list(api).await?;
+                    }
+                    let mut state = self.lock();
+                    let taken = state.clusters.entry(cluster.clone()).or_default();
+                    if let Some(offset) = pick(cidr, taken) {
+                        taken.pending.insert(offset);
+                        return Ok(Ok(reservation(offset)));
+                    }
+                }
+                Err(ApiError::internal(format!(
+                    "failed to allocate a serviceIP: range is full ({cidr})"
+                )))
+            }
+        }
+    }
+}
+
+/// A free offset of `cidr`: random above the static band, else the first free one from a
+/// random point above it, else in the band.
+fn pick(cidr: ServiceCidr, taken: &Taken) -> Option<u32> {
+    let (low, band, end) = (2, cidr.band(), cidr.size() - 1);
+    let random = || {
+        u32::from_le_bytes(
+            uuid::Uuid::new_v4().into_bytes()[..4]
+                .try_into()
+                .unwrap_or_default(),
+        )
+    };
+    if band < end {
+        let span = end - band;
+        for _ in 0..8 {
+            let offset = band + random() % span;
+            if taken.free(offset) {
+                return Some(offset);
+            }
+        }
+        let start = random() % span;
+        if let Some(offset) = (0..span)
+            .map(|i| band + (start + i) % span)
+            .find(|o| taken.free(*o))
+        {
+            return Some(offset);
+        }
+    }
+    (low..band.min(end)).find(|o| taken.free(*o))
+}
+
+fn refused(ip: Ipv4Addr, why: &str) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: \"{ip}\": failed to allocate IP {ip}: {why}"),
+        field: "spec.clusterIPs[0]".into(),
+    }
+}
+
+/// Whether a Service's spec needs a cluster IP (not ExternalName, not headless).
+fn needs_cluster_ip(spec: &Value) -> bool {
+    spec["type"] != "ExternalName" && spec["clusterIP"] != "None"
+}
+
+/// An address that is set (not empty, not "None").
+fn set(ip: &Value) -> Option<&str> {
+    ip.as_str().filter(|ip| !ip.is_empty() && *ip != "None")
+}
+
+/// On an update of a Service, what the stored one was allocated and the client left out
+/// is kept (its cluster IPs while both need one, and node ports, by port and protocol,
+/// while both have them), as Kubernetes does, so that a replace or an apply without them
+/// is not a change of an immutable field.
+pub(crate) fn keep_allocated(object: &mut Value, current: &Value) {
+    let old = &current["spec"];
+    let Some(spec) = object.get_mut("spec").filter(|s| s.is_object()) else {
+        return;
+    };
+    let ty = |s: &Value| s["type"].as_str().unwrap_or("ClusterIP").to_owned();
+    let (old_type, new_type) = (ty(old), ty(spec));
+    if old_type != "ExternalName" && new_type != "ExternalName" && spec["clusterIP"] != "None" {
+        if set(&spec["clusterIP"]).is_none() && set(&old["clusterIP"]).is_some() {
+            spec["clusterIP"] = old["clusterIP"].clone();
+        }
+        if spec["clusterIPs"].as_array().is_none_or(Vec::is_empty) && !old["clusterIPs"].is_null() {
+            spec["clusterIPs"] = old["clusterIPs"].clone();
+        }
+    }
+    let node_ports = |t: &str| t == "NodePort" || t == "LoadBalancer";
+    if node_ports(&old_type) && node_ports(&new_type) {
+        let old_ports = old["ports"].as_array().cloned().unwrap_or_default();
+        for port in spec
+            .get_mut("ports")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if !port["nodePort"].is_null() && port["nodePort"] != 0 {
+                continue;
+            }
+            let protocol = |p: &Value| p["protocol"].as_str().unwrap_or("TCP").to_owned();
+            let same = old_ports
+                .iter()
+                .find(|o| o["port"] == port["port"] && protocol(o) == protocol(port));
+            if let Some(node_port) = same.map(|o| &o["nodePort"]).filter(|n| !n.is_null()) {
+                port["nodePort"] = node_port.clone();
+            }
+        }
+        if spec["healthCheckNodePort"].is_null() && !old["healthCheckNodePort"].is_null() {
+            spec["healthCheckNodePort"] = old["healthCheckNodePort"].clone();
+        }
+    }
+}
+
+/// Allocates a new Service's cluster IP (`old`: the stored Service, on an update: only a
+/// Service that had none and needs one now is given one). `Ok(None)` when nothing was
+/// reserved; a refusal is a 422 naming `spec.clusterIPs[0]`.
+pub(crate) async fn allocate(
+    api: &Api,
+    object: &mut Value,
+    old: Option<&Value>,
+) -> ApiResult<Option<Reservation>> {
+    let Some(spec) = object.get_mut("spec").filter(|s| s.is_object()) else {
+        return Ok(None);
+    };
+    if spec["clusterIP"] == "None" && spec["clusterIPs"].is_null() {
+        spec["clusterIPs"] = json!(["None"]);
+    }
+    if !needs_cluster_ip(spec) {
+        return Ok(None);
+    }
+    if let Some(old) = old
+        && needs_cluster_ip(&old["spec"])
+    {
+        return Ok(None);
+    }
+    let name = crate::registry::object::meta_str(object, "name").to_owned();
+    let spec = &mut object["spec"];
+    let first = set(&spec["clusterIPs"][0]).map(str::to_owned);
+    let asked = match (set(&spec["clusterIP"]), first.as_deref()) {
+        (Some(ip), Some(first)) if ip != first => {
+            let cause = Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!("Invalid value: \"{first}\": must match `clusterIP`"),
+                field: "spec.clusterIPs[0]".into(),
+            };
+            return Err(ApiError::invalid("", "Service", &name, vec![cause]));
+        }
+        (Some(ip), _) | (None, Some(ip)) => match ip.parse::<Ipv4Addr>() {
+            Ok(ip) => Asked::Address(ip),
+            // Validation names an address that is not one; an IPv6 one is not in range.
+            Err(_) => {
+                let cause = Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: format!(
+                        "Invalid value: \"{ip}\": not an IPv4 address of the service range {}",
+                        api.cluster_ips.cidr()
+                    ),
+                    field: "spec.clusterIPs[0]".into(),
+                };
+                return Err(ApiError::invalid("", "Service", &name, vec![cause]));
+            }
+        },
+        (None, None) => Asked::Any,
+    };
+    let reservation = match api.cluster_ips.reserve(api, asked).await? {
+        Ok(reservation) => reservation,
+        Err(cause) => return Err(ApiError::invalid("", "Service", &name, vec![cause])),
+    };
+    let ip = reservation.ip.to_string();
+    spec["clusterIP"] = json!(ip);
+    spec["clusterIPs"] = json!([ip]);
+    if spec["ipFamilies"].is_null() {
+        spec["ipFamilies"] = json!(["IPv4"]);
+    }
+    if spec["ipFamilyPolicy"].is_null() {
+        spec["ipFamilyPolicy"] = json!("SingleStack");
+    }
+    Ok(Some(reservation))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse_as_kube_apiserver_bounds_them() {
+        let cidr: ServiceCidr = "10.96.0.0/12".parse().unwrap();
+        assert_eq!(cidr, ServiceCidr::default());
+        assert_eq!(cidr.to_string(), "10.96.0.0/12");
+        assert_eq!(cidr.first(), Ipv4Addr::new(10, 96, 0, 1));
+        assert_eq!(cidr.band(), 257);
+        assert_eq!(cidr.offset(Ipv4Addr::new(10, 96, 0, 0)), None);
+        assert_eq!(cidr.offset(Ipv4Addr::new(10, 111, 255, 255)), None);
+        assert_eq!(cidr.offset(Ipv4Addr::new(10, 112, 0, 1)), None);
+        assert_eq!(cidr.offset(Ipv4Addr::new(10, 96, 1, 2)), Some(258));
+        let small: ServiceCidr = "192.168.7.0/29".parse().unwrap();
+        assert_eq!(small.band(), 7);
+        for (text, error) in [
+            ("10.96.0.0", CidrError::Syntax("10.96.0.0".into())),
+            ("10.96.0.0/", CidrError::Syntax("10.96.0.0/".into())),
+            ("fd00::/108", CidrError::Syntax("fd00::/108".into())),
+            ("10.96.0.0/33", CidrError::Syntax("10.96.0.0/33".into())),
+            ("10.0.0.0/8", CidrError::Size("10.0.0.0/8".into())),
+            ("10.0.0.0/30", CidrError::Size("10.0.0.0/30".into())),
+            (
+                "10.96.0.1/12",
+                CidrError::NotNetwork("10.96.0.1/12".into(), "10.96.0.0/12".into()),
+            ),
+        ] {
+            assert_eq!(text.parse::<ServiceCidr>(), Err(error), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_pick_is_never_taken_nor_reserved_and_fills_the_band_last() {
+        let cidr: ServiceCidr = "192.168.7.0/28".parse().unwrap();
+        // 14 usable, the first kept: the band is all of it but the first.
+        let mut taken = Taken::default();
+        let mut seen = HashSet::new();
+        while let Some(offset) = pick(cidr, &taken) {
+            assert!((2..15).contains(&offset), "{offset}");
+            assert!(seen.insert(offset));
+            taken.pending.insert(offset);
+        }
+        assert_eq!(seen.len(), 13);
+        let cidr: ServiceCidr = "10.0.0.0/22".parse().unwrap();
+        let mut taken = Taken::default();
+        // 959 above the band (64..1023).
+        for _ in 0..(1023 - 64) {
+            let offset = pick(cidr, &taken).unwrap();
+            assert!(offset >= cidr.band(), "above the band first: {offset}");
+            taken.held.insert(offset);
+        }
+        let offset = pick(cidr, &taken).unwrap();
+        assert!((2..cidr.band()).contains(&offset), "{offset}");
+    }
+
+    #[test]
+    fn an_update_keeps_what_was_allocated() {
+        let current = json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.20",
+            "clusterIPs": ["10.96.0.20"], "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080},
+                {"port": 53, "protocol": "UDP", "nodePort": 30053}]}});
+        let mut replaced = json!({"spec": {"type": "NodePort", "ports": [
+            {"port": 53, "protocol": "UDP"}, {"port": 80, "protocol": "TCP"}, {"port": 81}]}});
+        keep_allocated(&mut replaced, &current);
+        assert_eq!(
+            replaced,
+            json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.20",
+                "clusterIPs": ["10.96.0.20"], "ports": [
+                    {"port": 53, "protocol": "UDP", "nodePort": 30053},
+                    {"port": 80, "protocol": "TCP", "nodePort": 30080}, {"port": 81}]}})
+        );
+        // To ExternalName: nothing kept; to ClusterIP: the address, not the node ports.
+        let mut external = json!({"spec": {"type": "ExternalName", "externalName": "a.example"}});
+        keep_allocated(&mut external, &current);
+        assert_eq!(external["spec"].get("clusterIP"), None);
+        let mut plain = json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80}]}});
+        keep_allocated(&mut plain, &current);
+        assert_eq!(plain["spec"]["clusterIP"], "10.96.0.20");
+        assert_eq!(plain["spec"]["ports"][0].get("nodePort"), None);
+    }
+}
