@@ -18,6 +18,8 @@
 //!                 applying the same object to them itself (bare-apply baseline)
 //!   resync:       P placements × N clusters: the hub restarted, until every Work is in sync
 //!                 again; its peak memory
+//!   rollout:      a Rolling rollout (10 % at a time) over N simulated members vs the time
+//!                 its ten waves must take (ready delay + propagation each, + 10 %)
 //!   memory:       hub memory per joined cluster and per Work, simulator memory per cluster
 //! ```
 //!
@@ -34,6 +36,7 @@ pub mod propagation;
 pub mod pull;
 pub mod rbac;
 pub mod resync;
+pub mod rollout;
 pub mod server_store;
 pub mod store;
 pub mod system;

@@ -7,8 +7,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use flotilla_bench::{
-    Output, Row, admission, api, baseline, memory, propagation, rbac, resync, server_store, store,
-    summary, system, views, write,
+    Output, Row, admission, api, baseline, memory, propagation, rbac, resync, rollout,
+    server_store, store, summary, system, views, write,
 };
 use serde_json::json;
 
@@ -34,6 +34,10 @@ pub enum Scenario {
     Propagation,
     /// P placements × N clusters: the hub restarted, until every Work is in sync again.
     Resync,
+    /// A Rolling rollout (maxUnavailable 10 %, minReadySeconds 1) over a simulated fleet:
+    /// total time against ten waves' bound, per-wave propagation and ready delay, the
+    /// controller's time per wave, the placement's size mid-rollout.
+    Rollout,
     /// Hub memory per joined cluster and per Work, simulator memory per cluster.
     Memory,
 }
@@ -52,7 +56,8 @@ pub struct BenchArgs {
     #[arg(long = "scenario", value_enum)]
     pub scenarios: Vec<Scenario>,
     /// The propagation scenario's fleet sizes instead of the defaults (10,100,1000;
-    /// quick: 5,10).
+    /// quick: 5,10); the rollout scenario's fleet is the largest of them (default 1000;
+    /// quick: 10).
     #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     pub clusters: Vec<u32>,
     /// The resync scenario's placements instead of the default (1000; quick: 20).
@@ -140,6 +145,18 @@ impl BenchArgs {
             Mode::Pull => propagation::Mode::Pull,
             Mode::Both => propagation::Mode::Both,
         };
+        options
+    }
+
+    fn rollout_options(&self, binary: PathBuf) -> rollout::Options {
+        let mut options = if self.quick {
+            rollout::Options::quick(&self.out, binary)
+        } else {
+            rollout::Options::new(&self.out, binary)
+        };
+        if let Some(&n) = self.clusters.iter().max() {
+            options.clusters = n as usize;
+        }
         options
     }
 
@@ -340,6 +357,18 @@ impl BenchArgs {
                     resync_report = Some(report);
                     (output, table, rows)
                 }
+                Scenario::Rollout => {
+                    let options = self.rollout_options(binary.clone());
+                    let report = runtime.block_on(rollout::run(&options))?;
+                    let output = Output {
+                        scenario: "rollout",
+                        date,
+                        options: options.json(),
+                        results: report.json(),
+                        charts: report.charts(),
+                    };
+                    (output, report.table(), report.summary())
+                }
                 Scenario::Memory => {
                     let options = if self.quick {
                         memory::Options::quick(&self.out, binary.clone())
@@ -455,7 +484,18 @@ mod tests {
         assert_eq!(options.clusters, [10, 100]);
         let options = args.resync_options(PathBuf::from("flotilla"));
         assert_eq!((options.placements, options.clusters), (100, 20));
-        assert_eq!(parse(&[]).unwrap().chosen().unwrap().len(), 7);
+        assert_eq!(parse(&[]).unwrap().chosen().unwrap().len(), 8);
+        let args = parse(&["--scenario", "rollout", "--clusters", "50"]).unwrap();
+        assert_eq!(args.chosen().unwrap(), [Scenario::Rollout]);
+        let options = args.rollout_options(PathBuf::from("flotilla"));
+        assert_eq!(
+            (options.clusters, options.max_unavailable_percent),
+            (50, 10)
+        );
+        let options = parse(&[])
+            .unwrap()
+            .rollout_options(PathBuf::from("flotilla"));
+        assert_eq!(options.clusters, 1000);
         assert!(parse(&["--scenario", "fleet"]).is_err());
         assert!(parse(&["--clusters", "0"]).is_err());
     }
@@ -490,7 +530,7 @@ mod tests {
                 .chosen()
                 .unwrap()
                 .len(),
-            8
+            9
         );
         // Another binary may be measured in this one's place, against a baseline only.
         assert!(parse(&["--hub-binary", binary]).is_err());

@@ -265,9 +265,15 @@ spec:
         "{most} clusters were between revisions at once: {images:?}"
     );
     assert!(most >= 1, "no member was ever seen between revisions");
-    // Each member moved once: no cluster updated twice, none skipped.
+    // Each member moved once: no cluster updated twice, none skipped — in what the
+    // watchers saw, and in each Deployment's generation (created, then changed once; the
+    // restarted hub applied nothing again).
     for (cluster, seen) in &images {
         assert_eq!(seen, &["nginx:1.27", "nginx:1.28"], "{cluster}");
+    }
+    for cluster in &clusters {
+        let web = member_web(&sim, cluster).unwrap();
+        assert_eq!(web["metadata"]["generation"], 2, "{cluster}: {web}");
     }
     // Two immutable revisions, owned by the placement; the columns say where it stands.
     let revisions = hub.json(&["get", "placementrevisions", "-n", "shop"]);
@@ -308,13 +314,84 @@ spec:
         "{}",
         text(&status.stdout)
     );
+    // Each completion said once in an Event, the restart notwithstanding.
+    let complete: Vec<String> = placement_events(&hub)
+        .into_iter()
+        .filter(|(_, reason, _)| reason == "RolloutComplete")
+        .map(|(_, _, note)| note)
+        .collect();
+    assert_eq!(
+        complete,
+        [
+            "revision 1 rolled out to all 10 clusters",
+            "revision 2 rolled out to all 11 clusters"
+        ],
+        "{complete:?}"
+    );
+
+    // No old revision kept any more: an undo to revision 1 is refused and writes nothing.
+    hub.ok(&[
+        "patch",
+        "placement",
+        "web",
+        "-n",
+        "shop",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"revisionHistoryLimit":0}}"#,
+    ]);
+    eventually("revision 1 pruned", || {
+        let revisions = hub.json(&["get", "placementrevisions", "-n", "shop"]);
+        let names: Vec<&str> = revisions["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["metadata"]["name"].as_str())
+            .collect();
+        (names == ["web-2"])
+            .then_some(())
+            .ok_or_else(|| format!("{names:?}"))
+    });
+    let gone = rollout(&hub, "undo", &["--to-revision", "1"]);
+    assert!(!gone.status.success());
+    assert!(
+        text(&gone.stderr).contains("revision 1 of placement \"web\" is not kept (kept: 2)"),
+        "{}",
+        text(&gone.stderr)
+    );
+    let after = placement(&hub);
+    assert!(
+        after["metadata"]["annotations"]["rollout.flotilla.io/undo-to"].is_null(),
+        "{after}"
+    );
+}
+
+/// The Events on placement `web` (type, reason, message), oldest first.
+fn placement_events(hub: &Hub) -> Vec<(String, String, String)> {
+    let events = hub.json(&[
+        "get",
+        "events",
+        "-n",
+        "shop",
+        "--field-selector",
+        "involvedObject.name=web",
+        "--sort-by",
+        ".metadata.creationTimestamp",
+    ]);
+    events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Placement")
+        .map(|e| {
+            let field = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (field("type"), field("reason"), field("message"))
+        })
+        .collect()
 }
 
 #[test]
-#[ignore = "flaky (1 run in 4 on CI): after `undo --to-revision 2`, revision 5 sometimes \
-            completes without waiting for eu's approval, because eu's clusters already run \
-            its content and move by annotation alone; the planner's rule for approvals of \
-            content-identical moves must be settled first"]
 fn staged_rollout_with_approval_rollback_of_a_bad_image_and_undo() {
     let hub = Hub::start_with(&["--health-period", "1s"]);
     let sim = Sim::start(&[
@@ -444,6 +521,15 @@ spec:
     // Revision 3, a bad image: the canary fails its gate and goes back; no other cluster
     // ever runs it.
     let watchers = Watchers::start(&sim, &clusters);
+    let mut events = Vec::new();
+    // Each watcher has seen the Deployment as it is before the change.
+    eventually("every watcher started", || {
+        watchers.drain(&mut events);
+        let seen: std::collections::BTreeSet<&String> = events.iter().map(|(c, _)| c).collect();
+        (seen.len() == clusters.len())
+            .then_some(())
+            .ok_or_else(|| format!("{} of {}", seen.len(), clusters.len()))
+    });
     set_image(&hub, "bad:1");
     let failed = wait_progressing(&hub, "RevisionFailed");
     let message = condition(&failed, "Progressing").unwrap()["message"]
@@ -467,8 +553,36 @@ spec:
         why.contains("m-1") && why.contains("ImagePullBackOff"),
         "{why}"
     );
-    let mut events = Vec::new();
-    watchers.drain(&mut events);
+    // The halt and the rollback are said in Events on the placement.
+    let notes = eventually("the halt and the rollback in Events", || {
+        let events = placement_events(&hub);
+        let has = |reason: &str| events.iter().any(|(_, r, _)| r == reason);
+        (has("RolloutHalted") && has("RolledBack"))
+            .then(|| events.clone())
+            .ok_or_else(|| format!("{events:?}"))
+    });
+    let (kind, _, note) = notes.iter().find(|(_, r, _)| r == "RolloutHalted").unwrap();
+    assert_eq!(kind, "Warning");
+    assert!(
+        note.contains("revision 3")
+            && note.contains("cluster m-1")
+            && note.contains("ImagePullBackOff"),
+        "{note}"
+    );
+    let (_, _, note) = notes.iter().find(|(_, r, _)| r == "RolledBack").unwrap();
+    assert_eq!(
+        note,
+        "revision 3 rolled back to revision 2 on 1 cluster: m-1"
+    );
+    // Let the canary's watcher catch up with its way back before replaying what they saw.
+    eventually("the canary's watcher saw it back", || {
+        watchers.drain(&mut events);
+        let (_, images) = replay(&events, "bad:1");
+        let canary = images.get("m-1").map(Vec::as_slice).unwrap_or_default();
+        (canary.len() >= 3 && canary.last().map(String::as_str) == Some("nginx:1.28"))
+            .then_some(())
+            .ok_or_else(|| format!("{images:?}"))
+    });
     let (_, images) = replay(&events, "bad:1");
     for (cluster, seen) in &images {
         if cluster == "m-1" {
@@ -515,6 +629,25 @@ spec:
     assert!(approved.status.success(), "{}", text(&approved.stderr));
     wait_all(&sim, &clusters, "nginx:1.28");
     wait_progressing(&hub, "RolloutComplete");
+    // Each completion in an Event: revisions 1, 2 and 5 (3 failed, 4 was undone).
+    let complete = eventually("an Event for each completion", || {
+        let notes: Vec<String> = placement_events(&hub)
+            .into_iter()
+            .filter(|(_, reason, _)| reason == "RolloutComplete")
+            .map(|(_, _, note)| note)
+            .collect();
+        (notes.len() >= 3)
+            .then(|| notes.clone())
+            .ok_or_else(|| format!("{notes:?}"))
+    });
+    assert_eq!(
+        complete,
+        [
+            "revision 1 rolled out to all 7 clusters",
+            "revision 2 rolled out to all 7 clusters",
+            "revision 5 rolled out to all 7 clusters"
+        ]
+    );
     let history = rollout(&hub, "history", &[]);
     assert!(history.status.success(), "{}", text(&history.stderr));
     let history = text(&history.stdout);

@@ -356,6 +356,22 @@ impl Planner<'_> {
     }
 }
 
+/// Whether a cluster whose Work carries revision `carried` runs `target`;
+/// `same_content`: the Work holds the target's render for it.
+///
+/// Only the revision number counts. A Work holding the same objects under another revision
+/// (after an undo, or a template changed back) is not at the target: the move is a
+/// rollout of its own and passes every gate, an approval of the target revision
+/// included, as `kubectl rollout undo` is a rollout of its own. Such a move only rewrites
+/// the revision the Work carries, so member objects are not applied again. A Work carrying
+/// no revision (written before rollouts) holding the target's render is at the target.
+pub fn runs_target(carried: Option<i64>, target: i64, same_content: bool) -> bool {
+    match carried {
+        Some(n) => n == target,
+        None => same_content,
+    }
+}
+
 /// Plans the next wave.
 pub fn plan(input: Input<'_>) -> Wave {
     let mut members: Vec<&Member> = input.members.iter().collect();

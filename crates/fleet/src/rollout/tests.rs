@@ -247,6 +247,41 @@ fn stages_go_in_order_with_approval_soak_and_concurrency() {
 }
 
 #[test]
+fn only_the_revision_number_says_a_cluster_runs_the_target() {
+    // Revision 2's objects rolled out again as revision 5 (an undo): a cluster at 2 holds
+    // them, yet moves through the gates as any other.
+    assert!(!runs_target(Some(2), 5, true));
+    assert!(runs_target(Some(5), 5, false));
+    // A Work written before rollouts: at the target when it holds the target's objects.
+    assert!(runs_target(None, 5, true));
+    assert!(!runs_target(None, 5, false));
+    // Such clusters are old to the planner: an approval given to another revision does not
+    // open their stage.
+    let strategy = staged_strategy();
+    let undone = |n: &str| {
+        if n == "c0" {
+            (Some(5), Some(NOW - 1))
+        } else {
+            (Some(2), Some(0))
+        }
+    };
+    let approved: BTreeSet<String> = BTreeSet::new();
+    let wave = plan(Input {
+        members: &fleet(undone),
+        target: 5,
+        strategy: &strategy,
+        approved: &approved,
+        now: at(NOW),
+    });
+    assert!(wave.moves.is_empty());
+    assert_eq!(wave.updated, 1);
+    assert_eq!(
+        wave.waiting[0],
+        ("e1".to_owned(), Wait::Approval { stage: "eu".into() })
+    );
+}
+
+#[test]
 fn a_cluster_two_stages_select_goes_in_the_first_and_the_overlap_is_said() {
     let strategy = Strategy {
         kind: Kind::Staged(vec![

@@ -532,6 +532,18 @@ pub(super) fn stage_started(
     );
 }
 
+/// A rollout halted (a Warning), rolled back or completed.
+pub(super) fn rollout(
+    recorder: &Recorder,
+    placement: &ObjectReference,
+    warning: bool,
+    reason: &'static str,
+    note: &str,
+) {
+    let type_ = if warning { Type::Warning } else { Type::Normal };
+    recorder.emit(placement, None, type_, reason, "Rollout", note);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,13 @@
 //! What the fleet controllers count, for the hub's `/metrics`: how many Works are
-//! confirmed in sync on their members, and how syncs end.
+//! confirmed in sync on their members, how syncs end, and how long rollout steps take.
 //!
 //! ```text
 //!  push: sync of a Work ─► every manifest applied, current generation? ─► in sync set
 //!                       └► flotilla_work_syncs_total{result}
 //!  Work withdrawn / sync failed ─► out of the set
 //!  flotilla_works_in_sync = size of the set (Works confirmed since the hub started)
+//!  placement: rollout step (plan the wave, write its Works, prune revisions)
+//!                       └► flotilla_rollout_step_seconds (histogram)
 //! ```
 
 use std::collections::HashSet;
@@ -16,6 +18,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -23,12 +26,29 @@ struct SyncLabels {
     result: &'static str,
 }
 
+/// The buckets of [`Metrics`]' rollout step histogram, in seconds: 1 ms to 4 s.
+const STEP_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0,
+];
+
 /// The fleet controllers' metrics. Clones share the values.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Metrics {
     in_sync: Arc<Mutex<HashSet<String>>>,
     in_sync_gauge: Gauge<i64, AtomicI64>,
     syncs: Family<SyncLabels, Counter>,
+    rollout_steps: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            in_sync: Arc::default(),
+            in_sync_gauge: Gauge::default(),
+            syncs: Family::default(),
+            rollout_steps: Histogram::new(STEP_BUCKETS),
+        }
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -52,6 +72,16 @@ impl Metrics {
             "Syncs of Works to their members, by result (in_sync, not_applied, failed)",
             self.syncs.clone(),
         );
+        registry.register(
+            "flotilla_rollout_step_seconds",
+            "Time the placement controller spent in one rollout step: planning the wave, writing its Works and pruning old revisions",
+            self.rollout_steps.clone(),
+        );
+    }
+
+    /// Records that a rollout step took `seconds`.
+    pub(super) fn rollout_step(&self, seconds: f64) {
+        self.rollout_steps.observe(seconds);
     }
 
     /// How many Works are confirmed in sync.
@@ -131,6 +161,26 @@ mod tests {
         assert!(text.contains("flotilla_works_in_sync 0\n"), "{text}");
         assert!(
             text.contains("flotilla_work_syncs_total{result=\"failed\"} 1\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rollout_steps_are_timed_in_a_histogram() {
+        let metrics = Metrics::default();
+        metrics.rollout_step(0.003);
+        metrics.rollout_step(0.3);
+        let text = scrape(&metrics);
+        assert!(
+            text.contains("flotilla_rollout_step_seconds_count 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("flotilla_rollout_step_seconds_sum 0.303"),
+            "{text}"
+        );
+        assert!(
+            text.contains("flotilla_rollout_step_seconds_bucket{le=\"0.005\"} 1\n"),
             "{text}"
         );
     }

@@ -59,6 +59,9 @@ pub(super) struct PlacementState {
     decisions: Mutex<HashMap<PlacementKey, Published>>,
     /// The templates each placement last gave a fleet-wide status (this process's).
     delivered: Mutex<HashMap<PlacementKey, BTreeSet<plan::ManifestId>>>,
+    /// The failed revision each placement's last rollout step rolled back from (see
+    /// [`rollout::Live::noted_failure`]).
+    failures: Mutex<HashMap<PlacementKey, flotilla_api::FailedRevision>>,
 }
 
 impl PlacementState {
@@ -70,6 +73,24 @@ impl PlacementState {
     /// The epoch of what plans are made from.
     fn epoch(&self) -> u64 {
         self.inputs_epoch.load(AtomicOrdering::Acquire)
+    }
+
+    /// The failed revision `key`'s last rollout step rolled back from.
+    fn failure(&self, key: &PlacementKey) -> Option<flotilla_api::FailedRevision> {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    /// Notes the failed revision `key`'s last rollout step rolled back from (`None`: none).
+    fn note_failure(&self, key: &PlacementKey, failed: Option<flotilla_api::FailedRevision>) {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        match failed {
+            Some(f) => failures.insert(key.clone(), f),
+            None => failures.remove(key),
+        };
     }
 
     /// The plan kept for `key`, if it was made from inputs of this `fingerprint`.
@@ -407,24 +428,40 @@ async fn place<P: PlacementObject>(
         Some(kept) => (kept.step, kept.clusters),
         None => {
             let revisions = rollout::ensure(fleet, p, key, &snapshot).await?;
+            let noted_failure = fleet.placement.failure(key);
             let live = rollout::Live {
                 key,
                 spec,
                 clusters: &clusters,
                 reach: &reach,
                 current: &current,
+                noted_failure: noted_failure.as_ref(),
             };
             let now = k8s_openapi::jiff::Timestamp::now();
+            let timer = std::time::Instant::now();
             let mut step = rollout::step(p, &live, &works, &revisions, &not_ready, now);
             let as_planned =
                 Arc::new(write_works(fleet, key, &step.desired, &step.plan, &works).await?);
             rollout::prune(fleet, key, spec, &revisions, &step.in_use).await?;
+            fleet.metrics.rollout_step(timer.elapsed().as_secs_f64());
+            fleet
+                .placement
+                .note_failure(key, step.status.failed_revisions.first().cloned());
             if let Some(stage) = &step.stage_entered {
                 super::events::stage_started(
                     &fleet.events,
                     &p.object_ref(&()),
                     stage,
                     &step.status,
+                );
+            }
+            for e in &step.events {
+                super::events::rollout(
+                    &fleet.events,
+                    &p.object_ref(&()),
+                    e.warning,
+                    e.reason,
+                    &e.note,
                 );
             }
             // Kept once every Work is as planned, none is left over and the rollout is

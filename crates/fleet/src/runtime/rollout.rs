@@ -9,8 +9,9 @@
 //!  stable = status.rollout.completedRevision
 //!  each chosen cluster: the revision its Work names (rollout.flotilla.io/revision)
 //!     ├─ none yet ─────────────► the stable revision (the target if none completed)
-//!     ├─ its target render = its Work ─► at the target already (only the annotation moves)
-//!     └─ else ─► the wave planner: moves now ─► the target's render; waits ─► kept
+//!     ├─ carries the target ───► at the target
+//!     └─ else ─► the wave planner: moves now ─► the target's render (a Work already
+//!                holding it: only its revision annotation changes); waits ─► kept
 //! ```
 //!
 //! Every cluster's Work is always one revision rendered whole: the old one's (kept as it is,
@@ -175,6 +176,11 @@ pub(super) struct Live<'a> {
     pub reach: &'a Reach,
     /// Its current Works' specs, by cluster.
     pub current: &'a BTreeMap<String, &'a WorkSpec>,
+    /// The failed revision this hub's last step of the placement rolled back from, if any:
+    /// the placement read from the cache may not show the status that says so yet, while
+    /// the Works moved back already do (without it, the failed revision would go out
+    /// again).
+    pub noted_failure: Option<&'a FailedRevision>,
 }
 
 /// The plan of `revision` for the clusters as they are now.
@@ -216,6 +222,20 @@ pub(super) struct Step {
     pub stage_entered: Option<String>,
     /// The revisions in use (the target, the stable one, those Works carry).
     pub in_use: BTreeSet<i64>,
+    /// The Events this step calls for on the placement: the rollout halted, rolled back,
+    /// completed (each once, when `Progressing` comes to it).
+    pub events: Vec<Note>,
+}
+
+/// An Event a rollout step calls for on its placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Note {
+    /// Whether an operator may have to look at it (a Warning).
+    pub warning: bool,
+    /// Its reason (`RolloutHalted`, `RolledBack`, `RolloutComplete`).
+    pub reason: &'static str,
+    /// What happened, in words.
+    pub note: String,
 }
 
 /// The approvals in a placement's annotations.
@@ -251,6 +271,9 @@ pub(super) fn step<P: PlacementObject>(
         revisions.iter().map(|r| (r.spec.revision, &**r)).collect();
     let latest = revisions.last().expect("a placement has a revision");
     let mut failed_revisions = previous.failed_revisions.clone();
+    if failed_revisions.is_empty() {
+        failed_revisions.extend(live.noted_failure.cloned());
+    }
     // Failed revisions of other content than the latest are history: forgotten.
     failed_revisions.retain(|f| f.hash == latest.spec.hash);
     let stable = previous
@@ -332,8 +355,8 @@ pub(super) fn step<P: PlacementObject>(
                 revision = Some(n);
                 moved = Some(now);
             }
-            Some(w) if carried == Some(t) || w.spec == *wanted => {
-                // At the target (or its render is what the Work holds: it is there).
+            Some(w) if rollout::runs_target(carried, t, w.spec == *wanted) => {
+                // At the target (or a Work from before rollouts holding its render).
                 let at = if carried == Some(t) {
                     moved_at.unwrap_or(now)
                 } else {
@@ -351,8 +374,11 @@ pub(super) fn step<P: PlacementObject>(
                 moved = Some(at);
             }
             Some(_) => {
-                // At an old revision: the stable one is rendered again for the cluster as
-                // it is now; any other is kept as its Work holds it.
+                // At an old revision, even one whose render is the target's (an undo): it
+                // moves when the planner says, through every gate (an approval of the
+                // target included); such a move rewrites only the revision the Work
+                // carries, not its spec. The stable revision is rendered again for the
+                // cluster as it is now; any other is kept as its Work holds it.
                 if let (Some(s), Some(plan)) = (stable, &stable_plan)
                     && carried == Some(s.spec.revision)
                     && let Some(w) = plan.works.get(cluster)
@@ -420,12 +446,18 @@ pub(super) fn step<P: PlacementObject>(
         .and_then(|s| s.rollback)
         .unwrap_or_default();
     let mut progressing: (&'static str, &'static str, String);
+    let mut events = Vec::new();
     let mut completed = previous.completed_revision;
     // A revision that completed stays completed: a cluster failing later is the business
     // of its status, not of a rollout (there is none).
     let settled = previous.completed_revision == Some(t) && running.values().all(|n| *n == t);
     if let Some((cluster, why)) = wave.failed.first().filter(|_| !rolling_back && !settled) {
         let what = format!("revision {t} failed on cluster {cluster}: {why}");
+        events.push(Note {
+            warning: true,
+            reason: "RolloutHalted",
+            note: format!("rollout of revision {t} halted: cluster {cluster}: {why}"),
+        });
         if rollback == RollbackPolicy::Automatic
             && let (Some(s), Some(plan)) = (stable, &stable_plan)
         {
@@ -435,10 +467,12 @@ pub(super) fn step<P: PlacementObject>(
                 cluster: cluster.clone(),
                 reason: why.clone(),
             }];
+            let mut back = Vec::new();
             for (name, n) in running.iter_mut() {
                 if *n == t
                     && let Some(w) = plan.works.get(name)
                 {
+                    back.push(name.clone());
                     desired.insert(
                         name.clone(),
                         Desired {
@@ -450,6 +484,21 @@ pub(super) fn step<P: PlacementObject>(
                     *n = s.spec.revision;
                 }
             }
+            events.push(Note {
+                warning: false,
+                reason: "RolledBack",
+                note: format!(
+                    "revision {t} rolled back to revision {} on {} {}: {}",
+                    s.spec.revision,
+                    back.len(),
+                    if back.len() == 1 {
+                        "cluster"
+                    } else {
+                        "clusters"
+                    },
+                    super::events::listed(&back)
+                ),
+            });
             progressing = (
                 "False",
                 "ProgressDeadlineExceeded",
@@ -499,6 +548,33 @@ pub(super) fn step<P: PlacementObject>(
             ),
         );
     }
+    // Each Event once: when `Progressing` comes to its reason (a restarted hub reads the
+    // reason back from the status, and says nothing again).
+    let before = p
+        .status()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == condition::PROGRESSING)
+        })
+        .map(|c| c.reason.as_str());
+    if before == Some(progressing.1) {
+        events.clear();
+    } else if progressing.1 == "RolloutComplete" {
+        events.push(Note {
+            warning: false,
+            reason: "RolloutComplete",
+            note: format!(
+                "revision {t} rolled out to all {} {}",
+                members.len(),
+                if members.len() == 1 {
+                    "cluster"
+                } else {
+                    "clusters"
+                }
+            ),
+        });
+    }
     if let (Some(f), true) = (&latest_failed, rolling_back) {
         let what = format!(
             "revision {} failed on cluster {}: {}; rolled back to revision {t}; not rolled out \
@@ -520,7 +596,7 @@ pub(super) fn step<P: PlacementObject>(
                 .count() as i32,
             message: if s.implicit {
                 Some(format!(
-                    "{} clusters are in no stage: they go last ({IMPLICIT_STAGE})",
+                    "{} clusters are in no stage: they go last, in stage {IMPLICIT_STAGE}",
                     s.members.len()
                 ))
             } else if let Some((cluster, later)) = s.overlaps.first() {
@@ -575,6 +651,7 @@ pub(super) fn step<P: PlacementObject>(
         recheck,
         stage_entered,
         in_use,
+        events,
     }
 }
 
@@ -736,6 +813,506 @@ mod tests {
             why.as_deref(),
             Some("Deployment web: ImagePullBackOff: image \"bad:1\" cannot be pulled")
         );
+    }
+
+    /// The undo of issue 24's staged test, as one rollout step sees it: revision 4 (a new
+    /// image) reached the canary and waits for eu's approval; the undo makes revision 5 with
+    /// revision 2's objects, which eu's and the rest's clusters (at revision 2, the last
+    /// completed) already hold.
+    mod undo {
+        use flotilla_api::{ClusterSpec, Placement};
+
+        use super::*;
+        use crate::Reach;
+
+        fn key() -> PlacementKey {
+            PlacementKey {
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            }
+        }
+
+        fn spec() -> PlacementSpec {
+            with_rollback(None)
+        }
+
+        fn with_rollback(rollback: Option<&str>) -> PlacementSpec {
+            let mut spec: PlacementSpec = serde_json::from_value(json!({
+                "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+                "strategy": {"type": "Staged", "progressDeadlineSeconds": 60, "stages": [
+                    {"name": "canary", "clusters": {"labelSelector": {"matchLabels": {"ring": "canary"}}}},
+                    {"name": "eu", "clusters": {"labelSelector": {"matchLabels": {"region": "eu"}}},
+                     "approval": "Required"},
+                    {"name": "rest"}]}
+            }))
+            .unwrap();
+            if let (Some(strategy), Some(r)) = (spec.strategy.as_mut(), rollback) {
+                strategy.rollback = Some(serde_json::from_value(json!(r)).unwrap());
+            }
+            spec
+        }
+
+        fn revision(number: i64, image: &str) -> Arc<PlacementRevision> {
+            let template = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                    {"name": "web", "image": image}]}}}});
+            let snapshot = crate::revision::snapshot(&[template], &[], &spec());
+            Arc::new(PlacementRevision::new(
+                &crate::revision::name(&key(), number),
+                snapshot.revision(&key(), number, None),
+            ))
+        }
+
+        fn clusters() -> Vec<Arc<Cluster>> {
+            [
+                ("c0", "ring", "canary"),
+                ("e1", "region", "eu"),
+                ("e2", "region", "eu"),
+            ]
+            .into_iter()
+            .chain([("r1", "region", "us")])
+            .map(|(name, k, v)| {
+                let mut c = Cluster::new(name, ClusterSpec::default());
+                c.metadata.labels = Some(BTreeMap::from([(k.to_owned(), v.to_owned())]));
+                Arc::new(c)
+            })
+            .collect()
+        }
+
+        /// A Work holding `spec` at `revision`, moved at second 0 and available since.
+        fn work_at(spec: &WorkSpec, revision: i64) -> Arc<Work> {
+            work_up(spec, revision, true)
+        }
+
+        /// A Work holding `spec` at `revision`, moved at second 0, available or not.
+        fn work_up(spec: &WorkSpec, revision: i64, up: bool) -> Arc<Work> {
+            let mut work = Work::new("shop.web", spec.clone());
+            work.metadata.generation = Some(1);
+            work.metadata.annotations = Some(BTreeMap::from([
+                (REVISION_ANNOTATION.to_owned(), revision.to_string()),
+                (
+                    MOVED_AT_ANNOTATION.to_owned(),
+                    "1970-01-01T00:00:00Z".to_owned(),
+                ),
+            ]));
+            work.status = Some(flotilla_api::WorkStatus {
+                observed_generation: Some(1),
+                conditions: vec![if up {
+                    available("True", "Available")
+                } else {
+                    available("False", "ImagePullBackOff")
+                }],
+                manifests: Vec::new(),
+            });
+            Arc::new(work)
+        }
+
+        fn placement(approved: Option<i64>) -> Placement {
+            let mut p = Placement::new("web", spec());
+            p.metadata.namespace = Some("shop".into());
+            p.metadata.annotations = approved.map(|n| {
+                BTreeMap::from([(
+                    format!("{}eu", flotilla_api::APPROVAL_ANNOTATION_PREFIX),
+                    json!({"stage": "eu", "revision": n, "by": "alice"}).to_string(),
+                )])
+            });
+            p.status = Some(PlacementStatus {
+                rollout: Some(RolloutStatus {
+                    revision: Some(4),
+                    completed_revision: Some(2),
+                    stage: Some("eu".into()),
+                    ..RolloutStatus::default()
+                }),
+                ..PlacementStatus::default()
+            });
+            p
+        }
+
+        #[test]
+        fn a_halt_a_rollback_and_a_completion_each_call_for_one_event() {
+            let key = key();
+            let clusters = clusters();
+            let revisions = vec![revision(2, "nginx:1.28"), revision(4, "bad:1")];
+            let reach = Reach::Everywhere;
+            let empty = BTreeMap::new();
+            let now = Timestamp::from_second(1000).unwrap();
+            for (rollback, reasons) in [
+                (None, vec!["RolloutHalted"]),
+                (Some("Automatic"), vec!["RolloutHalted", "RolledBack"]),
+            ] {
+                let spec = with_rollback(rollback);
+                let live = Live {
+                    key: &key,
+                    spec: &spec,
+                    clusters: &clusters,
+                    reach: &reach,
+                    current: &empty,
+                    noted_failure: None,
+                };
+                let old = plan_of(&live, &revisions[0]).works;
+                let new = plan_of(&live, &revisions[1]).works;
+                let mut works: BTreeMap<String, Arc<Work>> = ["e1", "e2", "r1"]
+                    .into_iter()
+                    .map(|c| (c.to_owned(), work_at(&old[c], 2)))
+                    .collect();
+                // The canary moved at second 0, not available 1000 s later (deadline 60).
+                works.insert("c0".into(), work_up(&new["c0"], 4, false));
+                let mut p = placement(None);
+                let halted = step(&p, &live, &works, &revisions, &BTreeMap::new(), now);
+                let found: Vec<&str> = halted.events.iter().map(|e| e.reason).collect();
+                assert_eq!(found, reasons, "{rollback:?}");
+                let halt = &halted.events[0];
+                assert!(halt.warning);
+                assert!(
+                    halt.note.contains("revision 4") && halt.note.contains("cluster c0"),
+                    "{}",
+                    halt.note
+                );
+                if rollback.is_some() {
+                    assert!(!halted.events[1].warning);
+                    assert_eq!(
+                        halted.events[1].note,
+                        "revision 4 rolled back to revision 2 on 1 cluster: c0"
+                    );
+                    assert_eq!(halted.desired["c0"].revision, 2);
+                }
+                // The status says it halted: the next step says nothing again.
+                let status = p.status.as_mut().unwrap();
+                status.conditions = vec![Condition {
+                    type_: condition::PROGRESSING.into(),
+                    status: "False".into(),
+                    reason: halted.progressing.1.into(),
+                    message: halted.progressing.2.clone(),
+                    last_transition_time: Time(now),
+                    observed_generation: None,
+                }];
+                if rollback.is_none() {
+                    let again = step(&p, &live, &works, &revisions, &BTreeMap::new(), now);
+                    assert_eq!(again.progressing.1, "ProgressDeadlineExceeded");
+                    assert!(again.events.is_empty(), "{:?}", again.events);
+                } else {
+                    // The canary is back at revision 2, but the placement read does not
+                    // show the failed revision yet: what this hub noted keeps revision 4
+                    // from going out again.
+                    works.insert("c0".into(), work_at(&old["c0"], 2));
+                    let stale = placement(None);
+                    let noted = halted.status.failed_revisions[0].clone();
+                    let without = step(&stale, &live, &works, &revisions, &BTreeMap::new(), now);
+                    assert_eq!(without.desired["c0"].revision, 4, "the race this guards");
+                    let live = Live {
+                        noted_failure: Some(&noted),
+                        ..live
+                    };
+                    let with = step(&stale, &live, &works, &revisions, &BTreeMap::new(), now);
+                    assert_eq!(with.running["c0"], 2);
+                    assert_eq!(with.progressing.1, "RevisionFailed");
+                }
+            }
+            // Every cluster at revision 2 and available: complete, said once.
+            let spec = spec();
+            let live = Live {
+                key: &key,
+                spec: &spec,
+                clusters: &clusters,
+                reach: &reach,
+                current: &empty,
+                noted_failure: None,
+            };
+            let old = plan_of(&live, &revisions[0]).works;
+            let works: BTreeMap<String, Arc<Work>> = ["c0", "e1", "e2", "r1"]
+                .into_iter()
+                .map(|c| (c.to_owned(), work_at(&old[c], 2)))
+                .collect();
+            let revisions = &revisions[..1];
+            let mut p = placement(None);
+            p.status
+                .as_mut()
+                .unwrap()
+                .rollout
+                .as_mut()
+                .unwrap()
+                .revision = Some(2);
+            let done = step(&p, &live, &works, revisions, &BTreeMap::new(), now);
+            assert_eq!(done.progressing.1, "RolloutComplete");
+            assert_eq!(
+                done.events,
+                [Note {
+                    warning: false,
+                    reason: "RolloutComplete",
+                    note: "revision 2 rolled out to all 4 clusters".into()
+                }]
+            );
+        }
+
+        #[test]
+        fn stages_that_overlap_or_leave_clusters_out_are_said_in_the_status() {
+            let key = key();
+            let clusters = clusters();
+            // canary also matches eu's selector; r1 (region us) is in no stage.
+            let mut spec: PlacementSpec = serde_json::from_value(json!({
+                "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+                "strategy": {"type": "Staged", "stages": [
+                    {"name": "canary", "clusters": {"names": ["c0", "e1"]}},
+                    {"name": "eu", "clusters": {"labelSelector": {"matchLabels": {"region": "eu"}}}}]}
+            }))
+            .unwrap();
+            spec.revision_history_limit = Some(10);
+            let revisions = vec![revision(1, "nginx:1.28")];
+            let reach = Reach::Everywhere;
+            let empty = BTreeMap::new();
+            let live = Live {
+                key: &key,
+                spec: &spec,
+                clusters: &clusters,
+                reach: &reach,
+                current: &empty,
+                noted_failure: None,
+            };
+            let mut p = placement(None);
+            p.spec = spec.clone();
+            p.status = None;
+            let now = Timestamp::from_second(1000).unwrap();
+            let first = step(
+                &p,
+                &live,
+                &BTreeMap::new(),
+                &revisions,
+                &BTreeMap::new(),
+                now,
+            );
+            let stages: Vec<(&str, i32, Option<&str>)> = first
+                .status
+                .stages
+                .iter()
+                .map(|s| (s.name.as_str(), s.clusters, s.message.as_deref()))
+                .collect();
+            assert_eq!(
+                stages,
+                [
+                    (
+                        "canary",
+                        2,
+                        Some(
+                            "1 clusters also match a later stage's selector (such as e1: eu); \
+                             each goes in the first stage that matches"
+                        )
+                    ),
+                    ("eu", 1, None),
+                    (
+                        IMPLICIT_STAGE,
+                        1,
+                        Some("1 clusters are in no stage: they go last, in stage (unstaged)")
+                    ),
+                ]
+            );
+        }
+
+        #[test]
+        fn a_cluster_holding_the_targets_objects_at_another_revision_waits_for_its_approval() {
+            let (key, spec, clusters) = (key(), spec(), clusters());
+            let revisions = vec![
+                revision(2, "nginx:1.28"),
+                revision(4, "nginx:1.29"),
+                revision(5, "nginx:1.28"),
+            ];
+            assert_eq!(revisions[0].spec.hash, revisions[2].spec.hash);
+            let reach = Reach::Everywhere;
+            let empty = BTreeMap::new();
+            let live = Live {
+                key: &key,
+                spec: &spec,
+                clusters: &clusters,
+                reach: &reach,
+                current: &empty,
+                noted_failure: None,
+            };
+            let old = plan_of(&live, &revisions[0]).works;
+            let new = plan_of(&live, &revisions[1]).works;
+            let mut works: BTreeMap<String, Arc<Work>> = ["e1", "e2", "r1"]
+                .into_iter()
+                .map(|c| (c.to_owned(), work_at(&old[c], 2)))
+                .collect();
+            works.insert("c0".into(), work_at(&new["c0"], 4));
+            let now = Timestamp::from_second(1000).unwrap();
+            // Not approved for revision 5 (only for 2 long ago, and 4): the canary moves,
+            // eu and the rest stay at revision 2, whatever they hold.
+            for approved in [None, Some(2), Some(4)] {
+                let step = step(
+                    &placement(approved),
+                    &live,
+                    &works,
+                    &revisions,
+                    &BTreeMap::new(),
+                    now,
+                );
+                assert_eq!(step.desired["c0"].revision, 5);
+                assert_eq!(step.desired["c0"].spec, old["c0"]);
+                for c in ["e1", "e2", "r1"] {
+                    assert_eq!(step.running[c], 2, "{c} moved without an approval");
+                    assert!(step.desired.get(c).is_none_or(|d| d.revision == 2), "{c}");
+                }
+                assert_eq!(step.progressing.1, "Progressing");
+            }
+            // The canary at revision 5 and available: eu waits for its approval of 5.
+            works.insert("c0".into(), work_at(&old["c0"], 5));
+            let later = Timestamp::from_second(2000).unwrap();
+            let waiting = step(
+                &placement(Some(4)),
+                &live,
+                &works,
+                &revisions,
+                &BTreeMap::new(),
+                later,
+            );
+            assert_eq!(waiting.progressing.1, "WaitingForApproval");
+            assert_eq!(waiting.status.stage.as_deref(), Some("eu"));
+            assert_eq!((waiting.running["e1"], waiting.running["e2"]), (2, 2));
+            // Approved for 5: eu moves by its revision alone — the Work's spec is the one it
+            // holds, so the member's objects are not applied again.
+            let approved = step(
+                &placement(Some(5)),
+                &live,
+                &works,
+                &revisions,
+                &BTreeMap::new(),
+                later,
+            );
+            for c in ["e1", "e2"] {
+                assert_eq!(approved.desired[c].revision, 5, "{c}");
+                assert_eq!(approved.desired[c].spec, works[c].spec, "{c}");
+            }
+            assert_eq!(approved.running["r1"], 2, "rest waits for eu");
+        }
+    }
+
+    /// A size bound, not a timing: the placement's status mid-rollout over 10,000 clusters
+    /// (a tenth in flight, some failing with the member's own reason, the rest at either
+    /// revision) stays under 1 MiB, as the issue's target asks.
+    #[test]
+    fn the_status_of_a_rollout_over_ten_thousand_clusters_stays_under_a_mebibyte() {
+        use flotilla_api::{ClusterSpec, Placement};
+
+        use crate::Reach;
+        use crate::status::{self, Observed, WorkView};
+
+        const N: usize = 10_000;
+        let key = PlacementKey {
+            namespace: Some("shop".into()),
+            name: "web".into(),
+        };
+        let spec: PlacementSpec = serde_json::from_value(json!({
+            "resourceSelectors": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}],
+            "strategy": {"type": "Rolling", "maxUnavailable": "10%", "minReadySeconds": 1,
+                "progressDeadlineSeconds": 600}
+        }))
+        .unwrap();
+        let revision = |number: i64, image: &str| {
+            let template = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": 2, "template": {"spec": {"containers": [
+                    {"name": "web", "image": image}]}}}});
+            let snapshot = crate::revision::snapshot(&[template], &[], &spec);
+            Arc::new(PlacementRevision::new(
+                &crate::revision::name(&key, number),
+                snapshot.revision(&key, number, None),
+            ))
+        };
+        let revisions = vec![revision(1, "nginx:1.27"), revision(2, "nginx:1.28")];
+        let clusters: Vec<Arc<Cluster>> = (0..N)
+            .map(|i| {
+                let mut c = Cluster::new(&format!("member-{i:05}"), ClusterSpec::default());
+                c.metadata.labels = Some(BTreeMap::from([
+                    ("region".to_owned(), format!("region-{}", i % 7)),
+                    ("ring".to_owned(), format!("ring-{}", i % 3)),
+                ]));
+                Arc::new(c)
+            })
+            .collect();
+        let (reach, empty) = (Reach::Everywhere, BTreeMap::new());
+        let live = Live {
+            key: &key,
+            spec: &spec,
+            clusters: &clusters,
+            reach: &reach,
+            current: &empty,
+            noted_failure: None,
+        };
+        let old = plan_of(&live, &revisions[0]).works;
+        let new = plan_of(&live, &revisions[1]).works;
+        // 4,000 updated and available, 1,000 in flight (50 of them failing), 5,000 waiting.
+        let works: BTreeMap<String, Arc<Work>> = clusters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let name = c.metadata.name.clone().unwrap();
+                let mut w = match i {
+                    _ if i < 4000 => work(1, 1, available("True", "Available")),
+                    _ if i < 4050 => work(1, 1, available("False", "NotAvailable")),
+                    _ if i < 5000 => work(2, 1, available("True", "Available")),
+                    _ => work(1, 1, available("True", "Available")),
+                };
+                let w = Arc::make_mut(&mut w);
+                w.spec = if i < 5000 {
+                    new[&name].clone()
+                } else {
+                    old[&name].clone()
+                };
+                w.metadata.namespace = Some(crate::plan::work_namespace(&name));
+                w.metadata.annotations = Some(BTreeMap::from([
+                    (
+                        REVISION_ANNOTATION.to_owned(),
+                        if i < 5000 { "2" } else { "1" }.to_owned(),
+                    ),
+                    (
+                        MOVED_AT_ANNOTATION.to_owned(),
+                        "1970-01-01T00:16:00Z".to_owned(),
+                    ),
+                ]));
+                (name, Arc::new(w.clone()))
+            })
+            .collect();
+        let mut p = Placement::new("web", spec.clone());
+        p.metadata.namespace = Some("shop".into());
+        p.status = Some(PlacementStatus {
+            rollout: Some(RolloutStatus {
+                revision: Some(2),
+                completed_revision: Some(1),
+                ..RolloutStatus::default()
+            }),
+            ..PlacementStatus::default()
+        });
+        let now = Timestamp::from_second(1000).unwrap();
+        let step = step(&p, &live, &works, &revisions, &BTreeMap::new(), now);
+        assert_eq!(step.status.updated, 5000);
+        let views: BTreeMap<String, WorkView<'_>> = works
+            .iter()
+            .map(|(c, w)| {
+                (
+                    c.clone(),
+                    WorkView {
+                        generation: w.metadata.generation,
+                        status: w.status.as_ref(),
+                    },
+                )
+            })
+            .collect();
+        let observed = Observed {
+            works: &views,
+            not_ready: &BTreeMap::new(),
+            unmatched: &[],
+            outside: &[],
+        };
+        let time = Time(now);
+        let placed = status::placement_status(&step.plan, &observed, Some(2), None, &time);
+        let placed = with_rollout(placed, &step, "abcdef0123", Some(2), &[], &time);
+        p.status = Some(placed);
+        let bytes = serde_json::to_vec(&p).unwrap().len();
+        assert!(bytes < 1 << 20, "the placement is {bytes} bytes");
+        // The status lists at most MAX_LISTED_CLUSTERS clusters, and says how many more.
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.clusters.len(), flotilla_api::MAX_LISTED_CLUSTERS);
+        assert!(status.unlisted_clusters.is_some_and(|n| n > 0));
     }
 
     #[test]
