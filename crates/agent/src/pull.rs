@@ -343,10 +343,15 @@ impl Agent {
             .as_ref()
             .map(|s| s.manifests.clone())
             .unwrap_or_default();
-        let policy = work.spec.apply.clone().unwrap_or_default().deletion;
+        let apply = work.spec.apply.clone().unwrap_or_default();
         match self
             .member
-            .remove(&applied, policy, &self.provenance(&work))
+            .remove_as(
+                &applied,
+                apply.deletion,
+                &self.provenance(&work),
+                apply.service_account_name.as_deref(),
+            )
             .await
         {
             Ok(()) => info!(work = %name, "Work removed"),
