@@ -28,6 +28,7 @@
 //! uses a `kube::Client` (in-process in the hub) as any controller does.
 
 pub mod discovery;
+pub mod member_rbac;
 pub mod pull;
 pub mod register;
 pub mod registrar;

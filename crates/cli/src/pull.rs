@@ -77,6 +77,68 @@ pub struct RevokeArgs {
     pub hub: HubAccess,
 }
 
+/// `flotilla agent FLAGS` runs the agent; `flotilla agent print-rbac …` prints what it
+/// needs on the member.
+#[derive(Debug, Parser)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AgentCli {
+    /// A subcommand; none: run the agent with the flags.
+    #[command(subcommand)]
+    pub command: Option<AgentCommand>,
+    /// The agent's flags.
+    #[command(flatten)]
+    pub run: Option<AgentArgs>,
+}
+
+/// `flotilla agent` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentCommand {
+    /// Print the minimal RBAC the agent needs on its member, as YAML to apply there.
+    PrintRbac(PrintRbacArgs),
+}
+
+/// `flotilla agent print-rbac --cluster NAME [--service-account NAMESPACE/NAME …]`
+#[derive(Debug, Parser)]
+pub struct PrintRbacArgs {
+    /// The cluster's name on the hub (it labels the objects).
+    #[arg(long, value_name = "NAME", value_parser = cluster_name)]
+    pub cluster: String,
+    /// A service account the placements apply as on this member (their
+    /// `apply.serviceAccountName`, with its namespace); repeatable. The agent may then
+    /// impersonate exactly these and applies nothing as itself. None: the agent applies
+    /// as itself, and its role allows every kind (narrow it to what you place).
+    #[arg(long = "service-account", value_name = "NAMESPACE/NAME", value_parser = named_account)]
+    pub service_accounts: Vec<flotilla_agent::member_rbac::NamedAccount>,
+}
+
+fn named_account(text: &str) -> Result<flotilla_agent::member_rbac::NamedAccount, String> {
+    text.parse()
+        .map_err(|e: flotilla_agent::Error| e.to_string())
+}
+
+impl AgentCli {
+    /// Runs the agent, or the subcommand.
+    pub fn run(self) -> anyhow::Result<()> {
+        match (self.command, self.run) {
+            (Some(AgentCommand::PrintRbac(args)), _) => {
+                args.print();
+                Ok(())
+            }
+            (None, Some(run)) => run.run(),
+            (None, None) => bail!(
+                "flotilla agent needs --hub, --ca-hash, --cluster and --kubeconfig (see --help)"
+            ),
+        }
+    }
+}
+
+impl PrintRbacArgs {
+    fn print(&self) {
+        let objects = flotilla_agent::member_rbac::objects(&self.cluster, &self.service_accounts);
+        print!("{}", flotilla_agent::member_rbac::yaml(&objects));
+    }
+}
+
 /// `flotilla agent --hub URL --token T --ca-hash sha256:HEX --cluster NAME --kubeconfig
 /// MEMBER [--data-dir DIR] [--labels k=v,…] [--clusterset SET]`
 #[derive(Debug, Parser)]
@@ -511,6 +573,52 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn the_agent_or_print_rbac() {
+        let cli = |args: &[&str]| {
+            let mut all = vec!["agent"];
+            all.extend(args);
+            AgentCli::try_parse_from(all)
+        };
+        let run = cli(&[
+            "--hub",
+            "https://h:1",
+            "--ca-hash",
+            PIN,
+            "--cluster",
+            "e",
+            "--kubeconfig",
+            "k",
+        ])
+        .unwrap();
+        assert!(run.command.is_none() && run.run.is_some());
+        let print = cli(&[
+            "print-rbac",
+            "--cluster",
+            "east",
+            "--service-account",
+            "shop/deployer",
+            "--service-account",
+            "ops/deployer",
+        ])
+        .unwrap();
+        let Some(AgentCommand::PrintRbac(args)) = print.command else {
+            panic!("not print-rbac");
+        };
+        assert_eq!(args.service_accounts.len(), 2);
+        let bad = cli(&[
+            "print-rbac",
+            "--cluster",
+            "east",
+            "--service-account",
+            "deployer",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("NAMESPACE/NAME"), "{bad}");
+        assert!(cli(&["--hub", "https://h:1", "--ca-hash", PIN]).is_err());
     }
 
     #[test]

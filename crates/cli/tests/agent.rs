@@ -877,9 +877,99 @@ fn a_placement_applies_as_the_members_service_account_on_pull_and_push_clusters(
         assert!(!out.status.success(), "{}", text(&out));
         assert!(stderr(&out).contains("forbidden"), "{}", stderr(&out));
     }
-    // member-1 pulls (its agent), member-2 is pushed to (the hub holds its kubeconfig).
+    // member-1's agent runs with the least privilege `print-rbac` prints: impersonating
+    // shop/deployer, and reading the little it reads itself.
+    let out = flotilla(&[
+        "agent",
+        "print-rbac",
+        "--cluster",
+        "pulled",
+        "--service-account",
+        "shop/deployer",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rbac = String::from_utf8(out.stdout).unwrap();
+    let applied = sim.kubectl("member-1", &["apply", "-f", "-"], Some(&rbac));
+    assert!(applied.status.success(), "{}\n{rbac}", text(&applied));
+    let token = sim.ok(
+        "member-1",
+        &["create", "token", "flotilla-agent", "-n", "flotilla-system"],
+    );
+    let mut kubeconfig: Value =
+        serde_json::from_slice(&std::fs::read(sim.kubeconfig("member-1")).unwrap()).unwrap();
+    kubeconfig["users"][0]["user"] = json!({"token": token.trim()});
+    let least = work.path().join("member-1-agent.kubeconfig");
+    std::fs::write(&least, kubeconfig.to_string()).unwrap();
+    let as_agent = |args: &[&str]| {
+        support::kubectl_command(&least)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let me = as_agent(&["auth", "whoami", "-o", "json"]);
+    assert!(
+        text(&me).contains("system:serviceaccount:flotilla-system:flotilla-agent"),
+        "{}",
+        text(&me)
+    );
+    // It applies nothing as itself, and impersonates deployer alone.
+    for args in [
+        &["get", "secrets", "-A"][..],
+        &[
+            "create",
+            "deployment",
+            "x",
+            "-n",
+            "shop",
+            "--image",
+            "nginx",
+        ],
+        &[
+            "get",
+            "deployments",
+            "-n",
+            "shop",
+            "--as",
+            "system:serviceaccount:shop:default",
+        ],
+        &[
+            "get",
+            "deployments",
+            "-n",
+            "default",
+            "--as",
+            "system:serviceaccount:default:deployer",
+        ],
+    ] {
+        let out = as_agent(args);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("forbidden"), "{args:?}: {}", text(&out));
+    }
+    for args in [
+        &["get", "nodes"][..],
+        &[
+            "get",
+            "deployments",
+            "-n",
+            "shop",
+            "--as",
+            "system:serviceaccount:shop:deployer",
+            "--as-group",
+            "system:serviceaccounts",
+            "--as-group",
+            "system:serviceaccounts:shop",
+            "--as-group",
+            "system:authenticated",
+        ],
+    ] {
+        let out = as_agent(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+    }
+
+    // member-1 pulls (its agent, with that kubeconfig), member-2 is pushed to (the hub
+    // holds its admin kubeconfig).
     let (token, command) = create_token(&hub, &["--auto-approve"]);
-    let mut flags = agent_flags(&command, &token, "pulled", &sim.kubeconfig("member-1"));
+    let mut flags = agent_flags(&command, &token, "pulled", &least);
     flags.extend(["--labels".into(), "env=rbac".into()]);
     let agent = Agent::start(&work.path().join("pulled"), &strs(&flags));
     join_with(&hub, &sim, "member-2", &["--labels", "env=rbac"]);
