@@ -32,6 +32,7 @@ pub mod member_rbac;
 pub mod pull;
 pub mod register;
 pub mod registrar;
+pub mod renew;
 pub mod token;
 
 use std::path::Path;

@@ -176,6 +176,10 @@ pub struct AgentArgs {
     /// The hub's name, as the objects it places carry it (the hub's `--name`).
     #[arg(long, value_name = "NAME", default_value = "flotilla-hub")]
     pub hub_name: String,
+    /// The lifetime the agent asks for its certificates (`expirationSeconds`; the hub's
+    /// default when not given, a year). Each is renewed at 80 % of its lifetime.
+    #[arg(long, value_name = "DURATION", value_parser = cert_duration)]
+    pub cert_duration: Option<Duration>,
     /// Log format.
     #[arg(long, value_enum, default_value = "plain")]
     pub log_format: LogFormat,
@@ -193,6 +197,17 @@ fn bootstrap_token(text: &str) -> Result<BootstrapToken, String> {
 
 fn ca_hash(text: &str) -> Result<String, String> {
     flotilla_agent::discovery::check_pin(text).map_err(|e| e.to_string())
+}
+
+/// A certificate lifetime a request may ask for: 10 minutes or more (the API's minimum
+/// `expirationSeconds`, as Kubernetes').
+fn cert_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d < Duration::from_secs(600) => Err(format!(
+            "{text:?} is shorter than 10 minutes, the shortest certificate a request may ask for"
+        )),
+        d => Ok(d),
+    }
 }
 
 fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -460,9 +475,10 @@ impl AgentArgs {
             cluster: self.cluster.clone(),
             labels: self.labels,
             cluster_set: self.clusterset,
-            data_dir: self.data_dir,
+            data_dir: self.data_dir.clone(),
         };
-        let credentials = flotilla_agent::register::credentials(&registration).await?;
+        let credentials =
+            flotilla_agent::register::credentials_for(&registration, self.cert_duration).await?;
         let hub = flotilla_agent::hub_client(
             &self.hub,
             &credentials.ca_pem,
@@ -473,8 +489,16 @@ impl AgentArgs {
         )
         .await?;
         tracing::info!(cluster = %self.cluster, hub = %self.hub, "agent running");
-        flotilla_agent::pull::Agent::new(
-            hub,
+        // The hub client follows the certificate's renewals.
+        let hub = flotilla_agent::renew::SwappableClient::new(hub);
+        let renewal = flotilla_agent::renew::Renewal {
+            hub: self.hub,
+            cluster: self.cluster.clone(),
+            data_dir: self.data_dir,
+            duration: self.cert_duration,
+        };
+        let agent = flotilla_agent::pull::Agent::new(
+            hub.client(),
             member,
             flotilla_agent::pull::Config {
                 cluster: self.cluster,
@@ -482,9 +506,11 @@ impl AgentArgs {
                 heartbeat_period: self.heartbeat_period,
                 resync_period: self.resync_period,
             },
-        )
-        .run()
-        .await?;
+        );
+        tokio::select! {
+            ran = agent.run() => ran?,
+            renewed = flotilla_agent::renew::run(renewal, credentials, hub) => renewed?,
+        }
         Ok(())
     }
 }

@@ -17,7 +17,10 @@ use support::identity::{
     assert_forbidden, certificate_request, csr_manifest, kubeconfig_with, run, run_with, stderr,
     text, token_kubeconfig, unauthorized, whoami,
 };
-use support::{Hub, Sim, condition, eventually, flotilla, image, join_with, member_web, signal};
+use support::{
+    Hub, Sim, condition, eventually, eventually_within, flotilla, image, join_with, member_web,
+    signal,
+};
 
 /// A `flotilla agent` process; killed on drop.
 struct Agent {
@@ -1071,4 +1074,128 @@ fn a_placement_applies_as_the_members_service_account_on_pull_and_push_clusters(
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn an_agent_renews_its_certificate_and_keeps_working_past_the_first_ones_expiry() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "1", "--ready-delay", "100ms"]);
+    let work = tempfile::tempdir().unwrap();
+    let (token, command) = create_token(&hub, &["--auto-approve"]);
+    let mut flags = agent_flags(&command, &token, "renewing", &sim.kubeconfig("member-1"));
+    // The shortest lifetime the API allows a certificate request (10 minutes): renewed
+    // after 8.
+    flags.extend(["--labels", "mode=pull", "--cert-duration", "600s"].map(String::from));
+    let dir = work.path().join("renewing");
+    let mut agent = Agent::start(&dir, &strs(&flags));
+    eventually("the cluster is Ready", || {
+        match ready(&get(&hub, &["cluster", "renewing"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(format!("{other}; agent: {}", agent.log())),
+        }
+    });
+    let first = std::fs::read(dir.join("agent.crt")).unwrap();
+    let (_, first_expiry) = flotilla_pki::certificate_validity(&first).unwrap();
+    let first_serial = flotilla_pki::certificate_serial(&first).unwrap();
+    let serial_of = |hub: &Hub| {
+        hub.json(&["get", "cluster", "renewing"])["metadata"]["annotations"]
+            ["flotilla.io/certificate-serial"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(serial_of(&hub), first_serial);
+    let old = agent_kubeconfig(&hub, "renewing-first", &dir);
+    assert!(whoami(&old).is_ok());
+
+    // Renewed before the end: a new serial recorded, the old certificate refused.
+    let renewed = eventually_within(
+        "the agent renews its certificate",
+        std::time::Duration::from_secs(600),
+        std::time::Duration::from_secs(2),
+        || {
+            let serial = serial_of(&hub);
+            if serial != first_serial && !serial.is_empty() {
+                Ok(serial)
+            } else {
+                Err(format!("still {serial}; agent: {}", agent.log()))
+            }
+        },
+    );
+    assert!(
+        jiff::Timestamp::now().as_second() < first_expiry,
+        "renewed only after the first certificate expired"
+    );
+    let csrs = hub.json(&["get", "csr"]);
+    let renewal = csrs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["spec"]["username"] == "system:flotilla:cluster:renewing")
+        .unwrap_or_else(|| panic!("no renewal request: {csrs}"));
+    assert_eq!(
+        condition(renewal, "Approved").unwrap()["reason"],
+        "AutoApprovedRenewal"
+    );
+    assert_eq!(renewal["spec"]["expirationSeconds"], 600);
+    eventually("the agent keeps the renewed certificate", || {
+        let kept = std::fs::read(dir.join("agent.crt")).map_err(|e| e.to_string())?;
+        match flotilla_pki::certificate_serial(&kept)? {
+            serial if serial == renewed => Ok(()),
+            other => Err(other),
+        }
+    });
+    assert!(
+        unauthorized(&old),
+        "the replaced certificate still authenticates"
+    );
+
+    // Past the first certificate's expiry the agent still works: it heartbeats and
+    // applies a new Work.
+    eventually_within(
+        "the first certificate expires",
+        std::time::Duration::from_secs(300),
+        std::time::Duration::from_secs(2),
+        || match jiff::Timestamp::now().as_second() > first_expiry {
+            true => Ok(()),
+            false => Err(format!("{first_expiry} not reached")),
+        },
+    );
+    hub.create(WORKLOAD);
+    let (image, _) = eventually("the Deployment lands after the first expiry", || {
+        web_image(&sim, "member-1")
+    });
+    assert_eq!(image, "nginx:1.27");
+    eventually(
+        "the cluster is Ready after the first expiry",
+        || match ready(&get(&hub, &["cluster", "renewing"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(other.to_owned()),
+        },
+    );
+    assert!(agent.ended().is_err(), "the agent stopped: {}", agent.log());
+    // A request the old certificate made as the new one was recorded was asked again,
+    // not taken for a revocation.
+    assert!(
+        !agent.log().contains("refuses this agent's certificate"),
+        "{}",
+        agent.log()
+    );
+
+    // A certificate lifetime the API refuses is refused by the flag, in one line.
+    let out = flotilla(&[
+        "agent",
+        "--hub",
+        "https://127.0.0.1:1",
+        "--ca-hash",
+        flag(&command, "--ca-hash"),
+        "--cluster",
+        "x",
+        "--kubeconfig",
+        "k",
+        "--cert-duration",
+        "60s",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("10 minutes"), "{}", stderr(&out));
 }
