@@ -28,9 +28,11 @@
 //! uses a `kube::Client` (in-process in the hub) as any controller does.
 
 pub mod discovery;
+pub mod member_rbac;
 pub mod pull;
 pub mod register;
 pub mod registrar;
+pub mod renew;
 pub mod token;
 
 use std::path::Path;

@@ -10,7 +10,9 @@
 //!     Delete ─► Member::remove(what its last status lists, its deletion policy)
 //!  every heartbeat period: Lease flotilla-agent renewed (leaseDurationSeconds = 4 periods)
 //!  every 6 periods: Member::probe ─► clusters/status (version, allocatable, properties)
-//!  any 401 ─► Error::Revoked: the agent stops, nothing more is applied
+//!  any 401 ─► asked again with the current certificate (a renewal may have replaced the
+//!     one it used), 3 times 1 s apart ─► still 401: Error::Revoked, the agent stops,
+//!     nothing more is applied
 //! ```
 
 use std::collections::HashMap;
@@ -110,7 +112,11 @@ impl Agent {
             ticker.tick().await;
             match self.renew(&leases).await {
                 Ok(()) => {}
-                Err(e) if is_unauthorized(&e) => return Err(Error::Revoked),
+                Err(e) if is_unauthorized(&e) => {
+                    if self.confirmed_revoked().await {
+                        return Err(Error::Revoked);
+                    }
+                }
                 Err(e) => warn!(error = %e, "heartbeat not renewed; retrying next period"),
             }
             if beats.is_multiple_of(FACTS_EVERY) {
@@ -130,7 +136,11 @@ impl Agent {
                             .await
                         {
                             Ok(_) => {}
-                            Err(e) if is_unauthorized(&e) => return Err(Error::Revoked),
+                            Err(e) if is_unauthorized(&e) => {
+                                if self.confirmed_revoked().await {
+                                    return Err(Error::Revoked);
+                                }
+                            }
                             Err(e) => warn!(error = %e, "the member's facts not reported"),
                         }
                     }
@@ -182,6 +192,29 @@ impl Agent {
         Ok(())
     }
 
+    /// Whether a 401 the hub answered means the agent is revoked: the hub is asked again
+    /// with the current certificate (a renewal may have replaced the one the refused
+    /// request used, or the hub may not have recorded the new one yet), up to 3 times 1 s
+    /// apart. Revoked only if every answer is 401.
+    async fn confirmed_revoked(&self) -> bool {
+        let leases: Api<Lease> = Api::namespaced(self.hub.clone(), &self.namespace());
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            match leases.get_opt(HEARTBEAT_LEASE).await {
+                Ok(_) => {
+                    info!("a 401 was the certificate just replaced: not revoked");
+                    return false;
+                }
+                Err(e) if is_unauthorized(&e) => {}
+                Err(e) => {
+                    warn!(error = %e, "the hub does not answer: not taken for a revocation");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     /// Follows the cluster's Works.
     async fn works(self: Arc<Self>) -> Result<(), Error> {
         let api: Api<Work> = Api::namespaced(self.hub.clone(), &self.namespace());
@@ -201,7 +234,7 @@ impl Agent {
                         watcher::Error::WatchError(s) => s.code == 401,
                         _ => false,
                     };
-                    if revoked {
+                    if revoked && self.confirmed_revoked().await {
                         return Err(Error::Revoked);
                     }
                     warn!(error = %e, "watch of Works failed; retrying");
@@ -324,7 +357,10 @@ impl Agent {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) if is_unauthorized(&e) => Err(Error::Revoked),
+            Err(e) if is_unauthorized(&e) => match self.confirmed_revoked().await {
+                true => Err(Error::Revoked),
+                false => Ok(()),
+            },
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => {
                 warn!(work = %work.name_any(), error = %e, "status not written; retried at the next resync");
@@ -343,10 +379,15 @@ impl Agent {
             .as_ref()
             .map(|s| s.manifests.clone())
             .unwrap_or_default();
-        let policy = work.spec.apply.clone().unwrap_or_default().deletion;
+        let apply = work.spec.apply.clone().unwrap_or_default();
         match self
             .member
-            .remove(&applied, policy, &self.provenance(&work))
+            .remove_as(
+                &applied,
+                apply.deletion,
+                &self.provenance(&work),
+                apply.service_account_name.as_deref(),
+            )
             .await
         {
             Ok(()) => info!(work = %name, "Work removed"),

@@ -93,7 +93,7 @@ impl Files {
 
 /// Writes `contents` to `path` readable by this user alone (0600), through a file
 /// renamed into place.
-fn write_private(path: &Path, contents: &str) -> Result<(), Error> {
+pub(crate) fn write_private(path: &Path, contents: &str) -> Result<(), Error> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let tmp = path.with_extension("tmp");
@@ -132,7 +132,7 @@ fn data_dir(dir: &Path) -> Result<(), Error> {
 
 /// The name of the CSR for `key_pem`: the cluster's name and a digest of the key, so that
 /// a retry with the same key finds its request and a new key makes a new one.
-fn csr_name(cluster: &str, public_key_der: &[u8]) -> String {
+pub(crate) fn csr_name(cluster: &str, public_key_der: &[u8]) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, public_key_der);
     let hex: String = digest.as_ref()[..6]
         .iter()
@@ -143,6 +143,15 @@ fn csr_name(cluster: &str, public_key_der: &[u8]) -> String {
 
 /// The credentials in `dir` if a registration finished there, else registers.
 pub async fn credentials(registration: &Registration) -> Result<Credentials, Error> {
+    credentials_for(registration, None).await
+}
+
+/// [`credentials`], asking for a certificate of lifetime `duration` (the CSR's
+/// `expirationSeconds`; none: the hub's default) when it registers.
+pub async fn credentials_for(
+    registration: &Registration,
+    duration: Option<Duration>,
+) -> Result<Credentials, Error> {
     data_dir(&registration.data_dir)?;
     let files = Files::in_dir(&registration.data_dir);
     if let (Some(ca_pem), Some(cert_pem), Some(key_pem)) =
@@ -155,10 +164,14 @@ pub async fn credentials(registration: &Registration) -> Result<Credentials, Err
             key_pem,
         });
     }
-    register(registration, &files).await
+    register(registration, &files, duration).await
 }
 
-async fn register(registration: &Registration, files: &Files) -> Result<Credentials, Error> {
+async fn register(
+    registration: &Registration,
+    files: &Files,
+    duration: Option<Duration>,
+) -> Result<Credentials, Error> {
     let token = registration.token.as_ref().ok_or_else(|| {
         Error::Input("this agent has no certificate yet: --token is needed to register".into())
     })?;
@@ -242,6 +255,7 @@ async fn register(registration: &Registration, files: &Files) -> Result<Credenti
             request: ByteString(request.into_bytes()),
             signer_name: SIGNER.to_owned(),
             usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            expiration_seconds: duration.map(|d| i32::try_from(d.as_secs()).unwrap_or(i32::MAX)),
             ..CertificateSigningRequestSpec::default()
         },
         status: None,

@@ -13,6 +13,10 @@
 //!           cluster's name is refused
 //!           (a Cluster the token registered and that never had a certificate is
 //!           deleted with the refusal: nothing half-registered stays)
+//!     pending, from system:flotilla:cluster:NAME itself (its agent renewing, with its
+//!     current certificate) ─► CN = requester, O system:flotilla:clusters, Cluster NAME
+//!        there, not deleting, pull identity = CN, a certificate recorded (not revoked)
+//!        ─► Approved (AutoApprovedRenewal) | else Denied (why)
 //!     approved and signed ─► newer than the certificate the Cluster records?
 //!        ─► annotations serial + issued-at; Role, RoleBinding, ClusterRole,
 //!           ClusterRoleBinding (crate flotilla_api::agent), owned by the Cluster
@@ -121,6 +125,8 @@ pub enum Decision {
     Wait,
     /// Approved.
     Approve,
+    /// Approved: the cluster's agent renewing its own certificate.
+    ApproveRenewal,
     /// Refused, and why.
     Deny(String),
 }
@@ -133,6 +139,9 @@ pub fn decide(
 ) -> Decision {
     let groups = csr.spec.groups.clone().unwrap_or_default();
     let user = csr.spec.username.as_deref().unwrap_or_default();
+    if user == flotilla_api::agent::cluster_user(&request.cluster) {
+        return renewal(request, cluster);
+    }
     let Some(token_id) = user.strip_prefix(BOOTSTRAP_USER_PREFIX) else {
         return Decision::Leave;
     };
@@ -178,6 +187,48 @@ pub fn decide(
         ));
     }
     Decision::Approve
+}
+
+/// A request of a cluster's agent, authenticated by its current certificate, for a new
+/// one of the same identity (the kubelet's client certificate rotation: the requester is
+/// the subject). Approved while the Cluster exists and still records a certificate;
+/// anything else is refused (a revoked cluster cannot renew its way back).
+fn renewal(request: &ClusterRequest, cluster: Option<&Cluster>) -> Decision {
+    let name = &request.cluster;
+    if request.organizations != [CLUSTERS_GROUP] {
+        return Decision::Deny(format!(
+            "a cluster certificate's organization must be {CLUSTERS_GROUP} alone, not {:?}",
+            request.organizations
+        ));
+    }
+    let Some(cluster) = cluster else {
+        return Decision::Deny(format!("cluster {name} does not exist"));
+    };
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return Decision::Deny(format!("cluster {name} is being removed"));
+    }
+    let identity = cluster
+        .spec
+        .access
+        .as_ref()
+        .and_then(|a| a.pull.as_ref())
+        .map(|p| p.identity.as_str());
+    if identity != Some(flotilla_api::agent::cluster_user(name).as_str()) {
+        return Decision::Deny(format!(
+            "cluster {name} does not have pull access as {}",
+            flotilla_api::agent::cluster_user(name)
+        ));
+    }
+    if cluster
+        .annotations()
+        .get(SERIAL_ANNOTATION)
+        .is_none_or(String::is_empty)
+    {
+        return Decision::Deny(format!(
+            "cluster {name} has no valid certificate (revoked): it registers again with a token"
+        ));
+    }
+    Decision::ApproveRenewal
 }
 
 /// Whether `cluster` was registered by the token that asked for `csr` and never had a
@@ -245,6 +296,12 @@ async fn reconcile(
                     set_condition(&client, &csr, "Approved", "AutoApproved",
                         "approved by the hub: a bootstrap token made with --auto-approve, for the cluster it registered").await?;
                     info!("auto-approved");
+                    Ok(Action::await_change())
+                }
+                Decision::ApproveRenewal => {
+                    set_condition(&client, &csr, "Approved", "AutoApprovedRenewal",
+                        "approved by the hub: the cluster's agent renewing its own certificate").await?;
+                    info!("renewal auto-approved");
                     Ok(Action::await_change())
                 }
                 Decision::Deny(why) => {

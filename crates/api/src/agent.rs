@@ -13,6 +13,8 @@
 //!     │     Works: get, list, watch; works/status: update, patch; Leases: get, create, update
 //!     └─ ClusterRoleBinding ─► ClusterRole system:flotilla:cluster:NAME
 //!           clusters/status of NAME only: get, update, patch
+//!           CSRs: create, get, watch (its certificate's renewal, approved by the hub
+//!           only for its own identity)
 //!     (all four owned by the Cluster: gone when it goes)
 //! ```
 
@@ -199,7 +201,15 @@ pub fn agent_access(cluster: &str, uid: &str, works_namespace: &str) -> AgentAcc
         },
         cluster_role: ClusterRole {
             metadata: named(&name, None, Some(owner.clone())),
-            rules: Some(vec![status]),
+            rules: Some(vec![
+                status,
+                // Its certificate's renewal: the request, and waiting for it by name.
+                rule(
+                    "certificates.k8s.io",
+                    &["certificatesigningrequests"],
+                    &["create", "get", "watch"],
+                ),
+            ]),
             aggregation_rule: None,
         },
         cluster_role_binding: ClusterRoleBinding {

@@ -545,6 +545,19 @@ pub struct ApplyPolicy {
     /// What happens on the member when the object leaves the placement.
     #[serde(default)]
     pub deletion: DeletionPolicy,
+    /// The member's service account the objects are applied as (`NAME`, in the
+    /// placement's own namespace on the member, or `NAMESPACE/NAME`; a ClusterPlacement
+    /// has no namespace and needs the second form). Delivery, push and pull alike,
+    /// impersonates `system:serviceaccount:NAMESPACE:NAME` for every request about the
+    /// placement's objects, so the member's RBAC decides what the placement may create
+    /// there; an object it refuses is reported as `Forbidden` in the Work's status. None:
+    /// delivery's own identity on the member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 317),
+        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub service_account_name: Option<String>,
 }
 
 /// [`ApplyPolicy::conflict`].

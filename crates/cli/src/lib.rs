@@ -54,8 +54,8 @@ pub enum Command {
     /// Bootstrap tokens with which pull agents register.
     Token(pull::TokenArgs),
     /// Run a pull agent next to a member: register with a token, then apply the
-    /// cluster's Works from the hub.
-    Agent(Box<pull::AgentArgs>),
+    /// cluster's Works from the hub (`print-rbac`: the RBAC it needs on the member).
+    Agent(Box<pull::AgentCli>),
     /// Approve a pull cluster's pending certificate request: the cluster joins.
     Approve(pull::ApproveArgs),
     /// Revoke a pull cluster's certificate: its agent's next request is refused.

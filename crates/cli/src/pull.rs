@@ -77,6 +77,68 @@ pub struct RevokeArgs {
     pub hub: HubAccess,
 }
 
+/// `flotilla agent FLAGS` runs the agent; `flotilla agent print-rbac …` prints what it
+/// needs on the member.
+#[derive(Debug, Parser)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AgentCli {
+    /// A subcommand; none: run the agent with the flags.
+    #[command(subcommand)]
+    pub command: Option<AgentCommand>,
+    /// The agent's flags.
+    #[command(flatten)]
+    pub run: Option<AgentArgs>,
+}
+
+/// `flotilla agent` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentCommand {
+    /// Print the minimal RBAC the agent needs on its member, as YAML to apply there.
+    PrintRbac(PrintRbacArgs),
+}
+
+/// `flotilla agent print-rbac --cluster NAME [--service-account NAMESPACE/NAME …]`
+#[derive(Debug, Parser)]
+pub struct PrintRbacArgs {
+    /// The cluster's name on the hub (it labels the objects).
+    #[arg(long, value_name = "NAME", value_parser = cluster_name)]
+    pub cluster: String,
+    /// A service account the placements apply as on this member (their
+    /// `apply.serviceAccountName`, with its namespace); repeatable. The agent may then
+    /// impersonate exactly these and applies nothing as itself. None: the agent applies
+    /// as itself, and its role allows every kind (narrow it to what you place).
+    #[arg(long = "service-account", value_name = "NAMESPACE/NAME", value_parser = named_account)]
+    pub service_accounts: Vec<flotilla_agent::member_rbac::NamedAccount>,
+}
+
+fn named_account(text: &str) -> Result<flotilla_agent::member_rbac::NamedAccount, String> {
+    text.parse()
+        .map_err(|e: flotilla_agent::Error| e.to_string())
+}
+
+impl AgentCli {
+    /// Runs the agent, or the subcommand.
+    pub fn run(self) -> anyhow::Result<()> {
+        match (self.command, self.run) {
+            (Some(AgentCommand::PrintRbac(args)), _) => {
+                args.print();
+                Ok(())
+            }
+            (None, Some(run)) => run.run(),
+            (None, None) => bail!(
+                "flotilla agent needs --hub, --ca-hash, --cluster and --kubeconfig (see --help)"
+            ),
+        }
+    }
+}
+
+impl PrintRbacArgs {
+    fn print(&self) {
+        let objects = flotilla_agent::member_rbac::objects(&self.cluster, &self.service_accounts);
+        print!("{}", flotilla_agent::member_rbac::yaml(&objects));
+    }
+}
+
 /// `flotilla agent --hub URL --token T --ca-hash sha256:HEX --cluster NAME --kubeconfig
 /// MEMBER [--data-dir DIR] [--labels k=v,…] [--clusterset SET]`
 #[derive(Debug, Parser)]
@@ -114,6 +176,10 @@ pub struct AgentArgs {
     /// The hub's name, as the objects it places carry it (the hub's `--name`).
     #[arg(long, value_name = "NAME", default_value = "flotilla-hub")]
     pub hub_name: String,
+    /// The lifetime the agent asks for its certificates (`expirationSeconds`; the hub's
+    /// default when not given, a year). Each is renewed at 80 % of its lifetime.
+    #[arg(long, value_name = "DURATION", value_parser = cert_duration)]
+    pub cert_duration: Option<Duration>,
     /// Log format.
     #[arg(long, value_enum, default_value = "plain")]
     pub log_format: LogFormat,
@@ -131,6 +197,17 @@ pub(crate) fn bootstrap_token(text: &str) -> Result<BootstrapToken, String> {
 
 fn ca_hash(text: &str) -> Result<String, String> {
     flotilla_agent::discovery::check_pin(text).map_err(|e| e.to_string())
+}
+
+/// A certificate lifetime a request may ask for: 10 minutes or more (the API's minimum
+/// `expirationSeconds`, as Kubernetes').
+fn cert_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d < Duration::from_secs(600) => Err(format!(
+            "{text:?} is shorter than 10 minutes, the shortest certificate a request may ask for"
+        )),
+        d => Ok(d),
+    }
 }
 
 pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
@@ -412,9 +489,10 @@ impl AgentArgs {
             cluster: self.cluster.clone(),
             labels: self.labels,
             cluster_set: self.clusterset,
-            data_dir: self.data_dir,
+            data_dir: self.data_dir.clone(),
         };
-        let credentials = flotilla_agent::register::credentials(&registration).await?;
+        let credentials =
+            flotilla_agent::register::credentials_for(&registration, self.cert_duration).await?;
         let hub = flotilla_agent::hub_client(
             &self.hub,
             &credentials.ca_pem,
@@ -425,8 +503,16 @@ impl AgentArgs {
         )
         .await?;
         tracing::info!(cluster = %self.cluster, hub = %self.hub, "agent running");
-        flotilla_agent::pull::Agent::new(
-            hub,
+        // The hub client follows the certificate's renewals.
+        let hub = flotilla_agent::renew::SwappableClient::new(hub);
+        let renewal = flotilla_agent::renew::Renewal {
+            hub: self.hub,
+            cluster: self.cluster.clone(),
+            data_dir: self.data_dir,
+            duration: self.cert_duration,
+        };
+        let agent = flotilla_agent::pull::Agent::new(
+            hub.client(),
             member,
             flotilla_agent::pull::Config {
                 cluster: self.cluster,
@@ -434,9 +520,11 @@ impl AgentArgs {
                 heartbeat_period: self.heartbeat_period,
                 resync_period: self.resync_period,
             },
-        )
-        .run()
-        .await?;
+        );
+        tokio::select! {
+            ran = agent.run() => ran?,
+            renewed = flotilla_agent::renew::run(renewal, credentials, hub) => renewed?,
+        }
         Ok(())
     }
 }
@@ -525,6 +613,52 @@ mod tests {
             ])
             .is_err()
         );
+    }
+
+    #[test]
+    fn the_agent_or_print_rbac() {
+        let cli = |args: &[&str]| {
+            let mut all = vec!["agent"];
+            all.extend(args);
+            AgentCli::try_parse_from(all)
+        };
+        let run = cli(&[
+            "--hub",
+            "https://h:1",
+            "--ca-hash",
+            PIN,
+            "--cluster",
+            "e",
+            "--kubeconfig",
+            "k",
+        ])
+        .unwrap();
+        assert!(run.command.is_none() && run.run.is_some());
+        let print = cli(&[
+            "print-rbac",
+            "--cluster",
+            "east",
+            "--service-account",
+            "shop/deployer",
+            "--service-account",
+            "ops/deployer",
+        ])
+        .unwrap();
+        let Some(AgentCommand::PrintRbac(args)) = print.command else {
+            panic!("not print-rbac");
+        };
+        assert_eq!(args.service_accounts.len(), 2);
+        let bad = cli(&[
+            "print-rbac",
+            "--cluster",
+            "east",
+            "--service-account",
+            "deployer",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("NAMESPACE/NAME"), "{bad}");
+        assert!(cli(&["--hub", "https://h:1", "--ca-hash", PIN]).is_err());
     }
 
     #[test]

@@ -88,6 +88,14 @@ pub struct SimArgs {
     /// The hub's name, as the objects it places carry it (the hub's `--name`).
     #[arg(long, value_name = "NAME", default_value = "flotilla-hub")]
     pub hub_name: String,
+    /// Authenticate each member's ServiceAccount tokens, authorize every request but the
+    /// admin's by the RBAC of its member cluster, and honour impersonation headers, as a
+    /// real member's API server does (a placement's `serviceAccountName`, an agent bound
+    /// to `flotilla agent print-rbac`'s role). Off by default: each member then
+    /// bootstraps Kubernetes' default roles, which a simulation of thousands of members
+    /// does not need.
+    #[arg(long)]
+    pub rbac: bool,
 }
 
 /// A cluster-name prefix: `<prefix><number>` must be a DNS label.
@@ -163,7 +171,17 @@ impl SimArgs {
             ..crate::serve::OpenOptions::default()
         };
         let store = crate::serve::StoreUrl::Sqlite(store);
-        let server = ApiServer::open("sim", &self.data_dir, self.listen, &store, &options).await?;
+        let mut server =
+            ApiServer::open("sim", &self.data_dir, self.listen, &store, &options).await?;
+        if self.rbac {
+            server.authorize_with_rbac(Vec::new()).await?;
+            let issuer = server.url.clone();
+            server.identities(crate::serve::Identities {
+                issuer,
+                max_token_expiration: None,
+                oidc: None,
+            })?;
+        }
         info!(clusters = members.len(), "setting up the member clusters");
         let nodes = NodeShape {
             count: self.nodes,

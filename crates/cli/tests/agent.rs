@@ -17,7 +17,10 @@ use support::identity::{
     assert_forbidden, certificate_request, csr_manifest, kubeconfig_with, run, run_with, stderr,
     text, token_kubeconfig, unauthorized, whoami,
 };
-use support::{Hub, Sim, condition, eventually, flotilla, signal};
+use support::{
+    Hub, Sim, condition, eventually, eventually_within, flotilla, image, join_with, member_web,
+    signal,
+};
 
 /// A `flotilla agent` process; killed on drop.
 struct Agent {
@@ -757,4 +760,442 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
         "{}",
         stderr(&out)
     );
+}
+
+/// What `deployer` may do on a member: Deployments in `shop`, and read that namespace
+/// (the placement's Work lists it, to be sure it exists); nothing else cluster-wide.
+const DEPLOYER: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: deployer, namespace: shop}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: deployer, namespace: shop}
+rules:
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: deployer, namespace: shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: deployer}
+subjects:
+- {kind: ServiceAccount, name: deployer, namespace: shop}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: shop-namespace-reader}
+rules:
+- {apiGroups: [''], resources: [namespaces], resourceNames: [shop], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: deployer-reads-shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: shop-namespace-reader}
+subjects:
+- {kind: ServiceAccount, name: deployer, namespace: shop}
+";
+
+/// A Deployment and a ClusterRole placed as the members' `shop/deployer`.
+const AS_DEPLOYER: &str = "apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx:1.27}]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: web-reader}
+rules:
+- {apiGroups: [''], resources: [configmaps], verbs: [get]}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: ClusterPlacement
+metadata: {name: web}
+spec:
+  resourceSelectors:
+  - {apiVersion: apps/v1, kind: Deployment, namespace: shop, name: web}
+  - {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, name: web-reader}
+  clusters: {labelSelector: {matchLabels: {env: rbac}}}
+  apply: {serviceAccountName: shop/deployer}
+";
+
+/// The manifest status of `kind` in the only Work of `cluster`, once it has one.
+fn manifest_of(hub: &Hub, cluster: &str, kind: &str) -> Result<Value, String> {
+    let works = get(
+        hub,
+        &["works", "-n", &format!("flotilla-cluster-{cluster}")],
+    )?;
+    works["items"][0]["status"]["manifests"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["kind"] == kind))
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "no {kind} in the status yet: {}",
+                works["items"][0]["status"]
+            )
+        })
+}
+
+/// Condition `type_` of a Work's manifest status.
+fn manifest_condition<'a>(manifest: &'a Value, type_: &str) -> Option<&'a Value> {
+    manifest["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+#[test]
+fn a_placement_applies_as_the_members_service_account_on_pull_and_push_clusters() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "2", "--ready-delay", "100ms", "--rbac"]);
+    let work = tempfile::tempdir().unwrap();
+    for member in ["member-1", "member-2"] {
+        sim.create(member, DEPLOYER);
+        // The member's RBAC holds: deployer may not read ClusterRoles.
+        let out = sim.kubectl(
+            member,
+            &[
+                "get",
+                "clusterroles",
+                "--as",
+                "system:serviceaccount:shop:deployer",
+            ],
+            None,
+        );
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(stderr(&out).contains("forbidden"), "{}", stderr(&out));
+    }
+    // member-1's agent runs with the least privilege `print-rbac` prints: impersonating
+    // shop/deployer, and reading the little it reads itself.
+    let out = flotilla(&[
+        "agent",
+        "print-rbac",
+        "--cluster",
+        "pulled",
+        "--service-account",
+        "shop/deployer",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rbac = String::from_utf8(out.stdout).unwrap();
+    let applied = sim.kubectl("member-1", &["apply", "-f", "-"], Some(&rbac));
+    assert!(applied.status.success(), "{}\n{rbac}", text(&applied));
+    let token = sim.ok(
+        "member-1",
+        &["create", "token", "flotilla-agent", "-n", "flotilla-system"],
+    );
+    let mut kubeconfig: Value =
+        serde_json::from_slice(&std::fs::read(sim.kubeconfig("member-1")).unwrap()).unwrap();
+    kubeconfig["users"][0]["user"] = json!({"token": token.trim()});
+    let least = work.path().join("member-1-agent.kubeconfig");
+    std::fs::write(&least, kubeconfig.to_string()).unwrap();
+    let as_agent = |args: &[&str]| {
+        support::kubectl_command(&least)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let me = as_agent(&["auth", "whoami", "-o", "json"]);
+    assert!(
+        text(&me).contains("system:serviceaccount:flotilla-system:flotilla-agent"),
+        "{}",
+        text(&me)
+    );
+    // It applies nothing as itself, and impersonates deployer alone.
+    for args in [
+        &["get", "secrets", "-A"][..],
+        &[
+            "create",
+            "deployment",
+            "x",
+            "-n",
+            "shop",
+            "--image",
+            "nginx",
+        ],
+        &[
+            "get",
+            "deployments",
+            "-n",
+            "shop",
+            "--as",
+            "system:serviceaccount:shop:default",
+        ],
+        &[
+            "get",
+            "deployments",
+            "-n",
+            "default",
+            "--as",
+            "system:serviceaccount:default:deployer",
+        ],
+    ] {
+        let out = as_agent(args);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("forbidden"), "{args:?}: {}", text(&out));
+    }
+    for args in [
+        &["get", "nodes"][..],
+        &[
+            "get",
+            "deployments",
+            "-n",
+            "shop",
+            "--as",
+            "system:serviceaccount:shop:deployer",
+            "--as-group",
+            "system:serviceaccounts",
+            "--as-group",
+            "system:serviceaccounts:shop",
+            "--as-group",
+            "system:authenticated",
+        ],
+    ] {
+        let out = as_agent(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+    }
+
+    // member-1 pulls (its agent, with that kubeconfig), member-2 is pushed to (the hub
+    // holds its admin kubeconfig).
+    let (token, command) = create_token(&hub, &["--auto-approve"]);
+    let mut flags = agent_flags(&command, &token, "pulled", &least);
+    flags.extend(["--labels".into(), "env=rbac".into()]);
+    let agent = Agent::start(&work.path().join("pulled"), &strs(&flags));
+    join_with(&hub, &sim, "member-2", &["--labels", "env=rbac"]);
+    eventually("the pull cluster is Ready", || {
+        match ready(&get(&hub, &["cluster", "pulled"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(format!("{other}; agent: {}", agent.log())),
+        }
+    });
+    hub.create(AS_DEPLOYER);
+
+    for (cluster, member) in [("pulled", "member-1"), ("member-2", "member-2")] {
+        // The Deployment lands.
+        let deployment = eventually("the Deployment lands on the member", || {
+            member_web(&sim, member)
+        });
+        assert_eq!(image(&deployment), "nginx:1.27");
+        // The ClusterRole is refused by the member, and the Work says so.
+        let role = eventually("the ClusterRole is reported refused", || {
+            let role = manifest_of(&hub, cluster, "ClusterRole")?;
+            match manifest_condition(&role, "Applied") {
+                Some(c) if c["reason"] == "Forbidden" => Ok(c.clone()),
+                other => Err(format!("{other:?}; agent: {}", agent.log())),
+            }
+        });
+        assert_eq!(role["status"], "False");
+        let said = role["message"].as_str().unwrap();
+        assert!(
+            said.contains("system:serviceaccount:shop:deployer") && said.contains("forbidden"),
+            "{said}"
+        );
+        let web = manifest_of(&hub, cluster, "Deployment").unwrap();
+        assert_eq!(
+            manifest_condition(&web, "Applied").unwrap()["status"],
+            "True",
+            "{web}"
+        );
+        let out = sim.kubectl(member, &["get", "clusterrole", "web-reader"], None);
+        assert!(!out.status.success(), "the ClusterRole is on {member}");
+        // `kubectl get work -o yaml` shows it too.
+        let yaml = hub.ok(&[
+            "get",
+            "works",
+            "-n",
+            &format!("flotilla-cluster-{cluster}"),
+            "-o",
+            "yaml",
+        ]);
+        assert!(yaml.contains("reason: Forbidden"), "{yaml}");
+        // And so does the placement's status for that cluster.
+        let placed = eventually("the placement reports the refusal", || {
+            let placement = get(&hub, &["clusterplacement", "web"])?;
+            let entry = placement["status"]["clusters"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["name"] == cluster))
+                .cloned()
+                .ok_or_else(|| placement["status"].to_string())?;
+            match manifest_condition(&entry, "Applied") {
+                Some(c) if c["message"].as_str().unwrap_or("").contains("forbidden") => {
+                    Ok(c.clone())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        });
+        assert_eq!(placed["status"], "False");
+    }
+
+    // A bare name in a ClusterPlacement names no namespace: every manifest says why,
+    // nothing is applied as anyone else.
+    hub.ok(&[
+        "patch",
+        "clusterplacement",
+        "web",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"apply":{"serviceAccountName":"deployer"}}}"#,
+    ]);
+    eventually("a bare name in a ClusterPlacement is refused", || {
+        let web = manifest_of(&hub, "member-2", "Deployment")?;
+        match manifest_condition(&web, "Applied") {
+            Some(c) if c["reason"] == "InvalidServiceAccount" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    // A name that is not one is refused by the API.
+    let out = hub.kubectl(&[
+        "patch",
+        "clusterplacement",
+        "web",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"apply":{"serviceAccountName":"Shop/Deployer"}}}"#,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("serviceAccountName"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn an_agent_renews_its_certificate_and_keeps_working_past_the_first_ones_expiry() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "1", "--ready-delay", "100ms"]);
+    let work = tempfile::tempdir().unwrap();
+    let (token, command) = create_token(&hub, &["--auto-approve"]);
+    let mut flags = agent_flags(&command, &token, "renewing", &sim.kubeconfig("member-1"));
+    // The shortest lifetime the API allows a certificate request (10 minutes): renewed
+    // after 8.
+    flags.extend(["--labels", "mode=pull", "--cert-duration", "600s"].map(String::from));
+    let dir = work.path().join("renewing");
+    let mut agent = Agent::start(&dir, &strs(&flags));
+    eventually("the cluster is Ready", || {
+        match ready(&get(&hub, &["cluster", "renewing"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(format!("{other}; agent: {}", agent.log())),
+        }
+    });
+    let first = std::fs::read(dir.join("agent.crt")).unwrap();
+    let (_, first_expiry) = flotilla_pki::certificate_validity(&first).unwrap();
+    let first_serial = flotilla_pki::certificate_serial(&first).unwrap();
+    let serial_of = |hub: &Hub| {
+        hub.json(&["get", "cluster", "renewing"])["metadata"]["annotations"]
+            ["flotilla.io/certificate-serial"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(serial_of(&hub), first_serial);
+    let old = agent_kubeconfig(&hub, "renewing-first", &dir);
+    assert!(whoami(&old).is_ok());
+
+    // Renewed before the end: a new serial recorded, the old certificate refused.
+    let renewed = eventually_within(
+        "the agent renews its certificate",
+        std::time::Duration::from_secs(600),
+        std::time::Duration::from_secs(2),
+        || {
+            let serial = serial_of(&hub);
+            if serial != first_serial && !serial.is_empty() {
+                Ok(serial)
+            } else {
+                Err(format!("still {serial}; agent: {}", agent.log()))
+            }
+        },
+    );
+    assert!(
+        jiff::Timestamp::now().as_second() < first_expiry,
+        "renewed only after the first certificate expired"
+    );
+    let csrs = hub.json(&["get", "csr"]);
+    let renewal = csrs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["spec"]["username"] == "system:flotilla:cluster:renewing")
+        .unwrap_or_else(|| panic!("no renewal request: {csrs}"));
+    assert_eq!(
+        condition(renewal, "Approved").unwrap()["reason"],
+        "AutoApprovedRenewal"
+    );
+    assert_eq!(renewal["spec"]["expirationSeconds"], 600);
+    eventually("the agent keeps the renewed certificate", || {
+        let kept = std::fs::read(dir.join("agent.crt")).map_err(|e| e.to_string())?;
+        match flotilla_pki::certificate_serial(&kept)? {
+            serial if serial == renewed => Ok(()),
+            other => Err(other),
+        }
+    });
+    assert!(
+        unauthorized(&old),
+        "the replaced certificate still authenticates"
+    );
+
+    // Past the first certificate's expiry the agent still works: it heartbeats and
+    // applies a new Work.
+    eventually_within(
+        "the first certificate expires",
+        std::time::Duration::from_secs(300),
+        std::time::Duration::from_secs(2),
+        || match jiff::Timestamp::now().as_second() > first_expiry {
+            true => Ok(()),
+            false => Err(format!("{first_expiry} not reached")),
+        },
+    );
+    hub.create(WORKLOAD);
+    let (image, _) = eventually("the Deployment lands after the first expiry", || {
+        web_image(&sim, "member-1")
+    });
+    assert_eq!(image, "nginx:1.27");
+    eventually(
+        "the cluster is Ready after the first expiry",
+        || match ready(&get(&hub, &["cluster", "renewing"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(other.to_owned()),
+        },
+    );
+    assert!(agent.ended().is_err(), "the agent stopped: {}", agent.log());
+    // A request the old certificate made as the new one was recorded was asked again,
+    // not taken for a revocation.
+    assert!(
+        !agent.log().contains("refuses this agent's certificate"),
+        "{}",
+        agent.log()
+    );
+
+    // A certificate lifetime the API refuses is refused by the flag, in one line.
+    let out = flotilla(&[
+        "agent",
+        "--hub",
+        "https://127.0.0.1:1",
+        "--ca-hash",
+        flag(&command, "--ca-hash"),
+        "--cluster",
+        "x",
+        "--kubeconfig",
+        "k",
+        "--cert-duration",
+        "60s",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("10 minutes"), "{}", stderr(&out));
 }

@@ -26,6 +26,10 @@
 //!   Member::remove  ─► every applied object deleted | provenance off
 //! ```
 //!
+//! With `apply.serviceAccountName`, every request about a placement's objects acts as
+//! that service account of the member ([`impersonate`]): the member's RBAC decides what
+//! the placement may create, and what it refuses is that manifest's `Forbidden` status.
+//!
 //! Every object delivered carries its [`provenance`]: labels
 //! `app.kubernetes.io/managed-by: flotilla` and `flotilla.io/hub`, annotations
 //! `flotilla.io/placement`, `flotilla.io/work` and `flotilla.io/manifest-hash`. An object
@@ -64,6 +68,7 @@ mod changes;
 mod conditions;
 mod drift;
 mod health;
+pub mod impersonate;
 mod kinds;
 mod live;
 pub mod provenance;
@@ -71,6 +76,7 @@ mod sync;
 
 pub use changes::Change;
 pub use health::Health;
+pub use impersonate::ServiceAccount;
 pub use provenance::Provenance;
 
 use crate::conditions::{describe, summary};
@@ -89,6 +95,9 @@ pub enum Error {
         #[source]
         source: Box<kube::Error>,
     },
+    /// `apply.serviceAccountName` names no service account for this placement.
+    #[error("{0}")]
+    ServiceAccount(String),
 }
 
 impl Error {
@@ -110,6 +119,7 @@ pub struct Member {
     live: live::Live,
     shared: sync::SharedSeen,
     facts: health::Facts,
+    impersonating: impersonate::Impersonating,
     /// What syncs put back on the member (drift corrected) by Work, until taken.
     corrections: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>>,
 }
@@ -129,6 +139,7 @@ impl Member {
             live: live::Live::default(),
             shared: sync::SharedSeen::default(),
             facts: health::Facts::default(),
+            impersonating: impersonate::Impersonating::default(),
             corrections: Default::default(),
         }
     }
@@ -163,7 +174,7 @@ impl Member {
     ///
     /// Each manifest is applied in order (so Namespaces and CRDs go first), its failure
     /// being its own status: per manifest `Applied` (reasons `Conflict`, `KindNotServed`,
-    /// `NamespaceMissing`, `ApplyFailed`, `InvalidManifest`; `Drifted` when drift is
+    /// `NamespaceMissing`, `ApplyFailed`, `Forbidden`, `InvalidManifest`; `Drifted` when drift is
     /// reported), `Available` as its kind defines it, status feedback and drift. Over all
     /// of them, `Applied` and `Available` with counts; `observedGeneration` is
     /// `generation`. Objects of `previous` (the last status) no longer in the manifests
@@ -171,6 +182,11 @@ impl Member {
     ///
     /// Transition times are kept from `previous` while a condition's status holds, so a
     /// sync that finds nothing new returns a status equal to `previous`'s Work status.
+    ///
+    /// With `apply.serviceAccountName`, the objects are read, applied and deleted as that
+    /// service account of the member; one the member refuses is `Forbidden`, with its
+    /// message, and the others are still applied. A name that cannot be resolved (a bare
+    /// name for a ClusterPlacement) fails every manifest with `InvalidServiceAccount`.
     pub async fn sync(
         &self,
         work: &WorkSpec,
@@ -182,12 +198,14 @@ impl Member {
         let span = info_span!("sync", cluster = %work.cluster, work = %provenance.work);
         async {
             let now = conditions::now();
+            let client = self.acting(policy.service_account_name.as_deref(), provenance);
             let cx = Context {
                 policy: &policy,
                 provenance,
                 generation,
                 previous,
                 now: &now,
+                client: client.as_ref().map_err(String::as_str),
             };
             let mut manifests = Vec::with_capacity(work.manifests.len());
             for manifest in &work.manifests {
@@ -199,7 +217,8 @@ impl Member {
                 if manifests.iter().any(|m| same_object(m, gone)) {
                     continue;
                 }
-                if let Err(e) = self.release(gone, policy.deletion, provenance).await {
+                let Ok(client) = &client else { continue };
+                if let Err(e) = self.release(client, gone, policy.deletion, provenance).await {
                     warn!(object = %describe(gone), error = %e, "cannot release an object the Work no longer lists");
                 }
             }
@@ -266,11 +285,26 @@ impl Member {
         policy: DeletionPolicy,
         provenance: &Provenance,
     ) -> Result<(), Error> {
+        self.remove_as(applied, policy, provenance, None).await
+    }
+
+    /// [`Member::remove`], acting as the member's service account `service_account` (the
+    /// Work's `apply.serviceAccountName`) when one is given, as its syncs did.
+    pub async fn remove_as(
+        &self,
+        applied: &[ManifestStatus],
+        policy: DeletionPolicy,
+        provenance: &Provenance,
+        service_account: Option<&str>,
+    ) -> Result<(), Error> {
         let span = info_span!("remove", work = %provenance.work, ?policy);
         async {
+            let client = self
+                .acting(service_account, provenance)
+                .map_err(Error::ServiceAccount)?;
             let mut first = None;
             for object in applied.iter().rev() {
-                if let Err(e) = self.release(object, policy, provenance).await {
+                if let Err(e) = self.release(&client, object, policy, provenance).await {
                     warn!(object = %describe(object), error = %e, "cannot release");
                     first.get_or_insert(e);
                 }
@@ -279,6 +313,23 @@ impl Member {
         }
         .instrument(span)
         .await
+    }
+
+    /// The client requests about a placement's objects go through: the member's own, or
+    /// one acting as the service account `service_account` names. Why not, when it names
+    /// none.
+    fn acting(
+        &self,
+        service_account: Option<&str>,
+        provenance: &Provenance,
+    ) -> Result<kube::Client, String> {
+        match service_account {
+            None => Ok(self.client.clone()),
+            Some(spec) => {
+                let account = ServiceAccount::resolve(spec, provenance)?;
+                Ok(self.impersonating.client(&self.client, &account))
+            }
+        }
     }
 
     /// A stream that yields whenever an object carrying this provenance's labels (those

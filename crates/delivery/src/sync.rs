@@ -40,6 +40,13 @@ const SERVER_METADATA: [&str; 9] = [
 /// at once, and the sync creates it again (`Member::recreate_namespaces`).
 const SHARED_FRESH: Duration = Duration::from_secs(600);
 
+/// The reason of a manifest the member's RBAC refused (as the placement's service
+/// account).
+pub(crate) const FORBIDDEN: &str = "Forbidden";
+
+/// The reason of every manifest of a Work whose service account cannot be resolved.
+pub(crate) const INVALID_SERVICE_ACCOUNT: &str = "InvalidServiceAccount";
+
 /// The reason of a manifest not applied because its namespace is missing on the member.
 pub(crate) const NAMESPACE_MISSING: &str = "NamespaceMissing";
 
@@ -103,6 +110,9 @@ pub(crate) struct Context<'a> {
     pub generation: Option<i64>,
     pub previous: &'a [ManifestStatus],
     pub now: &'a Time,
+    /// The client requests about the objects go through (acting as the placement's
+    /// service account, if it names one), or why there is none.
+    pub client: Result<&'a kube::Client, &'a str>,
 }
 
 impl Member {
@@ -184,6 +194,10 @@ impl Member {
                 "a manifest needs apiVersion, kind and metadata.name",
             );
         }
+        let client = match cx.client {
+            Ok(client) => client,
+            Err(why) => return Outcome::failed(INVALID_SERVICE_ACCOUNT, why),
+        };
         let kind = match self
             .kinds
             .resolve(&self.client, &status.api_version, &status.kind)
@@ -209,7 +223,7 @@ impl Member {
         status.namespace = kind
             .namespaced
             .then(|| status.namespace.clone().unwrap_or_else(|| "default".into()));
-        let api = kind.api(&self.client, status.namespace.as_deref());
+        let api = kind.api(client, status.namespace.as_deref());
         let shared = is_shared(manifest);
         let key: ObjectKey = (
             status.api_version.clone(),
@@ -235,7 +249,7 @@ impl Member {
             Some(object) => Some(object),
             None => match api.get_opt(&status.name).await {
                 Ok(live) => live.map(|o| serde_json::to_value(o).unwrap_or_default()),
-                Err(e) => return Outcome::failed("ApplyFailed", message(&e)),
+                Err(e) => return Outcome::failed(failure(&e), message(&e)),
             },
         };
         let provenance = cx.provenance;
@@ -340,7 +354,7 @@ impl Member {
                     // The kind may be gone since it was discovered: look again next time.
                     self.kinds.forget(&status.api_version, &status.kind);
                 }
-                Outcome::failed("ApplyFailed", message(&e))
+                Outcome::failed(failure(&e), message(&e))
             }
         }
     }
@@ -350,6 +364,7 @@ impl Member {
     /// there by this placement are left alone.
     pub(crate) async fn release(
         &self,
+        client: &kube::Client,
         object: &ManifestStatus,
         policy: DeletionPolicy,
         provenance: &Provenance,
@@ -372,7 +387,7 @@ impl Member {
                 ));
             }
         };
-        let api = kind.api(&self.client, object.namespace.as_deref());
+        let api = kind.api(client, object.namespace.as_deref());
         let live = match api.get_opt(&object.name).await {
             Ok(Some(live)) => serde_json::to_value(live).unwrap_or_default(),
             Ok(None) => return Ok(()),
@@ -425,6 +440,15 @@ pub(crate) fn same_object(a: &ManifestStatus, b: &ManifestStatus) -> bool {
 
 fn same_version_and_object(a: &ManifestStatus, b: &ManifestStatus) -> bool {
     a.api_version == b.api_version && same_object(a, b)
+}
+
+/// The reason of a manifest the member refused to read or write: `Forbidden` when its
+/// RBAC said no (the placement's service account may not), `ApplyFailed` otherwise.
+fn failure(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(s) if s.code == 403 => FORBIDDEN,
+        _ => "ApplyFailed",
+    }
 }
 
 /// What the member said, without kube's wrapping.

@@ -89,6 +89,7 @@ fn policy(conflict: ConflictPolicy, drift: DriftPolicy, deletion: DeletionPolicy
         conflict,
         drift,
         deletion,
+        service_account_name: None,
     }
 }
 

@@ -223,6 +223,21 @@ pub fn certificate_serial(pem: &[u8]) -> Result<String, String> {
     Ok(serial_hex(x509.raw_serial()))
 }
 
+/// When the first certificate in `pem` starts and stops being valid (Unix seconds):
+/// what a holder renewing it before the end of its lifetime reads.
+pub fn certificate_validity(pem: &[u8]) -> Result<(i64, i64), String> {
+    let der = rustls_pemfile::certs(&mut &pem[..])
+        .next()
+        .ok_or_else(|| "no CERTIFICATE PEM block".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let (_, x509) = x509_parser::parse_x509_certificate(&der).map_err(|e| e.to_string())?;
+    let validity = x509.validity();
+    Ok((
+        validity.not_before.timestamp(),
+        validity.not_after.timestamp(),
+    ))
+}
+
 /// The pin of a CA certificate as kubeadm's `--discovery-token-ca-cert-hash` writes it:
 /// `sha256:` and the lowercase hex SHA-256 of the certificate's DER SubjectPublicKeyInfo.
 pub fn ca_hash(der: &[u8]) -> Result<String, String> {

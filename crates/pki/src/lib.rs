@@ -53,7 +53,7 @@ mod tests;
 
 pub use client::{
     CertificateRequest, ClientCa, ClientIdentity, RequestError, ca_hash, ca_hash_pem,
-    certificate_serial,
+    certificate_serial, certificate_validity,
 };
 pub use kubeconfig::Kubeconfig;
 

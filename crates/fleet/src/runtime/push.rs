@@ -642,7 +642,15 @@ async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     let member = fleet.members.get(&cluster).await?;
     tokio::time::timeout(
         SYNC_TIMEOUT,
-        member.remove(&applied, policy, &provenance(fleet, work)),
+        member.remove_as(
+            &applied,
+            policy,
+            &provenance(fleet, work),
+            work.spec
+                .apply
+                .as_ref()
+                .and_then(|a| a.service_account_name.as_deref()),
+        ),
     )
     .await
     .map_err(|_| Error::Member {
