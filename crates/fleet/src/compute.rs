@@ -108,6 +108,9 @@ pub fn work(cns: &ComputeNamespace, manifests: &[Value], cluster: &str) -> WorkS
             conflict: ConflictPolicy::Overwrite,
             drift: DriftPolicy::Correct,
             deletion: cns.spec.deletion_policy,
+            // Delivered as the agent or push delivery itself: the namespace and its RBAC
+            // are what a member's own service accounts are later bound by.
+            service_account_name: None,
         }),
     }
 }
