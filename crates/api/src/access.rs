@@ -6,7 +6,8 @@
 //!  user system:flotilla:fleet-controller (the hub's controllers)
 //!     ├─ ClusterRoleBinding ─► ClusterRole system:flotilla:fleet-controller
 //!     │                        (the fleet's kinds, Works, ComputeNamespaces, profiles,
-//!     │                         decisions, namespaces,
+//!     │                         decisions, namespaces, Roles and RoleBindings with
+//!     │                         bind and escalate (ComputeNamespaces' hub grants),
 //!     │                         Events; templates read in every group, core without
 //!     │                         Secrets; every status)
 //!     └─ RoleBinding in flotilla-system ─► Role system:flotilla:member-credentials
@@ -220,6 +221,22 @@ pub fn fleet_controller_role(groups: &[String]) -> ClusterRole {
             &["placementdecisions"],
             &["get", "list", "create", "patch", "delete"],
         ),
+        // A ComputeNamespace's Roles and RoleBindings in its hub namespace (the team's
+        // grants on the hub, `flotilla_fleet::runtime::compute`): server-side applied
+        // (create, patch), listed by its label to delete those no longer in its spec.
+        rule(
+            RBAC_GROUP,
+            &["roles", "rolebindings"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        // RBAC's escalation check lets a binding be written only by who holds every rule
+        // of its role or has `bind` on it, and a Role only by who holds its rules or has
+        // `escalate`: the controller writes whatever roles a ComputeNamespace binds and
+        // defines, so it has both. Who may make it write them is the hub's admission
+        // rule on ComputeNamespaces (the writer needs `bind` on each role bound and
+        // `escalate` for each Role defined), not this role.
+        rule(RBAC_GROUP, &["clusterroles", "roles"], &["bind"]),
+        rule(RBAC_GROUP, &["roles"], &["escalate"]),
         // Namespaces: each cluster's Works namespace and each set's profile namespace are
         // created when missing; the Works namespace is deleted at unjoin.
         rule("", &["namespaces"], &["get", "create", "delete"]),

@@ -10,7 +10,9 @@
 //!     ─► keep_template_reads: a watch of the CRDs; when the API groups served change,
 //!                 the controller's ClusterRole is written again (templates of a new
 //!                 CRD's kind become readable to it)
-//!     ─► admission: a ClusterSetBinding is written only with `bind` on its ClusterSet
+//!     ─► admission: a ClusterSetBinding is written only with `bind` on its ClusterSet;
+//!                 a ComputeNamespace only with `bind` on the roles it binds and
+//!                 `escalate` for the Roles it defines (the controller writes them)
 //!     ─► fleet controllers, as system:flotilla:fleet-controller
 //! ```
 //!
@@ -23,7 +25,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use flotilla_api::access;
 use flotilla_apiserver::admission::Admission;
-use flotilla_apiserver::admission::plugins::{Permission, RequirePermission};
+use flotilla_apiserver::admission::plugins::{Permission, RequireGrants, RequirePermission};
 use flotilla_apiserver::auth::{AUTHENTICATED, UserInfo};
 use flotilla_apiserver::client::Client;
 use flotilla_apiserver::{Api, ApiError, Reason};
@@ -37,22 +39,35 @@ pub fn controller_user() -> Arc<UserInfo> {
     Arc::new(UserInfo::new(access::FLEET_CONTROLLER, &[AUTHENTICATED]))
 }
 
-/// The hub's admission chain: the built-in plugins, and a ClusterSetBinding (created,
+/// The hub's admission chain: the built-in plugins; a ClusterSetBinding (created,
 /// changed or deleted) needs `bind` on the ClusterSet it names (or `create` on
-/// `clustersets/bind`, OCM's form), as `api`'s authorizer decides. Built after the
-/// server's stages are set.
+/// `clustersets/bind`, OCM's form); a ComputeNamespace needs `bind` on each role its
+/// `spec.roleBindings` name and `escalate` for each of its `spec.roles` (in its
+/// namespace), as `api`'s authorizer decides. Built after the server's stages are set.
 pub fn admission(api: &Api) -> Admission {
     let group = flotilla_api::GROUP;
-    Admission::builtin().with_validating(Arc::new(RequirePermission::new(
-        api.authorizer(),
-        group,
-        "clustersetbindings",
-        "/spec/clusterSet",
-        vec![
-            Permission::cluster_scoped("bind", group, "clustersets"),
-            Permission::cluster_scoped("create", group, "clustersets/bind"),
-        ],
-    )))
+    Admission::builtin()
+        .with_validating(Arc::new(RequirePermission::new(
+            api.authorizer(),
+            group,
+            "clustersetbindings",
+            "/spec/clusterSet",
+            vec![
+                Permission::cluster_scoped("bind", group, "clustersets"),
+                Permission::cluster_scoped("create", group, "clustersets/bind"),
+            ],
+        )))
+        // The fleet controller writes a ComputeNamespace's Roles and RoleBindings in
+        // its hub namespace with its own `bind` and `escalate`: its writer must hold
+        // those grants himself.
+        .with_validating(Arc::new(RequireGrants::new(
+            api.authorizer(),
+            group,
+            "computenamespaces",
+            "/spec/roleBindings",
+            "/spec/roles",
+            "/metadata/name",
+        )))
 }
 
 const NAMESPACES: &str = "/api/v1/namespaces";

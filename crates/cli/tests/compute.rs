@@ -3,7 +3,9 @@
 //! `team-a` on `eu` gives each member the namespace, its ServiceAccount, LimitRange,
 //! ResourceQuota and RoleBinding (and not the member outside `eu`); a member joining `eu`
 //! later gets them too; a member-side edit of the quota is put back; the status says
-//! where it stands per cluster; deleting the ComputeNamespace removes them.
+//! where it stands per cluster; deleting the ComputeNamespace removes them. On the hub,
+//! its namespace gets its Roles and RoleBindings too (the team's grants for its
+//! Placements), kept as its spec says; and only who may grant what it binds may write it.
 
 mod support;
 
@@ -113,6 +115,214 @@ fn wait_ready(hub: &Hub, clusters: i64) -> Value {
     })
 }
 
+/// Waits until the hub's namespace `team-a` has RoleBinding `name` to ClusterRole `role`,
+/// labelled and owned by the ComputeNamespace; returns it.
+fn wait_hub_binding(hub: &Hub, name: &str, role: &str) -> Value {
+    eventually(&format!("the hub has RoleBinding team-a/{name}"), || {
+        let out = hub.kubectl(&["get", "rolebinding", name, "-n", "team-a", "-o", "json"]);
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        let binding: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        let owner = &binding["metadata"]["ownerReferences"][0];
+        if binding["roleRef"]["name"] == role
+            && binding["metadata"]["labels"]["flotilla.io/compute-namespace"] == "team-a"
+            && owner["kind"] == "ComputeNamespace"
+            && owner["name"] == "team-a"
+        {
+            Ok(binding)
+        } else {
+            Err(binding.to_string())
+        }
+    })
+}
+
+/// Waits until the hub has no `kind` `name` in namespace `team-a`.
+fn wait_hub_gone(hub: &Hub, kind: &str, name: &str) {
+    eventually(
+        &format!("the hub no longer has {kind} team-a/{name}"),
+        || {
+            let out = hub.kubectl(&["get", kind, name, "-n", "team-a"]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            match out.status.success() {
+                false if stderr.contains("NotFound") => Ok(()),
+                _ => Err(format!("{}{stderr}", String::from_utf8_lossy(&out.stdout))),
+            }
+        },
+    );
+}
+
+/// `kubectl auth can-i VERB RESOURCE -n team-a` on the hub, as user `someone` of group
+/// `team-a`: kubectl's `yes` or `no`.
+fn team_can(hub: &Hub, verb: &str, resource: &str) -> String {
+    let out = hub.kubectl(&[
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "-n",
+        "team-a",
+        "--as",
+        "someone",
+        "--as-group",
+        "team-a",
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_compute_namespace_grants_its_team_on_the_hub_and_needs_its_writer_to_hold_them() {
+    let hub = Hub::start();
+    hub.create(TEAM_A);
+
+    // The hub's team-a has the RoleBinding to edit: the team writes its Placements there.
+    let binding = wait_hub_binding(&hub, "team-a-edit", "edit");
+    assert_eq!(binding["subjects"][0]["name"], "team-a", "{binding}");
+    let listed = hub.ok(&["get", "rolebinding", "-n", "team-a"]);
+    assert!(listed.contains("team-a-edit"), "{listed}");
+    eventually(
+        "team-a may create placements on the hub",
+        || match team_can(&hub, "create", "placements.flotilla.io").as_str() {
+            "yes" => Ok(()),
+            other => Err(other.to_owned()),
+        },
+    );
+    assert_eq!(team_can(&hub, "create", "deployments.apps"), "yes");
+    // Nowhere else.
+    let out = hub.kubectl(&[
+        "auth",
+        "can-i",
+        "create",
+        "placements.flotilla.io",
+        "-n",
+        "default",
+        "--as",
+        "someone",
+        "--as-group",
+        "team-a",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no");
+
+    // The spec changed to a Role of its own, bound: the old binding goes, the new ones come.
+    hub.ok(&[
+        "patch",
+        "computenamespace",
+        "team-a",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"roles":[{"name":"reader","rules":[{"apiGroups":[""],"resources":["pods"],"verbs":["get","list"]}]}],
+            "roleBindings":[{"name":"team-a-read","roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"reader"},
+                             "subjects":[{"kind":"Group","name":"team-a"}]}]}}"#,
+    ]);
+    wait_hub_binding(&hub, "team-a-read", "reader");
+    wait_hub_gone(&hub, "rolebinding", "team-a-edit");
+    let role = hub.json(&["get", "role", "reader", "-n", "team-a"]);
+    assert_eq!(role["rules"][0]["resources"][0], "pods", "{role}");
+    eventually(
+        "team-a reads pods and no longer writes placements",
+        || match (
+            team_can(&hub, "list", "pods").as_str(),
+            team_can(&hub, "create", "placements.flotilla.io").as_str(),
+        ) {
+            ("yes", "no") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+
+    // Its bindings removed from the spec: removed from the hub.
+    hub.ok(&[
+        "patch",
+        "computenamespace",
+        "team-a",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/roleBindings"}]"#,
+    ]);
+    wait_hub_gone(&hub, "rolebinding", "team-a-read");
+    hub.ok(&["get", "role", "reader", "-n", "team-a"]);
+
+    // A writer of ComputeNamespaces without `bind` is refused one binding cluster-admin
+    // (403 naming the role, nothing written); `bind` on view lets it bind view.
+    hub.create(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: cns-writer}
+rules:
+- {apiGroups: [flotilla.io], resources: [computenamespaces], verbs: [create, get]}
+- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [view]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: cns-writer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cns-writer}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}]
+"#,
+    );
+    let team_b = |role: &str| {
+        format!(
+            r#"
+apiVersion: flotilla.io/v1alpha1
+kind: ComputeNamespace
+metadata: {{name: team-b}}
+spec:
+  clusterSets: [eu]
+  roleBindings:
+  - {{name: b, roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}, subjects: [{{kind: User, name: mallory}}]}}
+"#
+        )
+    };
+    let out = hub.kubectl_with(
+        &["create", "-f", "-", "--as", "mallory"],
+        Some(&team_b("cluster-admin")),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(Forbidden)")
+            && stderr.contains("\"cluster-admin\"")
+            && stderr.contains("cannot bind"),
+        "{stderr}"
+    );
+    let out = hub.kubectl(&["get", "computenamespace", "team-b"]);
+    assert!(!out.status.success());
+    let out = hub.kubectl(&["get", "rolebinding", "b", "-n", "team-b"]);
+    assert!(!out.status.success());
+    // A Role of its own needs `escalate` too.
+    let out = hub.kubectl_with(
+        &["create", "-f", "-", "--as", "mallory"],
+        Some(
+            r#"
+apiVersion: flotilla.io/v1alpha1
+kind: ComputeNamespace
+metadata: {name: team-b}
+spec:
+  clusterSets: [eu]
+  roles: [{name: all, rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]}]
+"#,
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("cannot escalate"),
+        "{stderr}"
+    );
+    let out = hub.kubectl_with(
+        &["create", "-f", "-", "--as", "mallory"],
+        Some(&team_b("view")),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Deleting the ComputeNamespace removes its grants from the hub (the namespace stays).
+    hub.ok(&["delete", "computenamespace", "team-a", "--timeout=120s"]);
+    wait_hub_gone(&hub, "role", "reader");
+    hub.ok(&["get", "namespace", "team-a"]);
+}
+
 #[test]
 fn a_compute_namespace_is_the_same_on_every_member_of_its_set() {
     let hub = Hub::start_with(&["--health-period", "1s"]);
@@ -140,8 +350,9 @@ fn a_compute_namespace_is_the_same_on_every_member_of_its_set() {
             .unwrap_err()
             .contains("NotFound")
     );
-    // The hub has the namespace too, for the team's Placements.
+    // The hub has the namespace too, for the team's Placements, with its RoleBinding.
     hub.ok(&["get", "namespace", "team-a"]);
+    wait_hub_binding(&hub, "team-a-edit", "edit");
     // kubectl's table: clusters, ready, the summary.
     let table = hub.ok(&["get", "computenamespaces"]);
     let row = table.lines().nth(1).unwrap_or_default();

@@ -8,6 +8,8 @@
 //!  ComputeNamespace ──► manifests: Namespace, ServiceAccounts, LimitRange, ResourceQuota,
 //!                       Roles, RoleBindings (in that order: the namespace first)
 //!                  ──► work(cluster): those manifests, drift Correct, its deletion policy
+//!                  ──► hub_grants: its Roles and RoleBindings, owned by it, for the hub
+//!                      namespace of the same name
 //!  members + their Works' status ──► status: per member Ready / Drifted / Failed / Pending
 //! ```
 
@@ -93,6 +95,32 @@ pub fn manifests(cns: &ComputeNamespace) -> Vec<Value> {
         out.push(object);
     }
     out
+}
+
+/// The Roles and RoleBindings `cns` also makes in its hub namespace, so that its team's
+/// grants hold on the hub (for its Placements) as on every member: those of
+/// [`manifests`], each labelled [`LABEL`] and owned by `cns` (deleted with it by
+/// garbage collection, if not before), Roles first.
+pub fn hub_grants(cns: &ComputeNamespace) -> Vec<Value> {
+    let owner = cns.metadata.uid.as_ref().map(|uid| {
+        json!([{
+            "apiVersion": <ComputeNamespace as kube::Resource>::api_version(&()),
+            "kind": <ComputeNamespace as kube::Resource>::kind(&()),
+            "name": cns.metadata.name.clone().unwrap_or_default(),
+            "uid": uid,
+            "controller": true,
+        }])
+    });
+    manifests(cns)
+        .into_iter()
+        .filter(|m| matches!(m["kind"].as_str(), Some("Role" | "RoleBinding")))
+        .map(|mut m| {
+            if let Some(owner) = &owner {
+                m["metadata"]["ownerReferences"] = owner.clone();
+            }
+            m
+        })
+        .collect()
 }
 
 /// The spec of the Work that puts `cns` on `cluster`: its [`manifests`]; drift is put
@@ -420,6 +448,28 @@ mod tests {
         assert_eq!(
             rendered[0]["metadata"]["annotations"]["owner"],
             "ci@example.com"
+        );
+    }
+
+    #[test]
+    fn its_hub_grants_are_its_roles_and_bindings_owned_by_it() {
+        let mut cns = team_a();
+        cns.metadata.uid = Some("u-1".into());
+        let grants = hub_grants(&cns);
+        let kinds: Vec<&str> = grants.iter().map(|m| m["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Role", "RoleBinding"]);
+        for m in &grants {
+            assert_eq!(m["metadata"]["namespace"], "team-a", "{m}");
+            assert_eq!(m["metadata"]["labels"][LABEL], "team-a", "{m}");
+            let owner = &m["metadata"]["ownerReferences"][0];
+            assert_eq!(owner["kind"], "ComputeNamespace", "{m}");
+            assert_eq!(owner["apiVersion"], "flotilla.io/v1alpha1", "{m}");
+            assert_eq!(owner["uid"], "u-1", "{m}");
+            assert_eq!(owner["name"], "team-a", "{m}");
+        }
+        assert_eq!(
+            grants[1]["roleRef"]["name"],
+            cns.spec.role_bindings[0].role_ref.name
         );
     }
 

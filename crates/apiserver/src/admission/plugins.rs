@@ -1,6 +1,7 @@
-//! The built-in admission plugins (a kind's schema, applied to what is written), and
-//! [`RequirePermission`], which a server configures: writing one resource needs a
-//! further permission on the object one of its fields names.
+//! The built-in admission plugins (a kind's schema, applied to what is written), and two
+//! a server configures: [`RequirePermission`] (writing one resource needs a further
+//! permission on the object one of its fields names) and [`RequireGrants`] (writing one
+//! resource that carries RBAC grants needs `bind`/`escalate` on the roles it grants).
 
 use std::sync::Arc;
 
@@ -294,5 +295,236 @@ impl Validating for RequirePermission {
             return ready(refuse(attributes, object, vec![cause]));
         };
         Verdict::Later(Box::pin(self.check(attributes, target)))
+    }
+}
+
+/// The RBAC API group, whose roles a [`RequireGrants`] write names.
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// Writing objects of one resource that carry RBAC grants for a namespace — a list of
+/// role bindings and a list of roles, which a controller writes there as RoleBindings
+/// and Roles with its own wider rights (the hub's ComputeNamespace) — needs what writing
+/// those grants directly would: `bind` on each role bound, `escalate` for each Role
+/// defined, in that namespace. Otherwise the object would be a way around RBAC's
+/// escalation check. A 403 naming the first role refused; nothing written.
+///
+/// ```text
+///  create / update of group/resource (not a subresource: status writes pass)
+///     ├─ each binding in object[bindings] whose roleRef is new (not in the old object):
+///     │     bind on clusterroles NAME (kind ClusterRole) or roles NAME (kind Role)
+///     └─ each role in object[roles] new or changed: escalate on roles NAME
+///        (all asked in namespace object[namespace]) ─► any Deny ─► 403
+/// ```
+///
+/// Unlike RBAC's own check there is no second way through by holding every rule of the
+/// role: the grant is asked for as such. A deletion needs nothing (it grants nothing);
+/// neither does an update that leaves the grants as they were (a controller's finalizer).
+/// `system:masters` passes, as the authorizer allows it everything.
+pub struct RequireGrants {
+    /// The API group of the resource written.
+    pub group: String,
+    /// The resource written (plural).
+    pub resource: String,
+    /// The JSON pointer of its list of bindings, each with a `roleRef`
+    /// (`/spec/roleBindings`).
+    pub bindings: String,
+    /// The JSON pointer of its list of roles, each with a `name` (`/spec/roles`).
+    pub roles: String,
+    /// The JSON pointer of the name of the namespace the grants are made in
+    /// (`/metadata/name`).
+    pub namespace: String,
+    authorizer: Arc<dyn Authorizer>,
+}
+
+/// One grant a [`RequireGrants`] write asks for: `verb` on RBAC `resource` `name`.
+struct Grant {
+    verb: &'static str,
+    resource: &'static str,
+    name: String,
+}
+
+impl RequireGrants {
+    /// Writing `group`/`resource` needs the grants its `bindings` and `roles` lists make
+    /// in the namespace named at `namespace`, as `authorizer` decides.
+    pub fn new(
+        authorizer: Arc<dyn Authorizer>,
+        group: &str,
+        resource: &str,
+        bindings: &str,
+        roles: &str,
+        namespace: &str,
+    ) -> Self {
+        RequireGrants {
+            group: group.to_owned(),
+            resource: resource.to_owned(),
+            bindings: bindings.to_owned(),
+            roles: roles.to_owned(),
+            namespace: namespace.to_owned(),
+            authorizer,
+        }
+    }
+
+    /// The grants `object` makes that `old` did not make the same way.
+    fn grants(&self, object: &Value, old: Option<&Value>) -> Vec<Grant> {
+        let list = |object: Option<&Value>, at: &str| -> Vec<Value> {
+            object
+                .and_then(|o| o.pointer(at))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let role_of = |binding: &Value| {
+            let reference = &binding["roleRef"];
+            let resource = match reference["kind"].as_str() {
+                Some("Role") => "roles",
+                _ => "clusterroles",
+            };
+            (
+                resource,
+                reference["name"].as_str().unwrap_or("").to_owned(),
+            )
+        };
+        let bound_before: Vec<_> = list(old, &self.bindings).iter().map(role_of).collect();
+        let mut grants: Vec<Grant> = list(Some(object), &self.bindings)
+            .iter()
+            .map(role_of)
+            .filter(|role| !bound_before.contains(role))
+            .map(|(resource, name)| Grant {
+                verb: "bind",
+                resource,
+                name,
+            })
+            .collect();
+        let roles_before = list(old, &self.roles);
+        grants.extend(
+            list(Some(object), &self.roles)
+                .into_iter()
+                .filter(|role| !roles_before.contains(role))
+                .map(|role| Grant {
+                    verb: "escalate",
+                    resource: "roles",
+                    name: role["name"].as_str().unwrap_or("").to_owned(),
+                }),
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        grants.retain(|g| seen.insert((g.verb, g.resource, g.name.clone())));
+        grants
+    }
+
+    /// Asks for each of `grants` in `namespace`; the 403 naming the first refused.
+    async fn check(
+        &self,
+        attributes: &Attributes<'_>,
+        namespace: String,
+        grants: Vec<Grant>,
+    ) -> ApiResult<Vec<String>> {
+        for grant in &grants {
+            let asked = auth::Attributes {
+                user: attributes.user,
+                cluster: attributes.cluster,
+                verb: grant.verb,
+                resource_request: true,
+                group: RBAC_GROUP,
+                version: "",
+                resource: grant.resource,
+                subresource: "",
+                namespace: &namespace,
+                name: &grant.name,
+                path: "",
+            };
+            if self.authorizer.authorize(&asked).await == Decision::Allow {
+                continue;
+            }
+            let written = match self.group.as_str() {
+                "" => self.resource.clone(),
+                group => format!("{}.{group}", self.resource),
+            };
+            let name = attributes.name;
+            let why = format!("it is needed to write {written} \"{name}\", which grants it");
+            tracing::debug!(user = %attributes.user.name, %written, role = %grant.name, verb = grant.verb, "write refused: grant missing");
+            return Err(asked.forbidden(&why).on(&self.group, &self.resource, name));
+        }
+        Ok(Vec::new())
+    }
+}
+
+impl Validating for RequireGrants {
+    fn validate<'a>(
+        &'a self,
+        attributes: &'a Attributes<'a>,
+        object: &'a Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
+        let applies = attributes.rt.group == self.group
+            && attributes.rt.plural == self.resource
+            && attributes.subresource.is_empty()
+            && writes(attributes);
+        if !applies {
+            return ready(Ok(Vec::new()));
+        }
+        let grants = self.grants(object, old);
+        if grants.is_empty() {
+            return ready(Ok(Vec::new()));
+        }
+        let namespace = object
+            .pointer(&self.namespace)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        Verdict::Later(Box::pin(self.check(attributes, namespace, grants)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn asked(grants: &[Grant]) -> Vec<String> {
+        grants
+            .iter()
+            .map(|g| format!("{} {} {}", g.verb, g.resource, g.name))
+            .collect()
+    }
+
+    #[test]
+    fn the_grants_asked_for_are_those_new_or_changed() {
+        let plugin = RequireGrants::new(
+            Arc::new(crate::auth::AllowAll),
+            "flotilla.io",
+            "computenamespaces",
+            "/spec/roleBindings",
+            "/spec/roles",
+            "/metadata/name",
+        );
+        let binding = |name: &str, kind: &str, role: &str| json!({"name": name, "roleRef": {"apiGroup": RBAC_GROUP, "kind": kind, "name": role}});
+        let reader = json!({"name": "reader", "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
+        let object = json!({"metadata": {"name": "team-a"}, "spec": {
+            "roleBindings": [binding("e", "ClusterRole", "edit"), binding("r", "Role", "reader"),
+                             binding("e2", "ClusterRole", "edit")],
+            "roles": [reader]}});
+        assert_eq!(
+            asked(&plugin.grants(&object, None)),
+            [
+                "bind clusterroles edit",
+                "bind roles reader",
+                "escalate roles reader"
+            ]
+        );
+        // Nothing new (a finalizer added): nothing asked.
+        assert!(plugin.grants(&object, Some(&object)).is_empty());
+        // A new role bound, a role's rules changed: those alone.
+        let mut changed = object.clone();
+        changed["spec"]["roleBindings"][0] = binding("e", "ClusterRole", "cluster-admin");
+        changed["spec"]["roles"][0]["rules"][0]["verbs"] = json!(["*"]);
+        assert_eq!(
+            asked(&plugin.grants(&changed, Some(&object))),
+            ["bind clusterroles cluster-admin", "escalate roles reader"]
+        );
+        // A subject added to a binding of the same role: nothing (bind is on the role).
+        let mut more = object.clone();
+        more["spec"]["roleBindings"][0]["subjects"] = json!([{"kind": "Group", "name": "x"}]);
+        assert!(plugin.grants(&more, Some(&object)).is_empty());
     }
 }
