@@ -108,6 +108,39 @@ const CALLS: &[Call] = &[
     // deleted: as the placement controller's), the hub namespace.
     ("flotilla.io", "computenamespaces", "patch", ""),
     ("flotilla.io", "computenamespaces/status", "patch", ""),
+    // ... and its Roles and RoleBindings on the hub namespace (listed by label, applied,
+    // a binding whose role changed deleted and created again, pruned), which grant what
+    // the controller does not hold itself: bind and escalate.
+    ("rbac.authorization.k8s.io", "roles", "list", "team-a"),
+    ("rbac.authorization.k8s.io", "roles", "patch", "team-a"),
+    ("rbac.authorization.k8s.io", "roles", "delete", "team-a"),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "list",
+        "team-a",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "create",
+        "team-a",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "patch",
+        "team-a",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "delete",
+        "team-a",
+    ),
+    ("rbac.authorization.k8s.io", "clusterroles", "bind", ""),
+    ("rbac.authorization.k8s.io", "roles", "bind", "team-a"),
+    ("rbac.authorization.k8s.io", "roles", "escalate", "team-a"),
     // Bindings controller (bindings.rs).
     ("flotilla.io", "clustersetbindings/status", "patch", "shop"),
     // Events (events.rs).
