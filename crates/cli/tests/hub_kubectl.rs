@@ -778,7 +778,20 @@ fn kubectl_typed_commands_send_protobuf_and_it_is_understood() {
             .as_str()
             .is_some_and(|u| !u.is_empty())
     );
-    let svc = hub.json(&["get", "svc", "web", "-n", "shop"]);
+    let mut svc = hub.json(&["get", "svc", "web", "-n", "shop"]);
+    // An address of the hub's default service range (10.96.0.0/12), allocated.
+    let spec = svc["spec"].as_object_mut().unwrap();
+    let ip = spec.remove("clusterIP").unwrap();
+    let ip: std::net::Ipv4Addr = ip.as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        u32::from(ip) >> 20,
+        u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) >> 20,
+        "{ip}"
+    );
+    assert_eq!(
+        spec.remove("clusterIPs").unwrap(),
+        serde_json::json!([ip.to_string()])
+    );
     assert_eq!(
         svc["spec"],
         serde_json::json!({"type": "ClusterIP", "selector": {"app": "web"},
