@@ -764,24 +764,8 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
     // Place a Deployment on every member and wait until the hub says it runs everywhere.
     progress.step("placing bench/web on every member");
     let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "bench"}}))
-        .map_err(|e| check("namespace", e))?;
-    Api::<Namespace>::all(hub_client.clone())
-        .patch("bench", &apply, &Patch::Apply(&namespace))
-        .await
-        .map_err(|e| check("namespace", e))?;
-    let deployments_on_hub: Api<Deployment> = Api::namespaced(hub_client.clone(), "bench");
-    let deployment = |image: &str| {
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "bench"},
-            "spec": {"replicas": options.replicas, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "web", "image": image}]}}}})
-    };
-    deployments_on_hub
-        .patch("web", &apply, &Patch::Apply(deployment("nginx:1")))
-        .await
-        .map_err(|e| check("deployment", e))?;
+    let deployments_on_hub = place_web(&hub_client, options.replicas).await?;
+    let deployment = |image: &str| web(image, options.replicas);
     let started = Instant::now();
     let placements = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "flotilla.io",
@@ -1019,6 +1003,32 @@ fn difference(
             (grown >= 1.0).then(|| (key.clone(), grown.round() as u64))
         })
         .collect()
+}
+
+/// The benchmarks' template: Deployment `bench/web` running `image`.
+pub(crate) fn web(image: &str, replicas: i32) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "bench"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": image}]}}}})
+}
+
+/// Applies namespace `bench` and [`web`] (`nginx:1`) on the hub; its Deployments there.
+pub(crate) async fn place_web(hub: &kube::Client, replicas: i32) -> Result<Api<Deployment>, Error> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "bench"}}))
+        .map_err(|e| check("namespace", e))?;
+    Api::<Namespace>::all(hub.clone())
+        .patch("bench", &apply, &Patch::Apply(&namespace))
+        .await
+        .map_err(|e| check("namespace", e))?;
+    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), "bench");
+    deployments
+        .patch("web", &apply, &Patch::Apply(web("nginx:1", replicas)))
+        .await
+        .map_err(|e| check("deployment", e))?;
+    Ok(deployments)
 }
 
 #[cfg(test)]

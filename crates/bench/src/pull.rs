@@ -20,15 +20,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::process::Child;
 
 use crate::harness::{client, free_port, spawn, wait_for, wait_until_serving};
-use crate::propagation::{FIELD_MANAGER, Options, Watchers, ready_everywhere};
+use crate::propagation::{FIELD_MANAGER, Options, Watchers, place_web, ready_everywhere, web};
 use crate::system::{rss_mib, settle};
 use crate::{Error, Latency, Progress, check, ratio};
 
@@ -235,24 +233,8 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
 
     progress.step("placing bench/web on every pull member");
     let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "bench"}}))
-        .map_err(|e| check("namespace", e))?;
-    Api::<Namespace>::all(hub.clone())
-        .patch("bench", &apply, &Patch::Apply(&namespace))
-        .await
-        .map_err(|e| check("namespace", e))?;
-    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), "bench");
-    let deployment = |image: &str| {
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "bench"},
-            "spec": {"replicas": options.replicas, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "web", "image": image}]}}}})
-    };
-    deployments
-        .patch("web", &apply, &Patch::Apply(deployment("nginx:1")))
-        .await
-        .map_err(|e| check("deployment", e))?;
+    let deployments = place_web(&hub, options.replicas).await?;
+    let deployment = |image: &str| web(image, options.replicas);
     let placements = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "flotilla.io",
         "v1alpha1",

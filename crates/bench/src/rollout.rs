@@ -27,7 +27,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
@@ -39,7 +38,7 @@ use flotilla_api::revision::{MOVED_AT_ANNOTATION, REVISION_ANNOTATION};
 
 use crate::harness::{MEMBERS_PER_SIM, Processes};
 use crate::plot::Chart;
-use crate::propagation::FIELD_MANAGER;
+use crate::propagation::{FIELD_MANAGER, place_web, web};
 use crate::resync::metric;
 use crate::{Error, Latency, Progress, Row, check, ratio};
 
@@ -433,24 +432,8 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
 
     progress.step("placing bench/web with a Rolling strategy");
     let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": "bench"}}))
-        .map_err(|e| check("namespace", e))?;
-    Api::<Namespace>::all(hub.clone())
-        .patch("bench", &apply, &Patch::Apply(&namespace))
-        .await
-        .map_err(|e| check("namespace", e))?;
-    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), "bench");
-    let deployment = |image: &str| {
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "web", "namespace": "bench"},
-            "spec": {"replicas": options.replicas, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "web", "image": image}]}}}})
-    };
-    deployments
-        .patch("web", &apply, &Patch::Apply(deployment("nginx:1")))
-        .await
-        .map_err(|e| check("deployment", e))?;
+    let deployments = place_web(&hub, options.replicas).await?;
+    let deployment = |image: &str| web(image, options.replicas);
     let gvk =
         |kind: &str| ApiResource::from_gvk(&GroupVersionKind::gvk("flotilla.io", "v1alpha1", kind));
     let placements = Api::<DynamicObject>::namespaced_with(hub.clone(), "bench", &gvk("Placement"));
