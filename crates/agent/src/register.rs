@@ -190,17 +190,7 @@ async fn register(
     let key = rcgen::KeyPair::from_pem(&key_pem)
         .map_err(|e| Error::Input(format!("{}: {e}", files.key.display())))?;
     let user = cluster_user(&registration.cluster);
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, CLUSTERS_GROUP);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, user.as_str());
-    let request = params
-        .serialize_request(&key)
-        .and_then(|r| r.pem())
-        .map_err(|e| Error::Input(format!("cannot make the certificate request: {e}")))?;
+    let request = cluster_request(&registration.cluster, &key)?;
     let hub = hub_client(
         &registration.hub,
         &ca_pem,
@@ -311,6 +301,23 @@ async fn signed(csrs: &Api<CertificateSigningRequest>, name: &str) -> Result<Str
         waited += 1;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The PEM certificate request of `cluster`'s identity (CN `system:flotilla:cluster:NAME`,
+/// O `system:flotilla:clusters`) for `key`: at registration and at each renewal.
+pub(crate) fn cluster_request(cluster: &str, key: &rcgen::KeyPair) -> Result<String, Error> {
+    let user = cluster_user(cluster);
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, CLUSTERS_GROUP);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, user.as_str());
+    params
+        .serialize_request(key)
+        .and_then(|r| r.pem())
+        .map_err(|e| Error::Input(format!("cannot make the certificate request: {e}")))
 }
 
 #[cfg(test)]

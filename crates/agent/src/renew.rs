@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use flotilla_api::agent::{CLUSTERS_GROUP, cluster_user};
 use futures_util::StreamExt as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
@@ -186,18 +185,7 @@ async fn renew(
     let key =
         rcgen::KeyPair::generate().map_err(|e| Error::Input(format!("cannot make a key: {e}")))?;
     let key_pem = key.serialize_pem();
-    let user = cluster_user(&renewal.cluster);
-    let mut params = rcgen::CertificateParams::default();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, CLUSTERS_GROUP);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, user.as_str());
-    let request = params
-        .serialize_request(&key)
-        .and_then(|r| r.pem())
-        .map_err(|e| Error::Input(format!("cannot make the certificate request: {e}")))?;
+    let request = crate::register::cluster_request(&renewal.cluster, &key)?;
     let name = csr_name(&renewal.cluster, key.public_key_pem().as_bytes());
     let csr = CertificateSigningRequest {
         metadata: ObjectMeta {
