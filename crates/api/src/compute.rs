@@ -109,8 +109,10 @@ pub struct ComputeNamespaceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub role_bindings: Vec<RoleBindingTemplate>,
     /// What becomes of the members' objects when the ComputeNamespace is deleted (or a
-    /// cluster leaves its sets): `Delete` (the default) removes them, the namespace and
-    /// all it holds with it; `Orphan` leaves them, no longer managed.
+    /// cluster leaves its sets): `Delete` (the default) removes what it created, the
+    /// namespace and all it holds with it, and gives back, unmanaged, what a member had
+    /// before (a namespace it took over is never deleted); `Orphan` leaves them all, no
+    /// longer managed.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
 }

@@ -583,11 +583,16 @@ pub enum DriftPolicy {
 /// [`ApplyPolicy::deletion`].
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum DeletionPolicy {
-    /// Delete the object from the member.
+    /// Delete the object from the member, whoever created it (an object taken over with
+    /// `conflict: Overwrite` included).
     #[default]
     Delete,
     /// Leave the object on the member, no longer managed.
     Orphan,
+    /// Delete the object if delivery created it; one that was on the member before and
+    /// was taken over (`conflict: Overwrite`) is given back as `Orphan` leaves it: what
+    /// the hub did not create, it does not delete.
+    DeleteCreated,
 }
 
 /// Where a placement stands, fleet-wide and per cluster.

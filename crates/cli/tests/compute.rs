@@ -455,3 +455,60 @@ fn an_orphaned_compute_namespace_stays_on_the_members_and_bad_ones_are_refused()
     let out = hub.kubectl(&["get", "computenamespace", "kube-team"]);
     assert!(!out.status.success());
 }
+
+#[test]
+fn a_namespace_a_member_had_before_outlives_its_compute_namespace() {
+    let hub = Hub::start_with(&["--health-period", "1s"]);
+    let sim = Sim::start(&["--clusters", "1", "--prefix", "m-"]);
+    join(&hub, &sim, "m-1", "eu");
+    // The member has team-a already, with someone's data in it.
+    sim.ok("m-1", &["create", "namespace", "team-a"]);
+    sim.ok(
+        "m-1",
+        &[
+            "create",
+            "configmap",
+            "keep",
+            "-n",
+            "team-a",
+            "--from-literal=k=v",
+        ],
+    );
+
+    // Taken over (`Delete` is the default deletion policy) and marked as such.
+    hub.create(TEAM_A);
+    wait_delivered(&sim, "m-1");
+    wait_ready(&hub, 1);
+    let ns = member_get(&sim, "m-1", &["namespace", "team-a"]).unwrap();
+    assert_eq!(
+        ns["metadata"]["annotations"]["flotilla.io/adopted"], "true",
+        "{ns}"
+    );
+    let quota = member_get(&sim, "m-1", &["resourcequota", "team-a", "-n", "team-a"]).unwrap();
+    assert!(
+        quota["metadata"]["annotations"]["flotilla.io/adopted"].is_null(),
+        "{quota}"
+    );
+
+    // Deleted: what it made goes; the namespace it found stays, with what it held, given
+    // back without the hub's marks.
+    hub.ok(&["delete", "computenamespace", "team-a", "--timeout=120s"]);
+    eventually("m-1's quota is deleted", || {
+        match member_get(&sim, "m-1", &["resourcequota", "team-a", "-n", "team-a"]) {
+            Err(e) if e.contains("NotFound") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let ns = member_get(&sim, "m-1", &["namespace", "team-a"]).unwrap();
+    assert!(ns["metadata"]["deletionTimestamp"].is_null(), "{ns}");
+    assert!(
+        ns["metadata"]["labels"]["app.kubernetes.io/managed-by"].is_null(),
+        "{ns}"
+    );
+    assert!(
+        ns["metadata"]["annotations"]["flotilla.io/adopted"].is_null(),
+        "{ns}"
+    );
+    let kept = member_get(&sim, "m-1", &["configmap", "keep", "-n", "team-a"]).unwrap();
+    assert_eq!(kept["data"]["k"], "v");
+}

@@ -21,6 +21,11 @@ pub const ANNOTATION_MANIFEST_HASH: &str = "flotilla.io/manifest-hash";
 /// conflict, no provenance), and never deleted when a placement lets it go.
 pub const ANNOTATION_SHARED: &str = "flotilla.io/shared";
 
+/// Set to `"true"` on an object that was on the member before its placement took it over
+/// (`conflict: Overwrite`), and kept while the placement manages it: under `deletion:
+/// DeleteCreated` such an object is given back, not deleted.
+pub const ANNOTATION_ADOPTED: &str = "flotilla.io/adopted";
+
 /// Whether `object` (a manifest or a live object) is shared by placements.
 pub fn is_shared(object: &serde_json::Value) -> bool {
     object["metadata"]["annotations"][ANNOTATION_SHARED] == "true"
@@ -116,8 +121,9 @@ impl Provenance {
         }
     }
 
-    /// `manifest` with this provenance added to its labels and annotations.
-    pub(crate) fn stamp(&self, manifest: &mut Value, hash: &str) {
+    /// `manifest` with this provenance added to its labels and annotations; `adopted`
+    /// marks an object that was on the member before this placement took it over.
+    pub(crate) fn stamp(&self, manifest: &mut Value, hash: &str, adopted: bool) {
         let Some(object) = manifest.as_object_mut() else {
             return;
         };
@@ -129,6 +135,9 @@ impl Provenance {
         annotations.insert(ANNOTATION_PLACEMENT.into(), self.placement.clone().into());
         annotations.insert(ANNOTATION_WORK.into(), self.work.clone().into());
         annotations.insert(ANNOTATION_MANIFEST_HASH.into(), hash.into());
+        if adopted {
+            annotations.insert(ANNOTATION_ADOPTED.into(), "true".into());
+        }
     }
 
     /// A JSON merge patch removing this provenance from an object.
@@ -136,7 +145,7 @@ impl Provenance {
         serde_json::json!({"metadata": {
             "labels": {LABEL_MANAGED_BY: null, LABEL_HUB: null},
             "annotations": {ANNOTATION_PLACEMENT: null, ANNOTATION_WORK: null,
-                            ANNOTATION_MANIFEST_HASH: null},
+                            ANNOTATION_MANIFEST_HASH: null, ANNOTATION_ADOPTED: null},
         }})
     }
 }
@@ -161,6 +170,7 @@ pub(crate) fn is_provenance_key(key: &str) -> bool {
             | ANNOTATION_PLACEMENT
             | ANNOTATION_WORK
             | ANNOTATION_MANIFEST_HASH
+            | ANNOTATION_ADOPTED
     )
 }
 
@@ -323,8 +333,9 @@ mod tests {
         let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "labels": {"app": "web"}}});
         assert!(!provenance.owns(&object));
-        provenance.stamp(&mut object, "0123");
+        provenance.stamp(&mut object, "0123", false);
         assert_eq!(object["metadata"]["labels"]["app"], "web");
+        assert!(object["metadata"]["annotations"][ANNOTATION_ADOPTED].is_null());
         assert_eq!(object["metadata"]["labels"][LABEL_MANAGED_BY], "flotilla");
         assert_eq!(
             object["metadata"]["annotations"][ANNOTATION_MANIFEST_HASH],
@@ -341,8 +352,14 @@ mod tests {
             "it belongs to placement shop/web of hub hub"
         );
         let mut bare = json!({"kind": "ConfigMap"});
-        provenance.stamp(&mut bare, "h");
+        provenance.stamp(&mut bare, "h", true);
         assert!(provenance.owns(&bare));
+        assert_eq!(bare["metadata"]["annotations"][ANNOTATION_ADOPTED], "true");
+        // Removing the provenance removes the mark too.
+        let removal = Provenance::removal_patch();
+        let removed = removal["metadata"]["annotations"].as_object().unwrap();
+        assert_eq!(removed.get(ANNOTATION_ADOPTED), Some(&Value::Null));
+        assert!(is_provenance_key(ANNOTATION_ADOPTED));
         assert_eq!(
             provenance.selector(),
             "app.kubernetes.io/managed-by=flotilla,flotilla.io/hub=hub"

@@ -18,7 +18,9 @@ use tracing::{Instrument, debug, info, info_span};
 use crate::availability::{availability, feedback};
 use crate::conditions::{State, condition, describe};
 use crate::drift::drift;
-use crate::provenance::{ANNOTATION_MANIFEST_HASH, FIELD_MANAGER, is_shared, manifest_hash};
+use crate::provenance::{
+    ANNOTATION_ADOPTED, ANNOTATION_MANIFEST_HASH, FIELD_MANAGER, is_shared, manifest_hash,
+};
 use crate::{Error, Member, Provenance};
 
 /// Metadata the member sets and a manifest must not carry over from the hub.
@@ -275,6 +277,11 @@ impl Member {
                 drift: Vec::new(),
             };
         }
+        // Taken over now, or before and still: under `deletion: DeleteCreated` it is given
+        // back rather than deleted.
+        let adopted = live.as_ref().is_some_and(|live| {
+            !provenance.owns(live) || live["metadata"]["annotations"][ANNOTATION_ADOPTED] == "true"
+        });
         let hash = manifest_hash(manifest);
         // The fields this sync puts back (drift corrected), told once the apply succeeds.
         let mut corrected = Vec::new();
@@ -312,7 +319,7 @@ impl Member {
             };
         }
         if !shared {
-            provenance.stamp(&mut object, &hash);
+            provenance.stamp(&mut object, &hash, adopted);
         }
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match api
@@ -360,7 +367,7 @@ impl Member {
     }
 
     /// Takes one object off the member's books: deleted, or left with its provenance
-    /// removed (`Orphan`). Objects already gone, of kinds no longer served, or not put
+    /// removed (`Orphan`, and `DeleteCreated` for an object taken over). Objects already gone, of kinds no longer served, or not put
     /// there by this placement are left alone.
     pub(crate) async fn release(
         &self,
@@ -397,28 +404,33 @@ impl Member {
             debug!(object = %what, "shared or not this placement's: left alone");
             return Ok(());
         }
-        let outcome = match policy {
-            DeletionPolicy::Delete => {
-                // Only the object looked at: not a namesake created since.
-                let uid = live["metadata"]["uid"].as_str().map(str::to_owned);
-                let params = DeleteParams::background().preconditions(Preconditions {
-                    uid,
-                    resource_version: None,
-                });
-                api.delete(&object.name, &params).await.map(drop)
+        // An object taken over from the member is given back under `DeleteCreated`.
+        let give_back = match policy {
+            DeletionPolicy::Delete => false,
+            DeletionPolicy::Orphan => true,
+            DeletionPolicy::DeleteCreated => {
+                live["metadata"]["annotations"][ANNOTATION_ADOPTED] == "true"
             }
-            DeletionPolicy::Orphan => {
-                let params = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.to_owned()),
-                    ..PatchParams::default()
-                };
-                let patch = Patch::Merge(Provenance::removal_patch());
-                api.patch(&object.name, &params, &patch).await.map(drop)
-            }
+        };
+        let outcome = if give_back {
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            let patch = Patch::Merge(Provenance::removal_patch());
+            api.patch(&object.name, &params, &patch).await.map(drop)
+        } else {
+            // Only the object looked at: not a namesake created since.
+            let uid = live["metadata"]["uid"].as_str().map(str::to_owned);
+            let params = DeleteParams::background().preconditions(Preconditions {
+                uid,
+                resource_version: None,
+            });
+            api.delete(&object.name, &params).await.map(drop)
         };
         match outcome {
             Ok(()) => {
-                info!(object = %what, ?policy, "released");
+                info!(object = %what, ?policy, give_back, "released");
                 Ok(())
             }
             Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),

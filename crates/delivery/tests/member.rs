@@ -702,6 +702,77 @@ async fn remove_deletes_or_orphans_what_a_work_applied() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_created_gives_back_what_was_taken_over() -> anyhow::Result<()> {
+    let c = cluster().await?;
+    let p = provenance();
+    // Someone's ConfigMap, there before any placement.
+    c.member
+        .sync(&work(vec![namespace()], None), None, &p, &[])
+        .await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(c.client.clone(), "shop");
+    let theirs: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "theirs"},
+        "data": {"greeting": "theirs"}}))?;
+    config_maps.create(&PostParams::default(), &theirs).await?;
+
+    let apply = policy(
+        ConflictPolicy::Overwrite,
+        DriftPolicy::Correct,
+        DeletionPolicy::DeleteCreated,
+    );
+    let w = work(
+        vec![config_map("theirs", "ours"), config_map("made", "ours")],
+        Some(apply.clone()),
+    );
+    let status = c.member.sync(&w, None, &p, &[]).await;
+    assert_all_applied(&status);
+    let taken = live_cm(&c.client, "theirs").await?.unwrap();
+    assert_eq!(
+        taken["metadata"]["annotations"]["flotilla.io/adopted"],
+        "true"
+    );
+    let made = live_cm(&c.client, "made").await?.unwrap();
+    assert!(
+        made["metadata"]["annotations"]["flotilla.io/adopted"].is_null(),
+        "{made}"
+    );
+    // The mark stays through later applies (a change of the manifest).
+    let changed = work(
+        vec![
+            config_map("theirs", "ours, again"),
+            config_map("made", "ours"),
+        ],
+        Some(apply),
+    );
+    let status = c.member.sync(&changed, None, &p, &status.manifests).await;
+    assert_all_applied(&status);
+    let taken = live_cm(&c.client, "theirs").await?.unwrap();
+    assert_eq!(taken["data"]["greeting"], "ours, again");
+    assert_eq!(
+        taken["metadata"]["annotations"]["flotilla.io/adopted"],
+        "true"
+    );
+
+    c.member
+        .remove(&status.manifests, DeletionPolicy::DeleteCreated, &p)
+        .await?;
+    // What it made is deleted; what it took over is given back, without provenance.
+    assert!(live_cm(&c.client, "made").await?.is_none());
+    let given_back = live_cm(&c.client, "theirs").await?.unwrap();
+    assert_eq!(given_back["data"]["greeting"], "ours, again");
+    let annotations = &given_back["metadata"]["annotations"];
+    assert!(annotations["flotilla.io/adopted"].is_null(), "{given_back}");
+    assert!(
+        annotations["flotilla.io/placement"].is_null(),
+        "{given_back}"
+    );
+    assert!(
+        given_back["metadata"]["labels"]["flotilla.io/hub"].is_null(),
+        "{given_back}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_reports_version_capacity_and_properties() -> anyhow::Result<()> {
     let c = cluster().await?;
     let health = c.member.probe().await?;

@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use flotilla_api::compute::{self, ComputeNamespace, MemberState, MemberStatus};
 use flotilla_api::{
-    ApplyPolicy, Cluster, ComputeNamespaceStatus, ConflictPolicy, DriftPolicy, Json,
-    MAX_LISTED_CLUSTERS, Work, WorkSpec, condition,
+    ApplyPolicy, Cluster, ComputeNamespaceStatus, ConflictPolicy, DeletionPolicy, DriftPolicy,
+    Json, MAX_LISTED_CLUSTERS, Work, WorkSpec, condition,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
@@ -126,7 +126,8 @@ pub fn hub_grants(cns: &ComputeNamespace) -> Vec<Value> {
 /// The spec of the Work that puts `cns` on `cluster`: its [`manifests`]; drift is put
 /// back; objects of the same names already on the member are taken over (the
 /// ComputeNamespace is what the namespace is on every member of its sets, whoever made it
-/// first, a placement's namespace included); on deletion, its deletion policy.
+/// first, a placement's namespace included); on deletion, its deletion policy, `Delete`
+/// as `DeleteCreated`: what was taken over is given back, not deleted.
 pub fn work(cns: &ComputeNamespace, manifests: &[Value], cluster: &str) -> WorkSpec {
     WorkSpec {
         placement: compute::reference(&cns.metadata.name.clone().unwrap_or_default()),
@@ -135,7 +136,14 @@ pub fn work(cns: &ComputeNamespace, manifests: &[Value], cluster: &str) -> WorkS
         apply: Some(ApplyPolicy {
             conflict: ConflictPolicy::Overwrite,
             drift: DriftPolicy::Correct,
-            deletion: cns.spec.deletion_policy,
+            // What a member had before (a namespace made by hand or by a placement) is
+            // taken over but never deleted: `Delete` removes only what it created.
+            deletion: match cns.spec.deletion_policy {
+                DeletionPolicy::Delete | DeletionPolicy::DeleteCreated => {
+                    DeletionPolicy::DeleteCreated
+                }
+                DeletionPolicy::Orphan => DeletionPolicy::Orphan,
+            },
             // Delivered as the agent or push delivery itself: the namespace and its RBAC
             // are what a member's own service accounts are later bound by.
             service_account_name: None,
@@ -486,6 +494,10 @@ mod tests {
         assert_eq!(apply.deletion, DeletionPolicy::Orphan);
         assert_eq!(apply.drift, DriftPolicy::Correct);
         assert_eq!(apply.conflict, ConflictPolicy::Overwrite);
+        // `Delete` deletes only what it created: a namespace taken over is given back.
+        cns.spec.deletion_policy = DeletionPolicy::Delete;
+        let apply = work(&cns, &rendered, "eu-1").apply.unwrap();
+        assert_eq!(apply.deletion, DeletionPolicy::DeleteCreated);
     }
 
     fn condition(type_: &str, status: &str, message: &str) -> Condition {
