@@ -12,6 +12,8 @@
 
 mod support;
 
+#[path = "../../store-etcd/tests/support/etcd.rs"]
+mod etcd;
 #[path = "../../store-postgres/tests/support/postgres.rs"]
 mod postgres;
 
@@ -237,4 +239,51 @@ fn two_replicas_on_postgres_one_leads_and_the_other_takes_over() {
     hubs[0].ok(&["set", "image", "deploy/web", "-n", "shop", "web=nginx:1.29"]);
     wait_image(&members, "nginx:1.29");
     drop(stopped);
+}
+
+#[test]
+fn three_replicas_on_a_three_member_etcd_keep_serving_when_a_member_dies() {
+    let mut cluster = etcd::EtcdCluster::start(3);
+    let url = cluster.url("/flotilla");
+    let flags = ["--store", url.as_str()];
+    let hubs = [
+        Hub::start_with(&flags),
+        Hub::start_with(&flags),
+        Hub::start_with(&flags),
+    ];
+    let all: Vec<&Hub> = hubs.iter().collect();
+    let first = leader(&all, Duration::from_secs(30));
+    let (holder, _) = lease(&hubs[0]);
+    assert!(
+        holder.contains(&format!("_{}_", hubs[first].pid())),
+        "{holder}"
+    );
+    for (i, hub) in hubs.iter().enumerate() {
+        serves(hub, &format!("before-{i}"));
+    }
+
+    // One etcd member dies: every replica's store client goes on with the others.
+    cluster.kill9(0);
+    for (i, hub) in hubs.iter().enumerate() {
+        let name = format!("after-{i}");
+        eventually(&format!("replica {i} writes and reads"), || {
+            let out = hub.kubectl_with(
+                &["create", "-f", "-"],
+                Some(&format!(
+                    r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"default"}}}}"#
+                )),
+            );
+            out.status
+                .success()
+                .then_some(())
+                .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+        });
+        // Every replica reads what each wrote.
+        for other in &hubs {
+            assert_eq!(other.json(&["get", "cm", &name])["metadata"]["name"], name);
+        }
+    }
+    // The Lease stayed with its holder: no change of hands.
+    assert_eq!(leader(&all, Duration::from_secs(30)), first);
+    assert_eq!(lease(&hubs[0]), (holder, 0));
 }
