@@ -11,10 +11,13 @@
 //!        │        Api + its initial namespaces
 //!        ├─ identities(…) (the hub): ServiceAccount tokens, client certificates, OIDC
 //!        ├─ the role's own set-up through `api` (the hub's CRDs, the sim's clusters)
-//!        ├─ compact_every(interval), expire_events_after(ttl)
+//!        ├─ compact_every(interval), expire_events_after(ttl): the server's own loops
+//!        ├─ elect_with(Election) (the hub): loops run under Leases; run_elected(lease, …)
 //!        └─ serve(): bind ADDR, DIR/admin.kubeconfig, the authenticators (admin token
 //!           alone, or with identities: x509, admin, ServiceAccount, OIDC) and their
-//!           controllers (token Secrets, CSR signer), HTTPS until a signal
+//!           controllers (token Secrets, CSR signer); the own loops under
+//!           APISERVER_LEASE (at once without an election); HTTPS until a signal, which
+//!           cancels the elected loops and releases their Leases
 //! ```
 
 use std::net::SocketAddr;
