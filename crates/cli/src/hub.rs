@@ -18,6 +18,7 @@ use tracing::{debug, info};
 
 use crate::access;
 use crate::serve::{self, ApiServer, LogFormat, parse_duration};
+use flotilla_fleet::runtime::leader::{LeaderConfig, LeaderConfigError, LeaderMetrics, Work};
 
 pub use crate::serve::StoreUrl;
 
@@ -166,6 +167,18 @@ pub struct HubArgs {
         value_delimiter = ','
     )]
     pub oidc_signing_algs: Vec<String>,
+    /// How long a controller Lease (`flotilla-fleet`, `flotilla-apiserver-controllers` in
+    /// flotilla-system) holds without renewal before another hub replica may take it.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = positive_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the replica leading a group of controllers keeps them running without
+    /// renewing its Lease; below --leader-elect-lease-duration.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often a replica tries to take a Lease, and its holder renews it; below
+    /// --leader-elect-renew-deadline.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = positive_duration)]
+    pub leader_elect_retry_period: Duration,
     /// Where an admission webhook given as a Service is reached (repeatable): the hub runs
     /// no Services, so a webhook's `service: {namespace, name, port, path}` is called at
     /// https://NAME.NAMESPACE.svc:PORT/PATH (its certificate must be valid for
@@ -256,6 +269,23 @@ impl HubArgs {
         }
         if self.etcd_certfile.is_some() != self.etcd_keyfile.is_some() {
             anyhow::bail!("--etcd-certfile and --etcd-keyfile go together");
+        }
+        if let Err(e) = self.leader_config().check() {
+            let e = match e {
+                LeaderConfigError::RenewNotBelowLease => {
+                    "--leader-elect-renew-deadline must be shorter than \
+                     --leader-elect-lease-duration"
+                }
+                LeaderConfigError::RetryNotBelowRenew => {
+                    "--leader-elect-retry-period must be shorter than \
+                     --leader-elect-renew-deadline"
+                }
+                LeaderConfigError::LeaseTooShort => {
+                    "--leader-elect-lease-duration must be at least 1s"
+                }
+                LeaderConfigError::Zero => "--leader-elect-retry-period must be above zero",
+            };
+            anyhow::bail!("{e}");
         }
         if self.audit_policy_file.is_some() && self.audit_log_path.is_none() {
             anyhow::bail!("--audit-policy-file needs --audit-log-path");
@@ -396,6 +426,15 @@ impl HubArgs {
         }
     }
 
+    /// The durations of the controllers' leader election.
+    fn leader_config(&self) -> LeaderConfig {
+        LeaderConfig {
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        }
+    }
+
     /// How the server opens its store and serving certificate.
     fn open_options(&self) -> serve::OpenOptions {
         serve::OpenOptions {
@@ -462,11 +501,12 @@ impl HubArgs {
         let groups = access::install(&server.api).await?;
         access::keep_template_reads(server.api.clone(), groups);
         let metrics = flotilla_fleet::runtime::Metrics::default();
-        metrics.register(
-            Arc::get_mut(&mut server.metrics)
-                .context("the hub's metrics are shared before serving")?
-                .registry_mut(),
-        );
+        let leader_metrics = LeaderMetrics::default();
+        let registry = Arc::get_mut(&mut server.metrics)
+            .context("the hub's metrics are shared before serving")?
+            .registry_mut();
+        metrics.register(registry);
+        leader_metrics.register(registry);
         // The fleet controllers use the API in-process, as their own user, through the
         // same authorization, routing, admission and watch paths as any client, and count
         // in its request metrics.
@@ -478,30 +518,58 @@ impl HubArgs {
             ),
             "default",
         );
-        tokio::spawn(flotilla_fleet::runtime::run(
-            client,
-            flotilla_fleet::runtime::Config {
-                hub: self.name.clone(),
-                health_period: self.health_period,
-                resync_period: self.resync_period,
-                tenancy: self.tenancy,
-                ..flotilla_fleet::runtime::Config::default()
-            },
-            metrics,
-        ));
+        let config = flotilla_fleet::runtime::Config {
+            hub: self.name.clone(),
+            health_period: self.health_period,
+            resync_period: self.resync_period,
+            tenancy: self.tenancy,
+            ..flotilla_fleet::runtime::Config::default()
+        };
         // Pull agents' registration (auto-approval, each approved cluster's RBAC), as the
         // server itself: it writes roles no controller holds.
-        tokio::spawn(flotilla_agent::registrar::run(kube::Client::new(
+        let loopback = kube::Client::new(
             flotilla_apiserver::http::server::local_service_as(
                 server.api.clone(),
                 server.metrics.clone(),
                 flotilla_apiserver::auth::UserInfo::loopback(),
             ),
             "default",
-        )));
+        );
+        server.elect_with(self.election(loopback.clone(), leader_metrics));
+        let registrar = loopback;
+        let fleet: Vec<Work> = vec![
+            Arc::new(move || {
+                Box::pin(flotilla_fleet::runtime::run(
+                    client.clone(),
+                    config.clone(),
+                    metrics.clone(),
+                ))
+            }),
+            Arc::new(move || Box::pin(flotilla_agent::registrar::run(registrar.clone()))),
+        ];
+        server.run_elected(FLEET_LEASE, fleet);
         server.compact_every(self.compaction_interval);
         server.expire_events_after(self.event_ttl);
         server.serve().await
+    }
+}
+
+/// The Lease of the fleet controllers and the pull agents' registrar, in flotilla-system.
+pub const FLEET_LEASE: &str = "flotilla-fleet";
+
+impl HubArgs {
+    /// This replica's part in the elections: Leases in the hub's system namespace, written
+    /// as the server itself (`client`), under an identity unique to the process.
+    fn election(&self, client: kube::Client, metrics: LeaderMetrics) -> serve::Election {
+        let identity = flotilla_fleet::runtime::leader::unique_identity();
+        info!(%identity, lease_duration = ?self.leader_elect_lease_duration, "leader election");
+        serve::Election {
+            client,
+            namespace: flotilla_fleet::runtime::Config::default().system_namespace,
+            identity,
+            config: self.leader_config(),
+            metrics,
+        }
     }
 }
 
@@ -598,6 +666,50 @@ mod tests {
         assert_eq!(args.compaction_interval, Duration::from_secs(300));
         assert_eq!(args.event_ttl, Duration::from_secs(3600));
         assert_eq!(args.tenancy, flotilla_fleet::tenancy::Tenancy::Open);
+    }
+
+    #[test]
+    fn leader_election_durations() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(
+            args.leader_config(),
+            flotilla_fleet::runtime::leader::LeaderConfig::default()
+        );
+        args.validate().unwrap();
+        let args = parse(&[
+            "--leader-elect-lease-duration=4s",
+            "--leader-elect-renew-deadline=3s",
+            "--leader-elect-retry-period=500ms",
+        ])
+        .unwrap();
+        args.validate().unwrap();
+        assert_eq!(
+            args.leader_config().retry_period,
+            Duration::from_millis(500)
+        );
+        for (flags, refusal) in [
+            (
+                [
+                    "--leader-elect-lease-duration=10s",
+                    "--leader-elect-renew-deadline=10s",
+                ],
+                "--leader-elect-renew-deadline must be shorter than --leader-elect-lease-duration",
+            ),
+            (
+                [
+                    "--leader-elect-renew-deadline=2s",
+                    "--leader-elect-retry-period=2s",
+                ],
+                "--leader-elect-retry-period must be shorter than --leader-elect-renew-deadline",
+            ),
+        ] {
+            let e = parse(&flags).unwrap().validate().unwrap_err().to_string();
+            assert_eq!(e, refusal);
+        }
+        let e = parse(&["--leader-elect-retry-period=0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("it must be above zero"), "{e}");
     }
 
     #[test]

@@ -11,10 +11,13 @@
 //!        │        Api + its initial namespaces
 //!        ├─ identities(…) (the hub): ServiceAccount tokens, client certificates, OIDC
 //!        ├─ the role's own set-up through `api` (the hub's CRDs, the sim's clusters)
-//!        ├─ compact_every(interval), expire_events_after(ttl)
+//!        ├─ compact_every(interval), expire_events_after(ttl): the server's own loops
+//!        ├─ elect_with(Election) (the hub): loops run under Leases; run_elected(lease, …)
 //!        └─ serve(): bind ADDR, DIR/admin.kubeconfig, the authenticators (admin token
 //!           alone, or with identities: x509, admin, ServiceAccount, OIDC) and their
-//!           controllers (token Secrets, CSR signer), HTTPS until a signal
+//!           controllers (token Secrets, CSR signer); the own loops under
+//!           APISERVER_LEASE (at once without an election); HTTPS until a signal, which
+//!           cancels the elected loops and releases their Leases
 //! ```
 
 use std::net::SocketAddr;
@@ -37,6 +40,7 @@ use flotilla_apiserver::auth::signer::Signer;
 use flotilla_apiserver::auth::x509::ClientCertificates;
 use flotilla_apiserver::auth::{AdminToken, Audit, Authenticator, Chain, Stages};
 use flotilla_apiserver::http::server;
+use flotilla_fleet::runtime::leader::{Elector, LeaderConfig, LeaderMetrics, Work};
 use flotilla_pki::HubIdentity;
 use flotilla_store::Store;
 use flotilla_store_sqlite::SqliteStore;
@@ -168,6 +172,34 @@ pub struct ApiServer {
     store_url: StoreUrl,
     /// Who besides the admin may use the server (the hub's [`ApiServer::identities`]).
     identities: Option<Authentication>,
+    /// The server's own background loops that must not run twice at once over one store
+    /// (compaction, Event expiry, the token Secrets controller, the CSR signer).
+    loops: Vec<Work>,
+    /// How loops are elected among replicas (the hub's); without it they run at once.
+    election: Option<Election>,
+    /// Turns true on SIGTERM or SIGINT: electors stop their work and release their Leases.
+    stop: tokio::sync::watch::Sender<bool>,
+    /// The electors started, awaited (briefly) at shutdown for their release.
+    electors: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The Lease of the API server's own loops (compaction, Event expiry, token Secrets, CSR
+/// signing), in the hub's system namespace.
+pub const APISERVER_LEASE: &str = "flotilla-apiserver-controllers";
+
+/// How a server's replicas elect who runs each group of loops: one
+/// `coordination.k8s.io/v1` Lease per group in `namespace`, written through `client`.
+pub struct Election {
+    /// The in-process client the electors write their Leases through.
+    pub client: kube::Client,
+    /// Where the Leases are.
+    pub namespace: String,
+    /// This replica's holder identity (unique per process).
+    pub identity: String,
+    /// Lease duration, renew deadline, retry period.
+    pub config: LeaderConfig,
+    /// `flotilla_leader{lease}` and its transitions on `/metrics`.
+    pub metrics: LeaderMetrics,
 }
 
 /// Who may use `flotilla hub` besides its admin: ServiceAccount tokens of `issuer`,
@@ -278,6 +310,10 @@ impl ApiServer {
             data_dir: data_dir.to_owned(),
             store_url: store_url.clone(),
             identities: None,
+            loops: Vec::new(),
+            election: None,
+            stop: tokio::sync::watch::channel(false).0,
+            electors: Vec::new(),
         })
     }
 
@@ -379,26 +415,46 @@ impl ApiServer {
     }
 
     /// Compacts the store every `interval` to the revision of one interval earlier
-    /// (never if it is zero).
-    pub fn compact_every(&self, interval: Duration) {
+    /// (never if it is zero); on one replica at a time.
+    pub fn compact_every(&mut self, interval: Duration) {
         if !interval.is_zero() {
-            tokio::spawn(flotilla_apiserver::gc::compaction::run(
-                self.store.clone(),
-                interval,
-            ));
+            let store = self.store.clone();
+            self.loops.push(Arc::new(move || {
+                Box::pin(flotilla_apiserver::gc::compaction::run(
+                    store.clone(),
+                    interval,
+                ))
+            }));
         }
     }
 
     /// Deletes every Event not written for `ttl`, looking every quarter of it (at most a
-    /// minute apart); never if it is zero.
-    pub fn expire_events_after(&self, ttl: Duration) {
+    /// minute apart); never if it is zero. On one replica at a time.
+    pub fn expire_events_after(&mut self, ttl: Duration) {
         if !ttl.is_zero() {
-            tokio::spawn(flotilla_apiserver::gc::events::run(self.store.clone(), ttl));
+            let store = self.store.clone();
+            self.loops.push(Arc::new(move || {
+                Box::pin(flotilla_apiserver::gc::events::run(store.clone(), ttl))
+            }));
         }
     }
 
+    /// Elects the loops given to [`ApiServer::run_elected`] (and the server's own, at
+    /// [`ApiServer::serve`]) by Lease among the replicas over the same store.
+    pub fn elect_with(&mut self, election: Election) {
+        self.election = Some(election);
+    }
+
+    /// Runs `loops` while this replica holds Lease `lease` (at once without
+    /// [`ApiServer::elect_with`]): cancelled when it is lost, started again when it is
+    /// won back, the Lease released on SIGTERM or SIGINT.
+    pub fn run_elected(&mut self, lease: &str, loops: Vec<Work>) {
+        let elector = start_elected(self.election.as_ref(), &self.stop, lease, loops);
+        self.electors.extend(elector);
+    }
+
     /// Listens, writes `DIR/admin.kubeconfig` and serves HTTPS until SIGTERM or SIGINT.
-    pub async fn serve(self) -> anyhow::Result<()> {
+    pub async fn serve(mut self) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(self.listen)
             .await
             .with_context(|| format!("cannot listen on {}", self.listen))?;
@@ -415,7 +471,7 @@ impl ApiServer {
         let admin = identity.clone();
         let admin: Arc<dyn Authenticator> =
             Arc::new(AdminToken::new(move |token| admin.is_admin_token(token)));
-        let auth: Arc<dyn Authenticator> = match self.identities {
+        let auth: Arc<dyn Authenticator> = match self.identities.take() {
             None => admin,
             Some(Authentication { issuer, oidc }) => {
                 // kube-apiserver's order: client certificates, then bearer tokens.
@@ -435,24 +491,81 @@ impl ApiServer {
                     true => String::new(),
                     false => identity.ca_cert_pem.clone(),
                 };
-                tokio::spawn(
-                    TokensController::new(self.api.clone(), self.store.clone(), issuer, ca).run(),
-                );
-                tokio::spawn(
-                    Signer::new(self.api.clone(), self.store.clone(), identity.clone()).run(),
-                );
+                let (api, store) = (self.api.clone(), self.store.clone());
+                self.loops.push(Arc::new(move || {
+                    let controller = TokensController::new(
+                        api.clone(),
+                        store.clone(),
+                        issuer.clone(),
+                        ca.clone(),
+                    );
+                    Box::pin(controller.run())
+                }));
+                let (api, store, signing) =
+                    (self.api.clone(), self.store.clone(), identity.clone());
+                self.loops.push(Arc::new(move || {
+                    Box::pin(Signer::new(api.clone(), store.clone(), signing.clone()).run())
+                }));
                 Arc::new(Chain::new(chain))
             }
         };
+        let loops = std::mem::take(&mut self.loops);
+        let elector = start_elected(self.election.as_ref(), &self.stop, APISERVER_LEASE, loops);
+        self.electors.extend(elector);
         let ready = Arc::new(AtomicBool::new(false));
         let app = server::router_with(self.api, auth, ready.clone(), self.metrics);
         ready.store(true, Ordering::Release);
         let role = self.role;
         info!(url = %self.url, kubeconfig = %kubeconfig.display(), store = %self.store_url, "{role} serving");
-        server::serve_tls(listener, tls, app, shutdown_signal()).await;
+        // On the signal the electors release their Leases at once, while the server
+        // drains its connections.
+        let stop = self.stop;
+        let signal = async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        };
+        server::serve_tls(listener, tls, app, signal).await;
+        let released = futures_util::future::join_all(self.electors);
+        if tokio::time::timeout(Duration::from_secs(5), released)
+            .await
+            .is_err()
+        {
+            tracing::warn!("leases not released within 5s; they expire by themselves");
+        }
         info!("{role} stopped");
         Ok(())
     }
+}
+
+/// Starts the elector of Lease `lease` running `loops` (stopped by `stop`), or without
+/// `election` the loops themselves.
+fn start_elected(
+    election: Option<&Election>,
+    stop: &tokio::sync::watch::Sender<bool>,
+    lease: &str,
+    loops: Vec<Work>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let Some(election) = election else {
+        for work in loops {
+            tokio::spawn(work());
+        }
+        return None;
+    };
+    let elector = Elector::new(
+        election.client.clone(),
+        &election.namespace,
+        lease,
+        &election.identity,
+        election.config,
+        election.metrics.clone(),
+    );
+    let work: Work = Arc::new(move || {
+        let running: Vec<_> = loops.iter().map(|work| work()).collect();
+        Box::pin(async move {
+            futures_util::future::join_all(running).await;
+        })
+    });
+    Some(tokio::spawn(elector.run(work, stop.subscribe())))
 }
 
 /// Creates `dir` (and its parents) readable by this user alone, and makes every file the

@@ -25,6 +25,7 @@ mod caches;
 mod compute;
 mod events;
 mod health;
+pub mod leader;
 mod members;
 mod metrics;
 mod placement;
@@ -397,7 +398,7 @@ fn reflect_shared<K: Cached>(client: &Client) -> SharedCache<K> {
 /// system namespace: the controllers may read no other Secrets), so that member clients
 /// are trusted while their credentials stand still and rebuilt when they change. (A
 /// Cluster whose credentials are elsewhere is read again each recheck period.)
-fn watch_credentials(fleet: &Arc<Fleet>) {
+fn watch_credentials(fleet: &Arc<Fleet>) -> tokio::task::JoinHandle<()> {
     let weak = Arc::downgrade(fleet);
     let api: Api<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>> =
         Api::namespaced(fleet.client.clone(), &fleet.config.system_namespace);
@@ -431,16 +432,17 @@ fn watch_credentials(fleet: &Arc<Fleet>) {
                 Err(e) => warn!(error = %e, "the watch of credentials failed; retrying"),
             }
         }
-    });
+    })
 }
 
-/// Runs a reflector until the end of the process, calling `on_event` for each event.
+/// Runs a reflector until its task is aborted, calling `on_event` for each event.
 fn spawn_reflector<K>(
     name: impl std::fmt::Display + Send + 'static,
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
-) where
+) -> tokio::task::JoinHandle<()>
+where
     K: kube::Resource
         + Clone
         + serde::de::DeserializeOwned
@@ -463,10 +465,30 @@ fn spawn_reflector<K>(
                 Err(e) => warn!(cache = %name, error = %e, "watch failed; retrying"),
             }
         }
-    });
+    })
 }
 
-/// Runs the fleet controllers until the process ends, counting into `metrics`.
+/// Tasks aborted together when dropped: what [`run`] spawns ends with it.
+#[derive(Default)]
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Tasks {
+    fn push(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.0.push(task);
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Runs the fleet controllers, counting into `metrics`, until the process ends or the
+/// future is dropped (the hub's replica lost the fleet Lease): every task it spawned then
+/// stops with it.
 pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let (clusters, clusters_writer, clusters_api, changed_clusters) =
         reflect_shared::<Cluster>(&client);
@@ -493,6 +515,8 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let (compute_namespaces, compute_writer, compute_api, changed_compute) =
         reflect_shared::<ComputeNamespace>(&client);
     let (poke_compute, compute_rx) = mpsc::unbounded_channel();
+    // Every task spawned here ends when this future is dropped (a lost election).
+    let mut tasks = Tasks::default();
     let hub_name = config.hub.clone();
     let fleet = Arc::new(Fleet {
         client: client.clone(),
@@ -533,44 +557,54 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let weak = Arc::downgrade(&fleet);
     // What selection sees of each cluster, and whether it is leaving.
     let mut seen: HashMap<String, (ClusterView, bool)> = HashMap::new();
-    spawn_reflector("clusters", clusters_api, clusters_writer, move |event| {
-        let Some(fleet) = weak.upgrade() else { return };
-        let changed = match event {
-            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
-                let facts = (
-                    crate::model::view(c),
-                    c.metadata.deletion_timestamp.is_some(),
-                );
-                seen.insert(facts.0.name.clone(), facts.clone()) != Some(facts)
+    tasks.push(spawn_reflector(
+        "clusters",
+        clusters_api,
+        clusters_writer,
+        move |event| {
+            let Some(fleet) = weak.upgrade() else { return };
+            let changed = match event {
+                watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
+                    let facts = (
+                        crate::model::view(c),
+                        c.metadata.deletion_timestamp.is_some(),
+                    );
+                    seen.insert(facts.0.name.clone(), facts.clone()) != Some(facts)
+                }
+                watcher::Event::Delete(c) => seen
+                    .remove(&c.metadata.name.clone().unwrap_or_default())
+                    .is_some(),
+                watcher::Event::InitDone => true,
+                watcher::Event::Init => false,
+            };
+            if changed {
+                fleet.placement.inputs_changed();
             }
-            watcher::Event::Delete(c) => seen
-                .remove(&c.metadata.name.clone().unwrap_or_default())
-                .is_some(),
-            watcher::Event::InitDone => true,
-            watcher::Event::Init => false,
-        };
-        if changed {
-            fleet.placement.inputs_changed();
-        }
-        if changed && !matches!(event, watcher::Event::InitApply(_)) {
-            fleet.poke_all();
-            fleet.poke_compute_namespaces();
-        }
-    });
-    watch_credentials(&fleet);
+            if changed && !matches!(event, watcher::Event::InitApply(_)) {
+                fleet.poke_all();
+                fleet.poke_compute_namespaces();
+            }
+        },
+    ));
+    tasks.push(watch_credentials(&fleet));
     bindings::watch(&fleet, bindings_api, bindings_writer);
     bindings::watch_sets(&fleet, cluster_sets_api, cluster_sets_writer);
     let weak = Arc::downgrade(&fleet);
-    spawn_reflector("overrides", overrides_api, overrides_writer, move |event| {
-        override_changed(&weak, event);
-    });
+    tasks.push(spawn_reflector(
+        "overrides",
+        overrides_api,
+        overrides_writer,
+        move |event| {
+            override_changed(&weak, event);
+        },
+    ));
     let weak = Arc::downgrade(&fleet);
-    spawn_reflector(
+    tasks.push(spawn_reflector(
         "clusteroverrides",
         cluster_overrides_api,
         cluster_overrides_writer,
         move |event| override_changed(&weak, event),
-    );
+    ));
     // Works: their status is the placements' status. A Work gone pokes its placement at
     // once (it may be waiting to finish); changes are gathered and poke each placement at
     // most once per STATUS_EVERY, so that a thousand Works reporting in one second cost a
@@ -578,33 +612,38 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     let weak = Arc::downgrade(&fleet);
     let changed: Arc<Mutex<BTreeSet<PlacementKey>>> = Arc::default();
     let gathered = changed.clone();
-    spawn_reflector("works", works_api, works_writer, move |event| {
-        let Some(fleet) = weak.upgrade() else { return };
-        fleet.caches.works.apply(event);
-        let key = |w: &Work| PlacementKey {
-            namespace: w.spec.placement.namespace.clone(),
-            name: w.spec.placement.name.clone(),
-        };
-        // A ComputeNamespace's Work: its status (or its going) is that one's.
-        if let watcher::Event::Apply(w) | watcher::Event::Delete(w) = event
-            && let Some(name) = flotilla_api::compute::referenced(&w.spec.placement)
-        {
-            let _ = fleet.pokes.compute.send(ObjectRef::new(name));
-            return;
-        }
-        match event {
-            watcher::Event::Delete(w) => fleet.pokes.placement(&key(w)),
-            watcher::Event::Apply(w) => {
-                gathered
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(key(w));
+    tasks.push(spawn_reflector(
+        "works",
+        works_api,
+        works_writer,
+        move |event| {
+            let Some(fleet) = weak.upgrade() else { return };
+            fleet.caches.works.apply(event);
+            let key = |w: &Work| PlacementKey {
+                namespace: w.spec.placement.namespace.clone(),
+                name: w.spec.placement.name.clone(),
+            };
+            // A ComputeNamespace's Work: its status (or its going) is that one's.
+            if let watcher::Event::Apply(w) | watcher::Event::Delete(w) = event
+                && let Some(name) = flotilla_api::compute::referenced(&w.spec.placement)
+            {
+                let _ = fleet.pokes.compute.send(ObjectRef::new(name));
+                return;
             }
-            _ => {}
-        }
-    });
+            match event {
+                watcher::Event::Delete(w) => fleet.pokes.placement(&key(w)),
+                watcher::Event::Apply(w) => {
+                    gathered
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(key(w));
+                }
+                _ => {}
+            }
+        },
+    ));
     let weak = Arc::downgrade(&fleet);
-    tokio::spawn(async move {
+    tasks.push(tokio::spawn(async move {
         let mut every = tokio::time::interval(STATUS_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -615,21 +654,31 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
                 fleet.pokes.placement(key);
             }
         }
-    });
-    spawn_reflector("placements", placements_api, placements_writer, |_| {});
-    spawn_reflector("computenamespaces", compute_api, compute_writer, |_| {});
-    spawn_reflector(
+    }));
+    tasks.push(spawn_reflector(
+        "placements",
+        placements_api,
+        placements_writer,
+        |_| {},
+    ));
+    tasks.push(spawn_reflector(
+        "computenamespaces",
+        compute_api,
+        compute_writer,
+        |_| {},
+    ));
+    tasks.push(spawn_reflector(
         "placementrevisions",
         revisions_api,
         revisions_writer,
         |_| {},
-    );
-    spawn_reflector(
+    ));
+    tasks.push(spawn_reflector(
         "clusterplacements",
         cluster_placements_api,
         cluster_placements_writer,
         |_| {},
-    );
+    ));
     for (name, ready) in [
         (
             "clusters",

@@ -104,6 +104,11 @@ impl Hub {
         }
     }
 
+    /// The process id of the hub (for a signal).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The same hub, driven by another kubectl binary.
     pub fn using(mut self, kubectl: PathBuf) -> Hub {
         self.kubectl = kubectl;

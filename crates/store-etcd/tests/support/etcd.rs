@@ -211,3 +211,127 @@ fn watchdog(pid: u32, dir: &std::path::Path) -> Child {
         .spawn()
         .expect("cannot start the watchdog")
 }
+
+/// One member of an [`EtcdCluster`].
+struct Member {
+    dir: tempfile::TempDir,
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+    watchdog: Option<Child>,
+}
+
+/// A multi-member etcd cluster of a test's own (each member in its own temporary
+/// directory, on free loopback ports), killed when dropped.
+///
+/// ```text
+///  EtcdCluster::start(3) ─► etcd --name mI --initial-cluster m0=…,m1=…,m2=… (all at once:
+///                           a member serves once a quorum is up) ─► each "ready to serve"
+///  kill9(i) ─► SIGKILL of member i (the others keep a quorum)
+/// ```
+pub struct EtcdCluster {
+    members: Vec<Member>,
+}
+
+impl EtcdCluster {
+    /// Starts a cluster of `size` members and waits until each serves.
+    pub fn start(size: usize) -> EtcdCluster {
+        let mut ports = std::collections::BTreeSet::new();
+        while ports.len() < 2 * size {
+            ports.insert(free_port());
+        }
+        let ports: Vec<u16> = ports.into_iter().collect();
+        let members: Vec<Member> = (0..size)
+            .map(|i| Member {
+                dir: tempfile::Builder::new()
+                    .prefix("flotilla-etcd-")
+                    .tempdir()
+                    .expect("a temporary directory"),
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                child: None,
+                watchdog: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = EtcdCluster { members };
+        let binary = std::env::var_os("FLOTILLA_ETCD").unwrap_or_else(|| "etcd".into());
+        for member in &mut cluster.members {
+            let log = std::fs::File::create(member.dir.path().join("etcd.log")).unwrap();
+            let client = format!("http://127.0.0.1:{}", member.client_port);
+            let peer = format!("http://127.0.0.1:{}", member.peer_port);
+            let child = Command::new(&binary)
+                .arg("--data-dir")
+                .arg(member.dir.path().join("data"))
+                .args(["--name", &member.name])
+                .args(["--listen-client-urls", &client])
+                .args(["--advertise-client-urls", &client])
+                .args(["--listen-peer-urls", &peer])
+                .args(["--initial-advertise-peer-urls", &peer])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "flotilla-test"])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("cannot start etcd: apt-get install etcd-server, or set FLOTILLA_ETCD");
+            member.watchdog = Some(watchdog(child.id(), member.dir.path()));
+            member.child = Some(child);
+        }
+        let deadline = Instant::now() + START;
+        for member in &cluster.members {
+            let log = member.dir.path().join("etcd.log");
+            loop {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("ready to serve client requests") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline && !text.contains(PORT_TAKEN),
+                    "etcd member {} did not start:\n{text}",
+                    member.name
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+
+    /// The store URL naming every member's client endpoint, and `prefix`.
+    pub fn url(&self, prefix: &str) -> String {
+        let endpoints: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect();
+        format!("etcd://{}{prefix}", endpoints.join(","))
+    }
+
+    /// Kills member `index` with SIGKILL and waits for it to be gone.
+    pub fn kill9(&mut self, index: usize) {
+        let member = &mut self.members[index];
+        for child in [member.child.take(), member.watchdog.take()]
+            .into_iter()
+            .flatten()
+        {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for index in 0..self.members.len() {
+            self.kill9(index);
+        }
+    }
+}
