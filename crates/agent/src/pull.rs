@@ -15,20 +15,21 @@
 //!     nothing more is applied
 //! ```
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use flotilla_api::agent::HEARTBEAT_LEASE;
 use flotilla_api::{Cluster, Work, WorkStatus};
-use flotilla_delivery::{Member, Provenance};
+use flotilla_delivery::{Change, Member, Provenance};
 use futures_util::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::AbortHandle;
 use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::{Error, is_unauthorized};
@@ -64,22 +65,43 @@ struct Synced {
     work: Work,
 }
 
+/// An `(apiVersion, kind)` the agent delivers objects of.
+type KindKey = (String, String);
+
+/// What a member-side watch asks of the agent.
+#[derive(Debug)]
+enum Poke {
+    /// An object this Work delivered changed on the member: the Work syncs again.
+    Work(String),
+    /// A watch (re)listed, which may hide changes: every Work syncs again.
+    All,
+}
+
 /// The agent: a client of the hub (its certificate) and of the member.
 pub struct Agent {
     hub: kube::Client,
     member: Member,
     config: Config,
     synced: Mutex<HashMap<String, Synced>>,
+    /// One member-side watch per kind the synced Works deliver, by kind.
+    watches: std::sync::Mutex<HashMap<KindKey, AbortHandle>>,
+    /// Where the watches send what they saw; [`Agent::changes`] takes the receiver.
+    pokes: mpsc::UnboundedSender<Poke>,
+    poked: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Poke>>>,
 }
 
 impl Agent {
     /// An agent of `config.cluster`.
     pub fn new(hub: kube::Client, member: kube::Client, config: Config) -> Self {
+        let (pokes, poked) = mpsc::unbounded_channel();
         Agent {
             hub,
             member: Member::new(member),
             config,
             synced: Mutex::default(),
+            watches: std::sync::Mutex::default(),
+            pokes,
+            poked: std::sync::Mutex::new(Some(poked)),
         }
     }
 
@@ -93,12 +115,113 @@ impl Agent {
         let heartbeat = tokio::spawn(agent.clone().heartbeat());
         let works = tokio::spawn(agent.clone().works());
         let resync = tokio::spawn(agent.clone().resync());
+        let changes = tokio::spawn(agent.clone().changes());
+        let aborts = [
+            heartbeat.abort_handle(),
+            works.abort_handle(),
+            resync.abort_handle(),
+            changes.abort_handle(),
+        ];
         let outcome = tokio::select! {
             r = heartbeat => r,
             r = works => r,
             r = resync => r,
+            r = changes => r,
         };
+        // Revoked or failed: nothing of this agent goes on (no watch, no sync).
+        for task in aborts {
+            task.abort();
+        }
+        agent.stop_watches();
         outcome.unwrap_or_else(|e| Err(Error::Hub(format!("a task of the agent ended: {e}"))))
+    }
+
+    /// Ends every member-side watch.
+    fn stop_watches(&self) {
+        let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+        for (_, watch) in watches.drain() {
+            watch.abort();
+        }
+    }
+
+    /// Starts a member-side watch for each kind the synced Works deliver that has none,
+    /// and stops those of kinds no Work delivers any more. The watches select this hub's
+    /// objects by label (every Work's at once): one watch per kind, whatever the number
+    /// of Works. Each holds only a [`Weak`] reference: an agent that ends stops them.
+    async fn follow_kinds(self: &Arc<Self>) {
+        let wanted: BTreeSet<KindKey> = {
+            let synced = self.synced.lock().await;
+            synced
+                .values()
+                .flat_map(|s| s.work.spec.manifests.iter())
+                .filter_map(|m| flotilla_delivery::provenance::owned_kind(m.json()))
+                .collect()
+        };
+        let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+        watches.retain(|kind, watch| {
+            let keep = wanted.contains(kind);
+            if !keep {
+                info!(api_version = %kind.0, kind = %kind.1, "no Work delivers this kind any more: its watch stopped");
+                watch.abort();
+            }
+            keep
+        });
+        for kind in wanted {
+            if watches.contains_key(&kind) {
+                continue;
+            }
+            info!(api_version = %kind.0, kind = %kind.1, "watching the delivered objects of this kind on the member");
+            let selector = Provenance {
+                hub: self.config.hub_name.clone(),
+                placement: String::new(),
+                work: String::new(),
+            };
+            let stream = self.member.changes(std::slice::from_ref(&kind), &selector);
+            let agent = Arc::downgrade(self);
+            let task = tokio::spawn(forward(stream, agent));
+            watches.insert(kind, task.abort_handle());
+        }
+    }
+
+    /// Syncs again the Works whose objects the member-side watches saw change: the
+    /// watches' store serves each sync, so one that finds everything as wanted asks the
+    /// member nothing and writes nothing. Changes that came meanwhile are taken together
+    /// (a rollout changes a Deployment many times in a row).
+    async fn changes(self: Arc<Self>) -> Result<(), Error> {
+        let taken = self
+            .poked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(mut poked) = taken else {
+            return Ok(());
+        };
+        while let Some(first) = poked.recv().await {
+            let mut names = BTreeSet::new();
+            let mut all = false;
+            let mut take = |poke| match poke {
+                Poke::Work(name) => {
+                    names.insert(name);
+                }
+                Poke::All => all = true,
+            };
+            take(first);
+            while let Ok(poke) = poked.try_recv() {
+                take(poke);
+            }
+            let works: Vec<Work> = {
+                let synced = self.synced.lock().await;
+                synced
+                    .iter()
+                    .filter(|(name, _)| all || names.contains(*name))
+                    .map(|(_, s)| s.work.clone())
+                    .collect()
+            };
+            for work in works {
+                self.sync(work, true).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Renews the Lease every period and reports the member's facts every few.
@@ -280,7 +403,7 @@ impl Agent {
 
     /// Applies `work` if it changed since it was last applied (or `again`), and writes its
     /// status if that changed.
-    async fn sync(&self, work: Work, again: bool) -> Result<(), Error> {
+    async fn sync(self: &Arc<Self>, work: Work, again: bool) -> Result<(), Error> {
         let name = work.name_any();
         let uid = work.uid().unwrap_or_default();
         let generation = work.metadata.generation;
@@ -326,20 +449,27 @@ impl Agent {
         let mut synced = self.synced.lock().await;
         let mut work = work;
         work.status = Some(status);
-        synced.insert(
-            name,
-            Synced {
-                uid,
-                generation,
-                // A failed apply is tried again at the next resync tick.
-                at: if applied {
-                    Instant::now()
-                } else {
-                    Instant::now() - self.config.resync_period
+        let new = synced
+            .insert(
+                name,
+                Synced {
+                    uid: uid.clone(),
+                    generation,
+                    // A failed apply is tried again at the next resync tick.
+                    at: if applied {
+                        Instant::now()
+                    } else {
+                        Instant::now() - self.config.resync_period
+                    },
+                    work,
                 },
-                work,
-            },
-        );
+            )
+            .is_none_or(|old| old.generation != generation || old.uid != uid);
+        drop(synced);
+        // A new Work or a new generation may deliver another kind.
+        if new {
+            self.follow_kinds().await;
+        }
         Ok(())
     }
 
@@ -370,9 +500,10 @@ impl Agent {
     }
 
     /// A Work deleted on the hub: what it applied is released as its policy says.
-    async fn remove(&self, work: &Work) {
+    async fn remove(self: &Arc<Self>, work: &Work) {
         let name = work.name_any();
         let known = self.synced.lock().await.remove(&name);
+        self.follow_kinds().await;
         let work = known.map(|s| s.work).unwrap_or_else(|| work.clone());
         let applied = work
             .status
@@ -392,6 +523,21 @@ impl Agent {
         {
             Ok(()) => info!(work = %name, "Work removed"),
             Err(e) => warn!(work = %name, error = %e, "Work not fully removed"),
+        }
+    }
+}
+
+/// Passes what a member-side watch sees to its agent while the agent lives.
+async fn forward(stream: impl futures_util::Stream<Item = Change>, agent: Weak<Agent>) {
+    let mut stream = std::pin::pin!(stream);
+    while let Some(change) = stream.next().await {
+        let Some(agent) = agent.upgrade() else { return };
+        let poke = match change {
+            Change::Object { work: Some(work) } => Poke::Work(work),
+            Change::Object { work: None } | Change::Listed => Poke::All,
+        };
+        if agent.pokes.send(poke).is_err() {
+            return;
         }
     }
 }
