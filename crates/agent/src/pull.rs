@@ -317,8 +317,7 @@ impl Agent {
 
     /// Whether a 401 the hub answered means the agent is revoked: the hub is asked again
     /// with the current certificate (a renewal may have replaced the one the refused
-    /// request used, or the hub may not have recorded the new one yet), up to 3 times 1 s
-    /// apart. Revoked only if every answer is 401.
+    /// request used), up to 3 times 1 s apart. Revoked only if every answer is 401.
     async fn confirmed_revoked(&self) -> bool {
         let leases: Api<Lease> = Api::namespaced(self.hub.clone(), &self.namespace());
         for _ in 0..3 {
