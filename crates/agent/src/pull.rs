@@ -8,11 +8,21 @@
 //!              generation, provenance, the status the hub holds: unchanged objects are
 //!              not applied again) ─► works/status (only if it changed)
 //!     Delete ─► Member::remove(what its last status lists, its deletion policy)
+//!     after either: the kinds the Works deliver ─► start / stop member-side watches
+//!  member-side watches: one per kind delivered (Member::changes, selecting this hub's
+//!     provenance labels: every Work's objects of the kind in one watch; the objects
+//!     kept as JSON serve the syncs, so a sync that finds nothing changed asks the
+//!     member nothing and writes nothing)
+//!     object added, changed, deleted ─► the Work its annotation names
+//!     (re)listed ─► every Work             ─► Member::sync again at once (changes that
+//!        came meanwhile taken together): drift Correct re-applies, Report reports,
+//!        status (e.g. a Deployment now available) ─► works/status
+//!  every resync period: every Work synced again (a safety net; the watches do the work)
 //!  every heartbeat period: Lease flotilla-agent renewed (leaseDurationSeconds = 4 periods)
 //!  every 6 periods: Member::probe ─► clusters/status (version, allocatable, properties)
 //!  any 401 ─► asked again with the current certificate (a renewal may have replaced the
-//!     one it used), 3 times 1 s apart ─► still 401: Error::Revoked, the agent stops,
-//!     nothing more is applied
+//!     one it used), 3 times 1 s apart ─► still 401: Error::Revoked, the agent stops
+//!     (its tasks and watches end), nothing more is applied
 //! ```
 
 use std::collections::{BTreeSet, HashMap};
@@ -53,7 +63,7 @@ pub struct Config {
     pub hub_name: String,
     /// How often the Lease is renewed.
     pub heartbeat_period: Duration,
-    /// How often every Work is applied again (drift is corrected then).
+    /// How often every Work is synced again besides what the member-side watches see.
     pub resync_period: Duration,
 }
 
