@@ -17,7 +17,9 @@
 //!     (re)listed ─► every Work             ─► Member::sync again at once (changes that
 //!        came meanwhile taken together): drift Correct re-applies, Report reports,
 //!        status (e.g. a Deployment now available) ─► works/status
-//!  every resync period: every Work synced again (a safety net; the watches do the work)
+//!  every resync period: every Work synced again (a safety net; the watches do the work);
+//!     a failed apply or status write: again after at most 10 s
+//!  a Work event with a status that is not the one last written ─► synced, written again
 //!  every heartbeat period: Lease flotilla-agent renewed (leaseDurationSeconds = 4 periods)
 //!  every 6 periods: Member::probe ─► clusters/status (version, allocatable, properties)
 //!  any 401 ─► asked again with the current certificate (a renewal may have replaced the
@@ -51,6 +53,9 @@ pub const WORK_NAMESPACE_PREFIX: &str = "flotilla-cluster-";
 /// many missed renewals.
 pub const MISSED_HEARTBEATS: u32 = 4;
 
+/// How soon a Work whose apply or status write failed is synced again (at most).
+const RETRY: Duration = Duration::from_secs(10);
+
 /// Heartbeat periods between two reports of the member's facts.
 const FACTS_EVERY: u32 = 6;
 
@@ -71,7 +76,9 @@ pub struct Config {
 struct Synced {
     uid: String,
     generation: Option<i64>,
-    at: Instant,
+    /// When it is synced again unless something happens before: a resync period after
+    /// a sync that applied and wrote its status, sooner after a failure.
+    due: Instant,
     work: Work,
 }
 
@@ -377,18 +384,21 @@ impl Agent {
         Ok(())
     }
 
-    /// Applies every Work again once its resync is due.
+    /// Syncs every Work again once it is due: a resync period after its last sync, or
+    /// sooner after a failed apply or status write.
     async fn resync(self: Arc<Self>) -> Result<(), Error> {
-        let mut ticker =
-            tokio::time::interval(self.config.resync_period.max(Duration::from_secs(1)));
+        let every = self.retry_after().min(Duration::from_secs(2));
+        let mut ticker = tokio::time::interval(every.max(Duration::from_millis(100)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
         loop {
             ticker.tick().await;
+            let now = Instant::now();
             let due: Vec<Work> = {
                 let synced = self.synced.lock().await;
                 synced
                     .values()
-                    .filter(|s| s.at.elapsed() >= self.config.resync_period)
+                    .filter(|s| s.due <= now)
                     .map(|s| s.work.clone())
                     .collect()
             };
@@ -396,6 +406,11 @@ impl Agent {
                 self.sync(work, true).await?;
             }
         }
+    }
+
+    /// How soon a failed Work is synced again.
+    fn retry_after(&self) -> Duration {
+        self.config.resync_period.min(RETRY)
     }
 
     fn provenance(&self, work: &Work) -> Provenance {
@@ -422,11 +437,16 @@ impl Agent {
                 .get(&name)
                 .is_some_and(|s| s.uid == uid && s.generation == generation);
             if same && !again {
-                // A change of its status (ours) or metadata: keep the newest copy.
+                // A change of its status or metadata: keep the newest copy. A status that
+                // is not the last one written (a write that failed, or another writer's)
+                // is written again by a sync now.
                 if let Some(s) = synced.get_mut(&name) {
-                    s.work = work;
+                    let stale = s.work.status != work.status;
+                    s.work = work.clone();
+                    if !stale {
+                        return Ok(());
+                    }
                 }
-                return Ok(());
             }
         }
         if work.metadata.deletion_timestamp.is_some() {
@@ -449,9 +469,8 @@ impl Agent {
             .conditions
             .iter()
             .any(|c| c.type_ == flotilla_api::condition::APPLIED && c.status == "True");
-        if work.status.as_ref() != Some(&status) {
-            self.write_status(&work, &status).await?;
-        }
+        let written =
+            work.status.as_ref() == Some(&status) || self.write_status(&work, &status).await?;
         if !again {
             info!(work = %name, ?generation, applied, "Work synced");
         }
@@ -464,12 +483,12 @@ impl Agent {
                 Synced {
                     uid: uid.clone(),
                     generation,
-                    // A failed apply is tried again at the next resync tick.
-                    at: if applied {
-                        Instant::now()
-                    } else {
-                        Instant::now() - self.config.resync_period
-                    },
+                    due: Instant::now()
+                        + if applied && written {
+                            self.config.resync_period
+                        } else {
+                            self.retry_after()
+                        },
                     work,
                 },
             )
@@ -482,7 +501,9 @@ impl Agent {
         Ok(())
     }
 
-    async fn write_status(&self, work: &Work, status: &WorkStatus) -> Result<(), Error> {
+    /// Writes `status` into `work`'s status; whether it was written (a Work gone needs
+    /// none).
+    async fn write_status(&self, work: &Work, status: &WorkStatus) -> Result<bool, Error> {
         let api: Api<Work> = Api::namespaced(self.hub.clone(), &self.namespace());
         let patch = Patch::Json::<()>(json_patch::Patch(vec![json_patch::PatchOperation::Add(
             json_patch::AddOperation {
@@ -495,15 +516,15 @@ impl Agent {
             .patch_status(&work.name_any(), &PatchParams::default(), &patch)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             Err(e) if is_unauthorized(&e) => match self.confirmed_revoked().await {
                 true => Err(Error::Revoked),
-                false => Ok(()),
+                false => Ok(false),
             },
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
             Err(e) => {
-                warn!(work = %work.name_any(), error = %e, "status not written; retried at the next resync");
-                Ok(())
+                warn!(work = %work.name_any(), error = %e, "status not written; tried again shortly");
+                Ok(false)
             }
         }
     }

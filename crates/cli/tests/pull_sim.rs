@@ -269,10 +269,11 @@ fn sim_agents_register_through_the_real_flow_and_deliver_a_placement() {
     ]);
     support::eventually_within("the Work has drift: Report", within, every, || {
         let work = hub.json(&["get", "works", "-n", "flotilla-cluster-edge-3"]);
-        (work["items"][0]["spec"]["apply"]["drift"] == "Report"
-            && condition(&work["items"][0], "Applied").is_some_and(|c| c["status"] == "True"))
-        .then_some(())
-        .ok_or_else(|| work["items"][0]["spec"]["apply"].to_string())
+        let work = &work["items"][0];
+        (work["spec"]["apply"]["drift"] == "Report"
+            && work["status"]["observedGeneration"] == work["metadata"]["generation"])
+            .then_some(())
+            .ok_or_else(|| work.to_string())
     });
     sim.ok(
         "edge-3",
