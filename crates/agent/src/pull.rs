@@ -100,6 +100,9 @@ pub struct Agent {
     member: Member,
     config: Config,
     synced: Mutex<HashMap<String, Synced>>,
+    /// Held through each sync and removal: one at a time, each from the newest copy of
+    /// its Work (a watch's sync never applies an older spec over a newer one).
+    one_at_a_time: Mutex<()>,
     /// One member-side watch per kind the synced Works deliver, by kind.
     watches: std::sync::Mutex<HashMap<KindKey, AbortHandle>>,
     /// Where the watches send what they saw; [`Agent::changes`] takes the receiver.
@@ -116,6 +119,7 @@ impl Agent {
             member: Member::new(member),
             config,
             synced: Mutex::default(),
+            one_at_a_time: Mutex::default(),
             watches: std::sync::Mutex::default(),
             pokes,
             poked: std::sync::Mutex::new(Some(poked)),
@@ -226,16 +230,16 @@ impl Agent {
             while let Ok(poke) = poked.try_recv() {
                 take(poke);
             }
-            let works: Vec<Work> = {
+            let works: Vec<String> = {
                 let synced = self.synced.lock().await;
                 synced
-                    .iter()
-                    .filter(|(name, _)| all || names.contains(*name))
-                    .map(|(_, s)| s.work.clone())
+                    .keys()
+                    .filter(|name| all || names.contains(*name))
+                    .cloned()
                     .collect()
             };
-            for work in works {
-                self.sync(work, true).await?;
+            for name in works {
+                self.sync_again(&name).await?;
             }
         }
         Ok(())
@@ -394,16 +398,16 @@ impl Agent {
         loop {
             ticker.tick().await;
             let now = Instant::now();
-            let due: Vec<Work> = {
+            let due: Vec<String> = {
                 let synced = self.synced.lock().await;
                 synced
-                    .values()
-                    .filter(|s| s.due <= now)
-                    .map(|s| s.work.clone())
+                    .iter()
+                    .filter(|(_, s)| s.due <= now)
+                    .map(|(name, _)| name.clone())
                     .collect()
             };
-            for work in due {
-                self.sync(work, true).await?;
+            for name in due {
+                self.sync_again(&name).await?;
             }
         }
     }
@@ -425,9 +429,25 @@ impl Agent {
         }
     }
 
+    /// Syncs Work `name` again from its newest copy, if the agent still has it.
+    async fn sync_again(self: &Arc<Self>, name: &str) -> Result<(), Error> {
+        let _one = self.one_at_a_time.lock().await;
+        let work = self.synced.lock().await.get(name).map(|s| s.work.clone());
+        match work {
+            Some(work) => self.sync_one(work, true).await,
+            None => Ok(()),
+        }
+    }
+
     /// Applies `work` if it changed since it was last applied (or `again`), and writes its
     /// status if that changed.
     async fn sync(self: &Arc<Self>, work: Work, again: bool) -> Result<(), Error> {
+        let _one = self.one_at_a_time.lock().await;
+        self.sync_one(work, again).await
+    }
+
+    /// [`Agent::sync`], its caller holding `one_at_a_time`.
+    async fn sync_one(self: &Arc<Self>, work: Work, again: bool) -> Result<(), Error> {
         let name = work.name_any();
         let uid = work.uid().unwrap_or_default();
         let generation = work.metadata.generation;
@@ -531,6 +551,7 @@ impl Agent {
 
     /// A Work deleted on the hub: what it applied is released as its policy says.
     async fn remove(self: &Arc<Self>, work: &Work) {
+        let _one = self.one_at_a_time.lock().await;
         let name = work.name_any();
         let known = self.synced.lock().await.remove(&name);
         self.follow_kinds().await;
