@@ -8,27 +8,40 @@
 //!              generation, provenance, the status the hub holds: unchanged objects are
 //!              not applied again) ─► works/status (only if it changed)
 //!     Delete ─► Member::remove(what its last status lists, its deletion policy)
+//!     after either: the kinds the Works deliver ─► start / stop member-side watches
+//!  member-side watches: one per kind delivered (Member::changes, selecting this hub's
+//!     provenance labels: every Work's objects of the kind in one watch; the objects
+//!     kept as JSON serve the syncs, so a sync that finds nothing changed asks the
+//!     member nothing and writes nothing)
+//!     object added, changed, deleted ─► the Work its annotation names
+//!     (re)listed ─► every Work             ─► Member::sync again at once (changes that
+//!        came meanwhile taken together): drift Correct re-applies, Report reports,
+//!        status (e.g. a Deployment now available) ─► works/status
+//!  every resync period: every Work synced again (a safety net; the watches do the work);
+//!     a failed apply or status write: again after at most 10 s
+//!  a Work event with a status that is not the one last written ─► synced, written again
 //!  every heartbeat period: Lease flotilla-agent renewed (leaseDurationSeconds = 4 periods)
 //!  every 6 periods: Member::probe ─► clusters/status (version, allocatable, properties)
 //!  any 401 ─► asked again with the current certificate (a renewal may have replaced the
-//!     one it used), 3 times 1 s apart ─► still 401: Error::Revoked, the agent stops,
-//!     nothing more is applied
+//!     one it used), 3 times 1 s apart ─► still 401: Error::Revoked, the agent stops
+//!     (its tasks and watches end), nothing more is applied
 //! ```
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use flotilla_api::agent::HEARTBEAT_LEASE;
 use flotilla_api::{Cluster, Work, WorkStatus};
-use flotilla_delivery::{Member, Provenance};
+use flotilla_delivery::{Change, Member, Provenance};
 use futures_util::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::AbortHandle;
 use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::{Error, is_unauthorized};
@@ -39,6 +52,9 @@ pub const WORK_NAMESPACE_PREFIX: &str = "flotilla-cluster-";
 /// Heartbeat periods a Lease lasts: the hub marks the cluster Ready=Unknown after as
 /// many missed renewals.
 pub const MISSED_HEARTBEATS: u32 = 4;
+
+/// How soon a Work whose apply or status write failed is synced again (at most).
+const RETRY: Duration = Duration::from_secs(10);
 
 /// Heartbeat periods between two reports of the member's facts.
 const FACTS_EVERY: u32 = 6;
@@ -52,7 +68,7 @@ pub struct Config {
     pub hub_name: String,
     /// How often the Lease is renewed.
     pub heartbeat_period: Duration,
-    /// How often every Work is applied again (drift is corrected then).
+    /// How often every Work is synced again besides what the member-side watches see.
     pub resync_period: Duration,
 }
 
@@ -60,8 +76,22 @@ pub struct Config {
 struct Synced {
     uid: String,
     generation: Option<i64>,
-    at: Instant,
+    /// When it is synced again unless something happens before: a resync period after
+    /// a sync that applied and wrote its status, sooner after a failure.
+    due: Instant,
     work: Work,
+}
+
+/// An `(apiVersion, kind)` the agent delivers objects of.
+type KindKey = (String, String);
+
+/// What a member-side watch asks of the agent.
+#[derive(Debug)]
+enum Poke {
+    /// An object this Work delivered changed on the member: the Work syncs again.
+    Work(String),
+    /// A watch (re)listed, which may hide changes: every Work syncs again.
+    All,
 }
 
 /// The agent: a client of the hub (its certificate) and of the member.
@@ -70,16 +100,29 @@ pub struct Agent {
     member: Member,
     config: Config,
     synced: Mutex<HashMap<String, Synced>>,
+    /// Held through each sync and removal: one at a time, each from the newest copy of
+    /// its Work (a watch's sync never applies an older spec over a newer one).
+    one_at_a_time: Mutex<()>,
+    /// One member-side watch per kind the synced Works deliver, by kind.
+    watches: std::sync::Mutex<HashMap<KindKey, AbortHandle>>,
+    /// Where the watches send what they saw; [`Agent::changes`] takes the receiver.
+    pokes: mpsc::UnboundedSender<Poke>,
+    poked: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Poke>>>,
 }
 
 impl Agent {
     /// An agent of `config.cluster`.
     pub fn new(hub: kube::Client, member: kube::Client, config: Config) -> Self {
+        let (pokes, poked) = mpsc::unbounded_channel();
         Agent {
             hub,
             member: Member::new(member),
             config,
             synced: Mutex::default(),
+            one_at_a_time: Mutex::default(),
+            watches: std::sync::Mutex::default(),
+            pokes,
+            poked: std::sync::Mutex::new(Some(poked)),
         }
     }
 
@@ -93,12 +136,113 @@ impl Agent {
         let heartbeat = tokio::spawn(agent.clone().heartbeat());
         let works = tokio::spawn(agent.clone().works());
         let resync = tokio::spawn(agent.clone().resync());
+        let changes = tokio::spawn(agent.clone().changes());
+        let aborts = [
+            heartbeat.abort_handle(),
+            works.abort_handle(),
+            resync.abort_handle(),
+            changes.abort_handle(),
+        ];
         let outcome = tokio::select! {
             r = heartbeat => r,
             r = works => r,
             r = resync => r,
+            r = changes => r,
         };
+        // Revoked or failed: nothing of this agent goes on (no watch, no sync).
+        for task in aborts {
+            task.abort();
+        }
+        agent.stop_watches();
         outcome.unwrap_or_else(|e| Err(Error::Hub(format!("a task of the agent ended: {e}"))))
+    }
+
+    /// Ends every member-side watch.
+    fn stop_watches(&self) {
+        let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+        for (_, watch) in watches.drain() {
+            watch.abort();
+        }
+    }
+
+    /// Starts a member-side watch for each kind the synced Works deliver that has none,
+    /// and stops those of kinds no Work delivers any more. The watches select this hub's
+    /// objects by label (every Work's at once): one watch per kind, whatever the number
+    /// of Works. Each holds only a [`Weak`] reference: an agent that ends stops them.
+    async fn follow_kinds(self: &Arc<Self>) {
+        let wanted: BTreeSet<KindKey> = {
+            let synced = self.synced.lock().await;
+            synced
+                .values()
+                .flat_map(|s| s.work.spec.manifests.iter())
+                .filter_map(|m| flotilla_delivery::provenance::owned_kind(m.json()))
+                .collect()
+        };
+        let mut watches = self.watches.lock().unwrap_or_else(PoisonError::into_inner);
+        watches.retain(|kind, watch| {
+            let keep = wanted.contains(kind);
+            if !keep {
+                info!(api_version = %kind.0, kind = %kind.1, "no Work delivers this kind any more: its watch stopped");
+                watch.abort();
+            }
+            keep
+        });
+        for kind in wanted {
+            if watches.contains_key(&kind) {
+                continue;
+            }
+            info!(api_version = %kind.0, kind = %kind.1, "watching the delivered objects of this kind on the member");
+            let selector = Provenance {
+                hub: self.config.hub_name.clone(),
+                placement: String::new(),
+                work: String::new(),
+            };
+            let stream = self.member.changes(std::slice::from_ref(&kind), &selector);
+            let agent = Arc::downgrade(self);
+            let task = tokio::spawn(forward(stream, agent));
+            watches.insert(kind, task.abort_handle());
+        }
+    }
+
+    /// Syncs again the Works whose objects the member-side watches saw change: the
+    /// watches' store serves each sync, so one that finds everything as wanted asks the
+    /// member nothing and writes nothing. Changes that came meanwhile are taken together
+    /// (a rollout changes a Deployment many times in a row).
+    async fn changes(self: Arc<Self>) -> Result<(), Error> {
+        let taken = self
+            .poked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(mut poked) = taken else {
+            return Ok(());
+        };
+        while let Some(first) = poked.recv().await {
+            let mut names = BTreeSet::new();
+            let mut all = false;
+            let mut take = |poke| match poke {
+                Poke::Work(name) => {
+                    names.insert(name);
+                }
+                Poke::All => all = true,
+            };
+            take(first);
+            while let Ok(poke) = poked.try_recv() {
+                take(poke);
+            }
+            let works: Vec<String> = {
+                let synced = self.synced.lock().await;
+                synced
+                    .keys()
+                    .filter(|name| all || names.contains(*name))
+                    .cloned()
+                    .collect()
+            };
+            for name in works {
+                self.sync_again(&name).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Renews the Lease every period and reports the member's facts every few.
@@ -194,8 +338,7 @@ impl Agent {
 
     /// Whether a 401 the hub answered means the agent is revoked: the hub is asked again
     /// with the current certificate (a renewal may have replaced the one the refused
-    /// request used, or the hub may not have recorded the new one yet), up to 3 times 1 s
-    /// apart. Revoked only if every answer is 401.
+    /// request used), up to 3 times 1 s apart. Revoked only if every answer is 401.
     async fn confirmed_revoked(&self) -> bool {
         let leases: Api<Lease> = Api::namespaced(self.hub.clone(), &self.namespace());
         for _ in 0..3 {
@@ -245,25 +388,33 @@ impl Agent {
         Ok(())
     }
 
-    /// Applies every Work again once its resync is due.
+    /// Syncs every Work again once it is due: a resync period after its last sync, or
+    /// sooner after a failed apply or status write.
     async fn resync(self: Arc<Self>) -> Result<(), Error> {
-        let mut ticker =
-            tokio::time::interval(self.config.resync_period.max(Duration::from_secs(1)));
+        let every = self.retry_after().min(Duration::from_secs(2));
+        let mut ticker = tokio::time::interval(every.max(Duration::from_millis(100)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
         loop {
             ticker.tick().await;
-            let due: Vec<Work> = {
+            let now = Instant::now();
+            let due: Vec<String> = {
                 let synced = self.synced.lock().await;
                 synced
-                    .values()
-                    .filter(|s| s.at.elapsed() >= self.config.resync_period)
-                    .map(|s| s.work.clone())
+                    .iter()
+                    .filter(|(_, s)| s.due <= now)
+                    .map(|(name, _)| name.clone())
                     .collect()
             };
-            for work in due {
-                self.sync(work, true).await?;
+            for name in due {
+                self.sync_again(&name).await?;
             }
         }
+    }
+
+    /// How soon a failed Work is synced again.
+    fn retry_after(&self) -> Duration {
+        self.config.resync_period.min(RETRY)
     }
 
     fn provenance(&self, work: &Work) -> Provenance {
@@ -278,9 +429,25 @@ impl Agent {
         }
     }
 
+    /// Syncs Work `name` again from its newest copy, if the agent still has it.
+    async fn sync_again(self: &Arc<Self>, name: &str) -> Result<(), Error> {
+        let _one = self.one_at_a_time.lock().await;
+        let work = self.synced.lock().await.get(name).map(|s| s.work.clone());
+        match work {
+            Some(work) => self.sync_one(work, true).await,
+            None => Ok(()),
+        }
+    }
+
     /// Applies `work` if it changed since it was last applied (or `again`), and writes its
     /// status if that changed.
-    async fn sync(&self, work: Work, again: bool) -> Result<(), Error> {
+    async fn sync(self: &Arc<Self>, work: Work, again: bool) -> Result<(), Error> {
+        let _one = self.one_at_a_time.lock().await;
+        self.sync_one(work, again).await
+    }
+
+    /// [`Agent::sync`], its caller holding `one_at_a_time`.
+    async fn sync_one(self: &Arc<Self>, work: Work, again: bool) -> Result<(), Error> {
         let name = work.name_any();
         let uid = work.uid().unwrap_or_default();
         let generation = work.metadata.generation;
@@ -290,11 +457,16 @@ impl Agent {
                 .get(&name)
                 .is_some_and(|s| s.uid == uid && s.generation == generation);
             if same && !again {
-                // A change of its status (ours) or metadata: keep the newest copy.
+                // A change of its status or metadata: keep the newest copy. A status that
+                // is not the last one written (a write that failed, or another writer's)
+                // is written again by a sync now.
                 if let Some(s) = synced.get_mut(&name) {
-                    s.work = work;
+                    let stale = s.work.status != work.status;
+                    s.work = work.clone();
+                    if !stale {
+                        return Ok(());
+                    }
                 }
-                return Ok(());
             }
         }
         if work.metadata.deletion_timestamp.is_some() {
@@ -317,33 +489,41 @@ impl Agent {
             .conditions
             .iter()
             .any(|c| c.type_ == flotilla_api::condition::APPLIED && c.status == "True");
-        if work.status.as_ref() != Some(&status) {
-            self.write_status(&work, &status).await?;
-        }
+        let written =
+            work.status.as_ref() == Some(&status) || self.write_status(&work, &status).await?;
         if !again {
             info!(work = %name, ?generation, applied, "Work synced");
         }
         let mut synced = self.synced.lock().await;
         let mut work = work;
         work.status = Some(status);
-        synced.insert(
-            name,
-            Synced {
-                uid,
-                generation,
-                // A failed apply is tried again at the next resync tick.
-                at: if applied {
-                    Instant::now()
-                } else {
-                    Instant::now() - self.config.resync_period
+        let new = synced
+            .insert(
+                name,
+                Synced {
+                    uid: uid.clone(),
+                    generation,
+                    due: Instant::now()
+                        + if applied && written {
+                            self.config.resync_period
+                        } else {
+                            self.retry_after()
+                        },
+                    work,
                 },
-                work,
-            },
-        );
+            )
+            .is_none_or(|old| old.generation != generation || old.uid != uid);
+        drop(synced);
+        // A new Work or a new generation may deliver another kind.
+        if new {
+            self.follow_kinds().await;
+        }
         Ok(())
     }
 
-    async fn write_status(&self, work: &Work, status: &WorkStatus) -> Result<(), Error> {
+    /// Writes `status` into `work`'s status; whether it was written (a Work gone needs
+    /// none).
+    async fn write_status(&self, work: &Work, status: &WorkStatus) -> Result<bool, Error> {
         let api: Api<Work> = Api::namespaced(self.hub.clone(), &self.namespace());
         let patch = Patch::Json::<()>(json_patch::Patch(vec![json_patch::PatchOperation::Add(
             json_patch::AddOperation {
@@ -356,23 +536,25 @@ impl Agent {
             .patch_status(&work.name_any(), &PatchParams::default(), &patch)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             Err(e) if is_unauthorized(&e) => match self.confirmed_revoked().await {
                 true => Err(Error::Revoked),
-                false => Ok(()),
+                false => Ok(false),
             },
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(true),
             Err(e) => {
-                warn!(work = %work.name_any(), error = %e, "status not written; retried at the next resync");
-                Ok(())
+                warn!(work = %work.name_any(), error = %e, "status not written; tried again shortly");
+                Ok(false)
             }
         }
     }
 
     /// A Work deleted on the hub: what it applied is released as its policy says.
-    async fn remove(&self, work: &Work) {
+    async fn remove(self: &Arc<Self>, work: &Work) {
+        let _one = self.one_at_a_time.lock().await;
         let name = work.name_any();
         let known = self.synced.lock().await.remove(&name);
+        self.follow_kinds().await;
         let work = known.map(|s| s.work).unwrap_or_else(|| work.clone());
         let applied = work
             .status
@@ -392,6 +574,21 @@ impl Agent {
         {
             Ok(()) => info!(work = %name, "Work removed"),
             Err(e) => warn!(work = %name, error = %e, "Work not fully removed"),
+        }
+    }
+}
+
+/// Passes what a member-side watch sees to its agent while the agent lives.
+async fn forward(stream: impl futures_util::Stream<Item = Change>, agent: Weak<Agent>) {
+    let mut stream = std::pin::pin!(stream);
+    while let Some(change) = stream.next().await {
+        let Some(agent) = agent.upgrade() else { return };
+        let poke = match change {
+            Change::Object { work: Some(work) } => Poke::Work(work),
+            Change::Object { work: None } | Change::Listed => Poke::All,
+        };
+        if agent.pokes.send(poke).is_err() {
+            return;
         }
     }
 }

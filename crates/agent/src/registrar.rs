@@ -16,7 +16,9 @@
 //!     pending, from system:flotilla:cluster:NAME itself (its agent renewing, with its
 //!     current certificate) ─► CN = requester, O system:flotilla:clusters, Cluster NAME
 //!        there, not deleting, pull identity = CN, a certificate recorded (not revoked)
-//!        ─► Approved (AutoApprovedRenewal) | else Denied (why)
+//!        ─► named on the Cluster, then Approved (AutoApprovedRenewal) | else Denied (why)
+//!     pending, from the token that registered the Cluster, not auto-approved ─► named on
+//!        the Cluster; left to a person
 //!     approved and signed ─► newer than the certificate the Cluster records?
 //!        ─► annotations serial + issued-at; Role, RoleBinding, ClusterRole,
 //!           ClusterRoleBinding (crate flotilla_api::agent), owned by the Cluster
@@ -34,7 +36,7 @@ use std::time::Duration;
 use flotilla_api::Cluster;
 use flotilla_api::agent::{
     AUTO_APPROVE_GROUP, BOOTSTRAP_USER_PREFIX, CLUSTER_SET_GROUP_PREFIX, CLUSTERS_GROUP,
-    SERIAL_ANNOTATION, TOKEN_ID_ANNOTATION, agent_access, cluster_of_user,
+    REQUEST_ANNOTATION, SERIAL_ANNOTATION, TOKEN_ID_ANNOTATION, agent_access, cluster_of_user,
 };
 use futures_util::StreamExt as _;
 use k8s_openapi::api::certificates::v1::{
@@ -231,9 +233,43 @@ fn renewal(request: &ClusterRequest, cluster: Option<&Cluster>) -> Decision {
     Decision::ApproveRenewal
 }
 
-/// Whether `cluster` was registered by the token that asked for `csr` and never had a
-/// certificate recorded.
-fn never_approved_from(cluster: &Cluster, csr: &CertificateSigningRequest) -> bool {
+/// Names `csr` on its Cluster (annotation [`REQUEST_ANNOTATION`]) before it is approved,
+/// unless it is no newer than the certificate the Cluster records: the hub's
+/// authenticators accept its certificate from the moment the signer issues it, before its
+/// serial is recorded, so the agent's first request with it is never refused.
+async fn name_request(
+    clusters: &Api<Cluster>,
+    cluster: &Cluster,
+    csr: &CertificateSigningRequest,
+) -> Result<(), Error> {
+    let name = csr.name_any();
+    if cluster.annotations().get(REQUEST_ANNOTATION) == Some(&name) {
+        return Ok(());
+    }
+    let requested = csr.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let recorded = cluster
+        .annotations()
+        .get(ISSUED_AT_ANNOTATION)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    if let (Some(requested), Some(recorded)) = (requested, recorded)
+        && requested <= recorded
+    {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": {REQUEST_ANNOTATION: name}}});
+    clusters
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    info!(csr = %name, "certificate request named on its Cluster before approval");
+    Ok(())
+}
+
+/// Whether `csr` was asked for with the bootstrap token that registered `cluster`.
+fn registered_by(cluster: &Cluster, csr: &CertificateSigningRequest) -> bool {
     let token = csr
         .spec
         .username
@@ -245,7 +281,12 @@ fn never_approved_from(cluster: &Cluster, csr: &CertificateSigningRequest) -> bo
             .get(TOKEN_ID_ANNOTATION)
             .map(String::as_str)
             == token
-        && !cluster.annotations().contains_key(ISSUED_AT_ANNOTATION)
+}
+
+/// Whether `cluster` was registered by the token that asked for `csr` and never had a
+/// certificate recorded.
+fn never_approved_from(cluster: &Cluster, csr: &CertificateSigningRequest) -> bool {
+    registered_by(cluster, csr) && !cluster.annotations().contains_key(ISSUED_AT_ANNOTATION)
 }
 
 fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
@@ -290,15 +331,30 @@ async fn reconcile(
         let cluster = clusters.get_opt(&request.cluster).await?;
         if !condition(&csr, "Approved") {
             return match decide(&csr, &request, cluster.as_ref()) {
-                Decision::Leave => expire(&client, &csr, PENDING_TTL).await,
+                Decision::Leave => {
+                    // A person may approve it: named now, its certificate authenticates as
+                    // soon as it is issued.
+                    if let Some(cluster) = &cluster
+                        && registered_by(cluster, &csr)
+                    {
+                        name_request(&clusters, cluster, &csr).await?;
+                    }
+                    expire(&client, &csr, PENDING_TTL).await
+                }
                 Decision::Wait => Ok(Action::requeue(Duration::from_secs(1))),
                 Decision::Approve => {
+                        if let Some(cluster) = &cluster {
+                            name_request(&clusters, cluster, &csr).await?;
+                        }
                     set_condition(&client, &csr, "Approved", "AutoApproved",
                         "approved by the hub: a bootstrap token made with --auto-approve, for the cluster it registered").await?;
                     info!("auto-approved");
                     Ok(Action::await_change())
                 }
                 Decision::ApproveRenewal => {
+                        if let Some(cluster) = &cluster {
+                            name_request(&clusters, cluster, &csr).await?;
+                        }
                     set_condition(&client, &csr, "Approved", "AutoApprovedRenewal",
                         "approved by the hub: the cluster's agent renewing its own certificate").await?;
                     info!("renewal auto-approved");

@@ -56,6 +56,11 @@ pub const TOKEN_ID_ANNOTATION: &str = "flotilla.io/bootstrap-token-id";
 /// may use (lowercase hex). Missing: no certificate is valid (never approved, or revoked).
 pub const SERIAL_ANNOTATION: &str = "flotilla.io/certificate-serial";
 
+/// The annotation on a Cluster naming the certificate request whose certificate its agent
+/// may use until the hub records that certificate's serial: the registrar names it before
+/// the request is approved, so a new certificate authenticates as soon as it is issued.
+pub const REQUEST_ANNOTATION: &str = "flotilla.io/certificate-request";
+
 /// The name of an agent's heartbeat Lease in its cluster's Works namespace.
 pub const HEARTBEAT_LEASE: &str = "flotilla-agent";
 
@@ -126,7 +131,7 @@ pub fn bootstrapper_policy() -> (serde_json::Value, serde_json::Value) {
                     "has(object.metadata.annotations) &&                      '{TOKEN_ID_ANNOTATION}' in object.metadata.annotations &&                      '{BOOTSTRAP_USER_PREFIX}' + object.metadata.annotations['{TOKEN_ID_ANNOTATION}']                      == request.userInfo.username"),
                  "message": format!("a cluster registered with a bootstrap token names that token ({TOKEN_ID_ANNOTATION})")},
                 {"expression": format!(
-                    "!has(object.metadata.annotations) ||                      !('{SERIAL_ANNOTATION}' in object.metadata.annotations)"),
+                    "!has(object.metadata.annotations) ||                      (!('{SERIAL_ANNOTATION}' in object.metadata.annotations) &&                      !('{REQUEST_ANNOTATION}' in object.metadata.annotations))"),
                  "message": "a cluster's certificate is recorded by the hub, not by its registration"},
                 {"expression": format!(
                     "request.userInfo.groups.all(g, !g.startsWith('{CLUSTER_SET_GROUP_PREFIX}') ||                      (has(object.spec.clusterSet) && g == '{CLUSTER_SET_GROUP_PREFIX}' + object.spec.clusterSet))"),

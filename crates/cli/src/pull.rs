@@ -11,7 +11,7 @@ use clap::Parser;
 use flotilla_agent::registrar::{ISSUED_AT_ANNOTATION, cluster_request};
 use flotilla_agent::token::BootstrapToken;
 use flotilla_api::Cluster;
-use flotilla_api::agent::{SERIAL_ANNOTATION, TOKEN_ID_ANNOTATION};
+use flotilla_api::agent::{REQUEST_ANNOTATION, SERIAL_ANNOTATION, TOKEN_ID_ANNOTATION};
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
@@ -434,11 +434,12 @@ impl RevokeArgs {
                 self.name
             );
         }
-        // No serial: no certificate authenticates; no token id: no token auto-approves a
-        // new request for it. The time of the last request stays, so that no older
+        // No serial and no request named: no certificate authenticates; no token id: no
+        // token auto-approves a new request for it. The time of the last request stays, so that no older
         // approved request is recorded again.
         let patch = serde_json::json!({"metadata": {"annotations": {
             SERIAL_ANNOTATION: "",
+            REQUEST_ANNOTATION: "",
             TOKEN_ID_ANNOTATION: "",
             ISSUED_AT_ANNOTATION: cluster.annotations().get(ISSUED_AT_ANNOTATION)
                 .cloned().unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().to_string()),

@@ -12,7 +12,8 @@
 //!     ─► pull::Agent: its certificate's own HTTPS client to the hub (a TLS client
 //!          certificate is per connection: no pool can be shared between identities);
 //!          the member through the in-process API (/clusters/NAME/…: no socket, no TLS)
-//!     ─► revoked (a 401 past REGISTRATION_GRACE): that agent ends, the others go on
+//!     ─► revoked (a 401): that agent ends, the others go on (a new certificate is
+//!          accepted from the moment it is issued: its request is named on the Cluster)
 //! ```
 
 use std::collections::BTreeMap;
@@ -38,11 +39,6 @@ pub const REGISTERING: usize = 16;
 /// How long an agent waits before it tries again after a failure that may pass (the hub
 /// unreachable, a watch ended).
 const RETRY: Duration = Duration::from_secs(1);
-
-/// A 401 this soon after an agent's task started is taken as its new certificate not yet
-/// recorded on its Cluster (the registrar records the serial just after the CSR is
-/// signed), not as a revocation: the agent tries again with the certificate it keeps.
-const REGISTRATION_GRACE: Duration = Duration::from_secs(30);
 
 /// The token made when none is given lasts this long: enough to register the simulated
 /// fleet, restarts included.
@@ -160,7 +156,6 @@ async fn run(
     registering: Arc<Semaphore>,
 ) {
     use flotilla_agent::Error;
-    let started = std::time::Instant::now();
     loop {
         let credentials = {
             let Ok(_permit) = registering.acquire().await else {
@@ -192,10 +187,6 @@ async fn run(
         };
         match outcome {
             Ok(()) => return,
-            Err(Error::Revoked) if started.elapsed() < REGISTRATION_GRACE => {
-                info!("the new certificate is not recorded yet; trying again");
-                tokio::time::sleep(RETRY).await;
-            }
             // Final: a person (or a new token) has to act.
             Err(
                 e @ (Error::Revoked

@@ -479,10 +479,25 @@ fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
         (image.clone(), version.clone())
     );
 
-    // The hub killed and started again: the agent reconnects (its Lease renewed again),
-    // and nothing on the member is applied again needlessly.
+    // The hub killed for a while and started again (issue 22: "killed for 60 s"): what
+    // stands for the 60 s is the agent meeting the outage, 3 heartbeats failed in a row
+    // (3 of its 1 s periods, and its Works watch failing meanwhile), polled in its log.
+    // It reconnects by itself (its Lease renewed again), nothing on the member is applied
+    // again needlessly, and a template change made after the restart is delivered.
     let mut hub = hub;
-    hub.restart(true);
+    let failed = |log: &str| log.matches("heartbeat not renewed").count();
+    let failed_before = failed(&agent.log());
+    hub.kill_and_restart_after(|| {
+        eventually("the agent meets the hub's outage", || {
+            let log = agent.log();
+            let failed = failed(&log) - failed_before;
+            if failed >= 3 && log.contains("watch of Works failed") {
+                Ok(())
+            } else {
+                Err(format!("{failed} heartbeats failed so far"))
+            }
+        });
+    });
     let before = lease(&hub);
     eventually("the agent renews its Lease on the restarted hub", || {
         let now = lease(&hub);
@@ -502,6 +517,21 @@ fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
     assert_eq!(
         web_image(&sim, "member-1").unwrap(),
         (image.clone(), version.clone())
+    );
+    hub.ok(&[
+        "set",
+        "image",
+        "deployment/web",
+        "-n",
+        "shop",
+        "web=nginx:1.28",
+    ]);
+    eventually(
+        "the change made after the restart reaches the member",
+        || match web_image(&sim, "member-1")?.0.as_str() {
+            "nginx:1.28" => Ok(()),
+            other => Err(other.to_owned()),
+        },
     );
 
     // Revoked: 401 at once, the agent stops, nothing more is applied.
@@ -525,17 +555,17 @@ fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
         "deployment/web",
         "-n",
         "shop",
-        "web=nginx:1.28",
+        "web=nginx:1.29",
     ]);
     eventually("the hub's Work has the new image", || {
         let work = get(&hub, &["works", "-n", "flotilla-cluster-east"])?;
-        if work.to_string().contains("nginx:1.28") {
+        if work.to_string().contains("nginx:1.29") {
             Ok(())
         } else {
             Err("old".into())
         }
     });
-    assert_eq!(web_image(&sim, "member-1").unwrap().0, "nginx:1.27");
+    assert_eq!(web_image(&sim, "member-1").unwrap().0, "nginx:1.28");
     eventually("the revoked cluster is not Ready", || {
         match ready(&get(&hub, &["cluster", "east"])?).as_str() {
             "Unknown" => Ok(()),
@@ -544,10 +574,34 @@ fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
     });
 }
 
+/// 6 replicas divided 1:2 over the pull cluster `west` and the push cluster `member-2`.
+const DIVIDED: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: api, namespace: default}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec: {containers: [{name: api, image: api:1}]}
+---
+apiVersion: flotilla.io/v1alpha1
+kind: Placement
+metadata: {name: api, namespace: default}
+spec:
+  resourceSelectors: [{apiVersion: apps/v1, kind: Deployment, name: api}]
+  clusters: {names: [west, member-2]}
+  replicas:
+    mode: Divided
+    weights:
+    - {clusters: {names: [west]}, weight: 1}
+    - {clusters: {names: [member-2]}, weight: 2}
+";
+
 #[test]
 fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
     let hub = Hub::start_with(&["--health-period", "1s"]);
-    let sim = Sim::start(&["--clusters", "1", "--ready-delay", "100ms"]);
+    let sim = Sim::start(&["--clusters", "2", "--ready-delay", "100ms"]);
     let work = tempfile::tempdir().unwrap();
     let (token, command) = create_token(&hub, &["--auto-approve"]);
     let flags = agent_flags(&command, &token, "west", &sim.kubeconfig("member-1"));
@@ -612,13 +666,58 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
     });
     assert!(hub.json(&["get", "csr", "steal-prod"])["status"]["certificate"].is_null());
 
-    // The agent stopped: Unknown within its 4 heartbeats (and the hub's period); back
-    // once it runs again.
+    // A Placement divides 6 replicas 1:2 over the pull cluster (this agent, a process of
+    // its own) and a push cluster: 2 and 4.
+    join_with(&hub, &sim, "member-2", &[]);
+    eventually("the push cluster is Ready", || {
+        match ready(&get(&hub, &["cluster", "member-2"])?).as_str() {
+            "True" => Ok(()),
+            other => Err(other.to_owned()),
+        }
+    });
+    hub.create(DIVIDED);
+    let shares = |west: i64, push: i64| {
+        let what = format!("west runs {west} and member-2 runs {push} replicas");
+        eventually(&what, || {
+            let replicas = |member: &str| {
+                let out = sim.kubectl(
+                    member,
+                    &["get", "deployment", "api", "-n", "default", "-o", "json"],
+                    None,
+                );
+                serde_json::from_slice::<Value>(&out.stdout)
+                    .map(|d| d["spec"]["replicas"].as_i64().unwrap_or(-1))
+                    .unwrap_or(-1)
+            };
+            let found = (replicas("member-1"), replicas("member-2"));
+            if found == (west, push) {
+                Ok(())
+            } else {
+                Err(format!("{found:?}"))
+            }
+        })
+    };
+    shares(2, 4);
+
+    // The agent stopped: Unknown within its 4 heartbeats (and the hub's period), and its
+    // Divided share moves to the other cluster; back once it runs again, share restored.
     signal(agent.child.id(), "STOP");
     eventually("the stopped agent's cluster is Unknown", || {
         match ready(&get(&hub, &["cluster", "west"])?).as_str() {
             "Unknown" => Ok(()),
             other => Err(other.to_owned()),
+        }
+    });
+    eventually("the stopped cluster's share moves to member-2", || {
+        let out = sim.kubectl(
+            "member-2",
+            &["get", "deployment", "api", "-n", "default", "-o", "json"],
+            None,
+        );
+        let d: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        match d["spec"]["replicas"].as_i64() {
+            Some(6) => Ok(()),
+            other => Err(format!("{other:?}")),
         }
     });
     signal(agent.child.id(), "CONT");
@@ -628,6 +727,8 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
             other => Err(other.to_owned()),
         }
     });
+    shares(2, 4);
+    hub.ok(&["delete", "placement", "api", "-n", "default", "--wait=true"]);
 
     // Unjoined: the agent's certificate is refused at once and the agent stops.
     let mut agent = agent;

@@ -84,13 +84,13 @@ spec:
 #[test]
 fn sim_agents_register_through_the_real_flow_and_deliver_a_placement() {
     let hub = Hub::start_with(&["--health-period", "1s"]);
-    // An agent learns of its objects' status on the member at its resync (it follows its
-    // Works on the hub, not the member's objects): every 2 s here.
+    // An hour between resyncs: what happens on a member (status, edits, deletions)
+    // reaches the hub within this test only through the agents' member-side watches.
     let sim = pull_sim(
         &hub,
         5,
         "edge-",
-        &["--labels", "mode=pull", "--resync-period", "2s"],
+        &["--labels", "mode=pull", "--resync-period", "1h"],
     );
     let names: BTreeSet<String> = (1..=5).map(|i| format!("edge-{i}")).collect();
 
@@ -143,7 +143,9 @@ fn sim_agents_register_through_the_real_flow_and_deliver_a_placement() {
         );
     }
 
-    // A Placement reaches all five members through their agents; status comes back.
+    // A Placement reaches all five members through their agents; status comes back (the
+    // Deployments become available on the members after the agents applied them: only
+    // the member-side watches tell the agents).
     hub.create(WORKLOAD);
     for name in &names {
         let web = sim.wait_for(name, &["get", "deployment", "web", "-n", "shop"], |d| {
@@ -195,6 +197,111 @@ fn sim_agents_register_through_the_real_flow_and_deliver_a_placement() {
         })
         .collect();
     assert_eq!(applied, names);
+
+    // A member-side deletion is re-created and a hand edit put back (drift: Correct), each
+    // far sooner than the hour-long resync; an untouched member's Deployment keeps its
+    // resourceVersion meanwhile (nothing re-applied when nothing changed).
+    let settled = |member: &str| {
+        sim.wait_for(member, &["get", "deployment", "web", "-n", "shop"], |d| {
+            d["spec"]["replicas"] == 2
+                && d["status"]["readyReplicas"] == 2
+                && d["status"]["observedGeneration"] == d["metadata"]["generation"]
+        })
+    };
+    let untouched = settled("edge-2")["metadata"]["resourceVersion"].clone();
+    let before = settled("edge-1");
+    sim.ok("edge-1", &["delete", "deployment", "web", "-n", "shop"]);
+    let within = std::time::Duration::from_secs(60);
+    let every = std::time::Duration::from_millis(200);
+    support::eventually_within(
+        "the deleted Deployment is re-created",
+        within,
+        every,
+        || {
+            let out = sim.kubectl(
+                "edge-1",
+                &["get", "deployment", "web", "-n", "shop", "-o", "json"],
+                None,
+            );
+            let d: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+            (d["metadata"]["uid"] != before["metadata"]["uid"])
+                .then_some(())
+                .ok_or_else(|| "the old one".to_owned())
+        },
+    );
+    settled("edge-1");
+    sim.ok(
+        "edge-1",
+        &[
+            "scale",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "--replicas",
+            "5",
+        ],
+    );
+    support::eventually_within("the hand edit is put back", within, every, || {
+        let d = sim.json("edge-1", &["get", "deployment", "web", "-n", "shop"]);
+        let replicas =
+            d["metadata"]["generation"].as_i64().unwrap_or(0) > 2 && d["spec"]["replicas"] == 2;
+        replicas
+            .then_some(())
+            .ok_or_else(|| d["spec"]["replicas"].to_string())
+    });
+    assert_eq!(
+        sim.json("edge-2", &["get", "deployment", "web", "-n", "shop"])["metadata"]["resourceVersion"],
+        untouched
+    );
+
+    // Under drift: Report the edit stays and the Work reports it, through the watch too.
+    hub.ok(&[
+        "patch",
+        "placement",
+        "web",
+        "-n",
+        "shop",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec": {"apply": {"drift": "Report"}}}"#,
+    ]);
+    support::eventually_within("the Work has drift: Report", within, every, || {
+        let work = hub.json(&["get", "works", "-n", "flotilla-cluster-edge-3"]);
+        let work = &work["items"][0];
+        (work["spec"]["apply"]["drift"] == "Report"
+            && work["status"]["observedGeneration"] == work["metadata"]["generation"])
+            .then_some(())
+            .ok_or_else(|| work.to_string())
+    });
+    sim.ok(
+        "edge-3",
+        &[
+            "scale",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "--replicas",
+            "4",
+        ],
+    );
+    let reported = support::eventually_within("the drift is reported", within, every, || {
+        let work = hub.json(&["get", "works", "-n", "flotilla-cluster-edge-3"]);
+        work["items"][0]["status"]["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|m| m["drift"].as_array().filter(|d| !d.is_empty()).cloned())
+            .ok_or_else(|| work["items"][0]["status"].to_string())
+    });
+    assert_eq!(reported[0]["path"], "/spec/replicas", "{reported:?}");
+    assert_eq!(reported[0]["member"], "4", "{reported:?}");
+    assert_eq!(
+        sim.json("edge-3", &["get", "deployment", "web", "-n", "shop"])["spec"]["replicas"],
+        4
+    );
 }
 
 /// `flotilla token create --auto-approve` on `hub`: the token.
@@ -220,13 +327,13 @@ fn auto_approve_token(hub: &Hub) -> String {
 fn the_fleet_scenario_passes_on_pull_clusters() {
     let hub = Hub::start_with(&["--health-period", "1s"]);
     // small-1's simulator makes its own token; the others use one made with
-    // `flotilla token create --auto-approve`. Works are applied again every second, so
-    // that drift is seen soon (the agent learns of it at its resync).
+    // `flotilla token create --auto-approve`. The resync is an hour away: drift and
+    // status reach the hub through the agents' member-side watches.
     let small = pull_sim(
         &hub,
         1,
         "small-",
-        &["--labels", "region=eu,size=small", "--resync-period", "1s"],
+        &["--labels", "region=eu,size=small", "--resync-period", "1h"],
     );
     let token = auto_approve_token(&hub);
     let large = pull_sim(
@@ -237,7 +344,7 @@ fn the_fleet_scenario_passes_on_pull_clusters() {
             "--labels",
             "region=eu,size=large",
             "--resync-period",
-            "1s",
+            "1h",
             "--token",
             &token,
         ],
@@ -250,7 +357,7 @@ fn the_fleet_scenario_passes_on_pull_clusters() {
             "--labels",
             "region=us,size=large",
             "--resync-period",
-            "1s",
+            "1h",
             "--token",
             &token,
         ],

@@ -11,9 +11,18 @@
 //!  a pull agent's user (CN system:flotilla:cluster:NAME), when the hub checks them
 //!  (`with_cluster_check`), on every request: the Cluster NAME in the store (its key
 //!  index, then its facts memoised by revision) must exist, not be deleting, and record
-//!  this certificate's serial (annotation flotilla.io/certificate-serial) ─► else
-//!  Invalid(Revoked): revoked, unjoined or deleted clusters' agents get 401 at once
+//!  this certificate's serial (annotation flotilla.io/certificate-serial), or else be
+//!  the certificate of the request the Cluster names (flotilla.io/certificate-request:
+//!  that CSR in the store, Approved, created after the last recorded certificate's
+//!  request, its status.certificate of this serial) ─► else Invalid(Revoked): revoked,
+//!  unjoined or deleted clusters' agents get 401 at once
 //! ```
+//!
+//! The named request closes a gap: the signer puts a new certificate into its CSR's
+//! status, the agent reads it there at once, and the hub's registrar records its serial
+//! on the Cluster a moment later. The registrar names the request on the Cluster before
+//! it (or a person) approves it, so the certificate authenticates from the moment it can
+//! be read, on every hub replica of the store.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -32,6 +41,14 @@ pub const CLUSTER_USER_PREFIX: &str = "system:flotilla:cluster:";
 
 /// The annotation on a Cluster naming the serial of the one certificate its agent may use.
 pub const SERIAL_ANNOTATION: &str = "flotilla.io/certificate-serial";
+
+/// The annotation on a Cluster naming the certificate request (CSR) whose certificate
+/// its agent may use before the hub records that certificate's serial.
+pub const REQUEST_ANNOTATION: &str = "flotilla.io/certificate-request";
+
+/// The annotation on a Cluster: when the request of its last recorded certificate was
+/// created; a named request no newer than this never authenticates (one revoked).
+pub const ISSUED_AT_ANNOTATION: &str = "flotilla.io/certificate-requested-at";
 
 /// The most Clusters' facts kept.
 const CLUSTER_FACTS: usize = 100_000;
@@ -56,6 +73,10 @@ struct Verified {
 struct ClusterFacts {
     deleting: bool,
     serial: Option<String>,
+    /// The certificate request named (annotation flotilla.io/certificate-request).
+    request: Option<String>,
+    /// When the last recorded certificate was requested.
+    issued_at: Option<jiff::Timestamp>,
 }
 
 /// Authenticates client certificates issued by one CA.
@@ -123,6 +144,13 @@ impl ClientCertificates {
                     serial: meta["annotations"][SERIAL_ANNOTATION]
                         .as_str()
                         .map(str::to_owned),
+                    request: meta["annotations"][REQUEST_ANNOTATION]
+                        .as_str()
+                        .filter(|r| !r.is_empty())
+                        .map(str::to_owned),
+                    issued_at: meta["annotations"][ISSUED_AT_ANNOTATION]
+                        .as_str()
+                        .and_then(|t| t.parse().ok()),
                 };
                 let mut memo = self
                     .cluster_facts
@@ -140,6 +168,7 @@ impl ClientCertificates {
         }
         match facts.serial.as_deref() {
             Some(recorded) if recorded == serial => Ok(()),
+            _ if self.named_request_issued(store, &facts, serial).await => Ok(()),
             Some("") | None => Err(revoked(
                 "no certificate is valid for it (revoked, or not approved)".into(),
             )),
@@ -147,6 +176,56 @@ impl ClientCertificates {
                 "certificate {serial} was replaced or revoked"
             ))),
         }
+    }
+
+    /// Whether the certificate request the Cluster names issued the certificate of serial
+    /// `serial`: approved (not denied or failed), created after the last recorded
+    /// certificate's request, its certificate of that serial. Read from the store only
+    /// when a serial is not the recorded one, which is brief for a new certificate.
+    async fn named_request_issued(
+        &self,
+        store: &dyn Store,
+        facts: &ClusterFacts,
+        serial: &str,
+    ) -> bool {
+        use crate::registry::certificates::{self, FAILED};
+        let Some(name) = &facts.request else {
+            return false;
+        };
+        let key = keys::key_of(
+            certificates::GROUP,
+            "certificatesigningrequests",
+            ROOT_CLUSTER,
+            None,
+            name,
+        );
+        let Ok(Some(kv)) = store.get(&key, None).await else {
+            return false;
+        };
+        let Ok(csr) = serde_json::from_slice::<serde_json::Value>(&kv.value) else {
+            return false;
+        };
+        let created = csr["metadata"]["creationTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        let newer = match (created, facts.issued_at) {
+            (Some(created), Some(recorded)) => created > recorded,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if !newer
+            || !certificates::has_condition(&csr, "Approved")
+            || certificates::has_condition(&csr, "Denied")
+            || certificates::has_condition(&csr, FAILED)
+        {
+            return false;
+        }
+        use base64::Engine as _;
+        csr["status"]["certificate"]
+            .as_str()
+            .and_then(|c| base64::engine::general_purpose::STANDARD.decode(c).ok())
+            .and_then(|pem| flotilla_pki::certificate_serial(&pem).ok())
+            .is_some_and(|issued| issued == serial)
     }
 
     /// `user` (of a certificate of serial `serial`) as the answer, checked against its
@@ -392,6 +471,134 @@ mod tests {
         assert!(matches!(
             auth.authenticate(&presented).await,
             Credentials::User(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_new_certificate_authenticates_through_its_named_request_before_its_serial_is_recorded()
+     {
+        use base64::Engine as _;
+        let dir = tempfile::tempdir().unwrap();
+        let id = flotilla_pki::load_or_create(dir.path(), &[]).unwrap();
+        let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+        let auth =
+            ClientCertificates::new(id.client_ca().unwrap()).with_cluster_check(store.clone());
+        let cn = "system:flotilla:cluster:east";
+        let new = certificate(&id, cn, "system:flotilla:clusters", 3600);
+        let other = certificate(&id, cn, "system:flotilla:clusters", 3600);
+        let pem = |der: &CertificateDer<'_>| {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+            format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+        };
+        let ask = |cert: CertificateDer<'static>| {
+            let auth = &auth;
+            async move {
+                let chain = [cert];
+                let headers = HeaderMap::new();
+                let presented = Presented {
+                    headers: &headers,
+                    certificates: Some(&chain),
+                };
+                auth.authenticate(&presented).await
+            }
+        };
+        // The registrar named the request on the Cluster (it approves it next); no serial
+        // is recorded yet: the certificate the signer put into the request authenticates.
+        let cluster_key = keys::key_of("flotilla.io", "clusters", ROOT_CLUSTER, None, "east");
+        let cluster = |annotations: serde_json::Value| {
+            serde_json::json!({"apiVersion": "flotilla.io/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": "east", "annotations": annotations}})
+            .to_string()
+            .into_bytes()
+        };
+        let at = store
+            .create(
+                &cluster_key,
+                cluster(serde_json::json!({REQUEST_ANNOTATION: "east-1"})).into(),
+            )
+            .await
+            .unwrap();
+        let csr_key = keys::key_of(
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            ROOT_CLUSTER,
+            None,
+            "east-1",
+        );
+        let csr = |conditions: serde_json::Value, created: &str| {
+            serde_json::json!({"apiVersion": "certificates.k8s.io/v1",
+                "kind": "CertificateSigningRequest",
+                "metadata": {"name": "east-1", "creationTimestamp": created},
+                "status": {"conditions": conditions,
+                    "certificate": base64::engine::general_purpose::STANDARD.encode(pem(&new))}})
+            .to_string()
+            .into_bytes()
+        };
+        let approved = serde_json::json!([{"type": "Approved", "status": "True"}]);
+        let csr_at = store
+            .create(
+                &csr_key,
+                csr(approved.clone(), "2026-01-02T00:00:00Z").into(),
+            )
+            .await
+            .unwrap();
+        let Credentials::User(user) = ask(new.clone()).await else {
+            panic!("the certificate of the named, approved request is refused");
+        };
+        assert_eq!(user.name, cn);
+        // Another certificate of the same name is not the request's.
+        assert!(matches!(
+            ask(other.clone()).await,
+            Credentials::Invalid(Refusal::Revoked(_))
+        ));
+        // Denied (or not approved): refused.
+        let denied = serde_json::json!([{"type": "Approved", "status": "True"},
+            {"type": "Denied", "status": "True"}]);
+        let csr_at = store
+            .update(&csr_key, csr(denied, "2026-01-02T00:00:00Z").into(), csr_at)
+            .await
+            .unwrap();
+        assert!(matches!(
+            ask(new.clone()).await,
+            Credentials::Invalid(Refusal::Revoked(_))
+        ));
+        // A request no newer than the last recorded certificate's (revoked since): refused.
+        store
+            .update(
+                &csr_key,
+                csr(approved, "2026-01-02T00:00:00Z").into(),
+                csr_at,
+            )
+            .await
+            .unwrap();
+        let at = store
+            .update(
+                &cluster_key,
+                cluster(
+                    serde_json::json!({REQUEST_ANNOTATION: "east-1", SERIAL_ANNOTATION: "",
+                    ISSUED_AT_ANNOTATION: "2026-01-02T00:00:00Z"}),
+                )
+                .into(),
+                at,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            ask(new.clone()).await,
+            Credentials::Invalid(Refusal::Revoked(_))
+        ));
+        // No request named (revoked): refused.
+        store
+            .update(
+                &cluster_key,
+                cluster(serde_json::json!({SERIAL_ANNOTATION: ""})).into(),
+                at,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(
+            ask(new).await,
+            Credentials::Invalid(Refusal::Revoked(_))
         ));
     }
 

@@ -192,6 +192,22 @@ pub fn deliver(hub: &Hub, members: &Members) {
         "-p",
         r#"{"spec": {"apply": {"drift": "Report"}}}"#,
     ]);
+    // The edit comes once large-1 has the policy (its Work synced at that generation):
+    // an edit seen before is corrected, as it should be.
+    eventually("large-1 syncs its Work under drift: Report", || {
+        let works = hub.json(&["get", "works", "-n", "flotilla-cluster-large-1"]);
+        works["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|w| {
+                w["spec"]["placement"]["name"] == "web"
+                    && w["spec"]["apply"]["drift"] == "Report"
+                    && w["status"]["observedGeneration"] == w["metadata"]["generation"]
+            })
+            .map(|_| ())
+            .ok_or_else(|| works.to_string())
+    });
     large.ok(
         "large-1",
         &["scale", "deploy", "web", "-n", "shop", "--replicas", "2"],

@@ -115,6 +115,22 @@ impl Hub {
         self
     }
 
+    /// Kills the process (SIGKILL), runs `meanwhile` while the hub is down (it returns once
+    /// the outage has lasted long enough for what the test checks), and starts the hub
+    /// again on the same data directory and port.
+    pub fn kill_and_restart_after(&mut self, meanwhile: impl FnOnce()) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        meanwhile();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpListener::bind(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "port {} stayed busy", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = spawn(self.dir.path(), self.port, &self.args);
+        self.wait_ready();
+    }
+
     /// Stops the process (SIGTERM, or SIGKILL if `kill`) and starts it again on the same
     /// data directory and port.
     pub fn restart(&mut self, kill: bool) {
