@@ -210,8 +210,12 @@ pub(crate) struct Reservation {
     committed: bool,
     /// The address's claim in the store, once made: its key, the revision it was
     /// written at, and what it says.
-    claim: Option<(Arc<dyn Store>, Vec<u8>, Revision, Claim)>,
+    claim: Option<Claimed>,
 }
+
+/// A claim made in the store: the store, the claim's key, the revision it was written
+/// at, and what it says.
+type Claimed = (Arc<dyn Store>, Vec<u8>, Revision, Claim);
 
 impl Reservation {
     /// The Service is stored: the address is held, and its claim says so (bound: from
@@ -360,6 +364,7 @@ async fn claim(api: &Api, ip: Ipv4Addr, owner: &Claim) -> ApiResult<Option<(Vec<
 }
 
 /// Which address a create asks for.
+#[derive(Clone, Copy)]
 enum Asked {
     /// None: any free one.
     Any,
@@ -458,10 +463,6 @@ impl ClusterIps {
         };
         let specific = matches!(asked, Asked::Address(_));
         for _ in 0..16 {
-            let asked = match asked {
-                Asked::Any => Asked::Any,
-                Asked::Address(ip) => Asked::Address(ip),
-            };
             let mut reservation = match self.reserve_locally(api, asked).await? {
                 Ok(reservation) => reservation,
                 refused => return Ok(refused),
