@@ -3,7 +3,7 @@
 //! one API (a watch on B sees A's writes in order; a ServiceAccount token, a RoleBinding,
 //! a CRD written through A take effect on B; cluster IPs never collide), and a replica
 //! started later on a fresh data directory finds every object, resourceVersion and
-//! credential.
+//! credential. On etcd: one identity, each other's writes and tokens.
 
 mod support;
 
@@ -276,4 +276,40 @@ fn two_replicas_on_postgres_are_one_hub() {
         kept
     );
     assert_eq!(ip(&c, "svc-a"), ip(&b, "svc-a"));
+}
+
+#[path = "../../store-etcd/tests/support/etcd.rs"]
+mod etcd;
+
+#[test]
+fn two_replicas_on_etcd_share_one_identity_and_serve_each_others_writes() {
+    let server = etcd::EtcdServer::start();
+    let url = server.url("/hub");
+    let flags = [
+        "--store",
+        &url,
+        "--service-account-issuer",
+        "https://hub.example",
+    ];
+    let a = Hub::start_with(&flags);
+    let b = Hub::start_with(&flags);
+    for file in ["ca.crt", "admin.token", "sa.key"] {
+        assert_eq!(
+            read(a.dir.path().join(file)),
+            read(b.dir.path().join(file)),
+            "{file}"
+        );
+    }
+    a.create(&configmap("e1", "1"));
+    assert_eq!(
+        resource_version(&b, "cm", "e1"),
+        resource_version(&a, "cm", "e1")
+    );
+    a.ok(&["create", "serviceaccount", "bot", "-n", "default"]);
+    let token = a
+        .ok(&["create", "token", "bot", "-n", "default"])
+        .trim()
+        .to_owned();
+    let who = with_token(&b, &token, &["auth", "whoami", "-o", "json"]).unwrap();
+    assert!(who.contains("system:serviceaccount:default:bot"), "{who}");
 }
