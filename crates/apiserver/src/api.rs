@@ -345,6 +345,10 @@ impl Api {
                 self.spawn_cleanup(Cleanup::Namespace(meta_str(&object, "name").to_owned()));
             }
         }
+        if &*self.cluster == ROOT_CLUSTER {
+            // What other servers on the store (hub replicas) define is served here too.
+            crd::follow(self);
+        }
         if &*self.cluster == ROOT_CLUSTER
             && self
                 .registry

@@ -19,6 +19,8 @@ pub mod gc;
 pub mod http;
 pub(crate) mod patch;
 pub mod registry;
+#[cfg(test)]
+mod replicas_tests;
 pub mod watch;
 
 pub use api::Api;

@@ -11,6 +11,7 @@ mod access;
 mod bench;
 mod demo;
 mod hub;
+mod identity;
 mod join;
 mod limits;
 mod pull;

@@ -6,7 +6,9 @@
 //!  ApiServer::open(role, DIR, ADDR, store URL, options)  data dir (0700, files the
 //!        │        process creates 0600: umask 077); the store (SQLite: its lock
 //!        │        first, then its pages checked; an empty store where a server was
-//!        │        refused without --init); then the TLS identity (flotilla-pki): issued
+//!        │        refused without --init); a shared store's hub identity (CA, token,
+//!        │        signing key: crate::identity) into DIR; then the TLS identity
+//!        │        (flotilla-pki): issued
 //!        │        for ADDR + --tls-san + --advertise-address, or the user's own files;
 //!        │        Api + its initial namespaces
 //!        ├─ identities(…) (the hub): ServiceAccount tokens, client certificates, OIDC
@@ -284,6 +286,10 @@ impl ApiServer {
                 flotilla_pki::ServingCert::Issued(&sans)
             }
         };
+        if !matches!(store_url, StoreUrl::Sqlite(_)) {
+            // Replicas may share this store: one identity for all, kept in it.
+            crate::identity::share_through_store(&*store, &store_url.to_string(), data_dir).await?;
+        }
         let identity = flotilla_pki::load_or_create_with(data_dir, serving)
             .with_context(|| format!("cannot set up the {role}'s certificates"))?;
         let url = match (&options.advertise, listen.ip()) {

@@ -23,6 +23,10 @@
 //!        sign_client_certificate (clientAuth, CN/O of the request, never past the CA)
 //! ```
 //!
+//! A hub whose replicas share one store keeps the shared part ([`SharedIdentity`]: CA,
+//! admin token, signing key) in the store and installs it into each data directory
+//! before [`load_or_create_with`] runs; the serving certificate stays per replica.
+//!
 //! All TLS configurations use rustls's *ring* provider explicitly, so nothing
 //! depends on a process-wide default provider.
 
@@ -48,6 +52,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 pub mod client;
 mod files;
 mod kubeconfig;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -56,6 +61,7 @@ pub use client::{
     certificate_serial, certificate_validity,
 };
 pub use kubeconfig::Kubeconfig;
+pub use shared::{InstallError, Mismatch, SharedIdentity};
 
 /// File name of the CA certificate inside the data directory.
 pub const CA_CERT_FILE: &str = "ca.crt";
@@ -781,12 +787,7 @@ fn load_or_create_token(dir: &Path) -> Result<String, Error> {
     let bytes = match files::read_optional(&path)? {
         Some(bytes) => bytes,
         None => {
-            let mut raw = [0u8; 32];
-            provider()
-                .secure_random
-                .fill(&mut raw)
-                .map_err(|_| Error::Random { path: path.clone() })?;
-            let token = URL_SAFE_NO_PAD.encode(raw);
+            let token = random_token(&path)?;
             files::create_no_clobber(&path, format!("{token}\n").as_bytes(), files::SECRET_MODE)?;
             files::read(&path)?
         }
@@ -806,6 +807,18 @@ fn load_or_create_token(dir: &Path) -> Result<String, Error> {
         ));
     }
     Ok(token.to_owned())
+}
+
+/// A new admin token (32 random bytes, base64url), meant for `path`.
+fn random_token(path: &Path) -> Result<String, Error> {
+    let mut raw = [0u8; 32];
+    provider()
+        .secure_random
+        .fill(&mut raw)
+        .map_err(|_| Error::Random {
+            path: path.to_path_buf(),
+        })?;
+    Ok(URL_SAFE_NO_PAD.encode(raw))
 }
 
 fn load_or_issue_server_cert(

@@ -446,6 +446,138 @@ pub fn unregister(registry: &Registry, group: &str, plural: &str) {
     }
 }
 
+/// Follows every CRD of every logical cluster in the store, so that a CRD written by
+/// another server on the same store (a hub replica) is served here too, and one deleted
+/// there stops being served: the stored CRDs are listed, then watched; each change
+/// registers or unregisters its resource types in its cluster's registry (the root's, or
+/// the view of a logical cluster served so far: a view made later reads the stored CRDs
+/// as it is made). This server's own writes register at once too (`Strategy::written`);
+/// the follower's second registration of them is the same. Ends when the API is dropped.
+pub(crate) fn follow(api: &crate::Api) {
+    let store = api.store.clone();
+    let root = Arc::downgrade(&api.registry);
+    let views = Arc::downgrade(&api.logical);
+    let cluster = api.cluster.clone();
+    let span = tracing::info_span!("crd_follower");
+    let follow = async move {
+        let rt_prefix =
+            crate::registry::keys::resource_prefix_of(GROUP, "customresourcedefinitions");
+        let mut since = None;
+        loop {
+            let revision = match since {
+                Some(revision) => revision,
+                None => match store.list_all(&rt_prefix).await {
+                    Ok((kvs, revision)) => {
+                        for kv in kvs {
+                            let event = Change::Put(&kv.key, &kv.value);
+                            if !apply(&root, &views, &cluster, &rt_prefix, event).await {
+                                return;
+                            }
+                        }
+                        revision
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list CRDs; trying again in 1 s");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        continue;
+                    }
+                },
+            };
+            since = None;
+            let mut stream = match store.watch(&rt_prefix, revision).await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch CRDs; listing them again in 1 s");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            while let Some(event) = futures_util::StreamExt::next(&mut stream).await {
+                let event = match event {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the watch of CRDs failed; listing them again");
+                        since = None;
+                        break;
+                    }
+                };
+                let change = match event.kind {
+                    flotilla_store::EventKind::Put => Change::Put(&event.kv.key, &event.kv.value),
+                    flotilla_store::EventKind::Delete => Change::Delete(&event.kv.key),
+                };
+                if !apply(&root, &views, &cluster, &rt_prefix, change).await {
+                    return;
+                }
+                since = Some(event.revision());
+            }
+            // A watch that ends is followed by a new one from where it was, after a pause.
+            if since.is_some() {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    };
+    tokio::spawn(tracing::Instrument::instrument(follow, span));
+}
+
+/// A change of a stored CRD.
+enum Change<'a> {
+    /// Created or updated: its key and value.
+    Put(&'a [u8], &'a [u8]),
+    /// Deleted: its key.
+    Delete(&'a [u8]),
+}
+
+/// Applies `change` to the registry of its logical cluster; `false` once the API is gone.
+async fn apply(
+    root: &std::sync::Weak<Registry>,
+    views: &std::sync::Weak<tokio::sync::Mutex<std::collections::HashMap<String, crate::Api>>>,
+    root_cluster: &str,
+    rt_prefix: &[u8],
+    change: Change<'_>,
+) -> bool {
+    let key = match change {
+        Change::Put(key, _) | Change::Delete(key) => key,
+    };
+    let Some(place) = crate::registry::keys::place(key, rt_prefix) else {
+        return true;
+    };
+    let registry = if place.cluster == root_cluster {
+        match root.upgrade() {
+            Some(registry) => registry,
+            None => return false,
+        }
+    } else {
+        let Some(views) = views.upgrade() else {
+            return false;
+        };
+        let views = views.lock().await;
+        match views.get(place.cluster) {
+            Some(view) => view.registry.clone(),
+            // Not served yet: the view reads the stored CRDs when it is made.
+            None => return true,
+        }
+    };
+    match change {
+        Change::Put(_, value) => {
+            let Ok(mut object) = serde_json::from_slice::<Value>(value) else {
+                return true;
+            };
+            if let Ok(definition) = admit(&mut object)
+                && conflict(&definition, &registry).is_none()
+            {
+                register(&registry, &definition);
+            }
+        }
+        Change::Delete(_) => {
+            // The name is `<plural>.<group>`.
+            if let Some((plural, group)) = place.name.split_once('.') {
+                unregister(&registry, group, plural);
+            }
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,30 @@
 
 use crate::registry::resources::ResourceType;
 
+/// The prefix of the server's own records, kept in the store beside the objects but
+/// outside their layout: every object key starts with `/`, so no list or watch of
+/// resources (the watch cache watches `/`) ever reaches these, and no request names them.
+///
+/// ```text
+///  ~flotilla/hub-identity                   the CA, admin token, signing key of a hub
+///                                           whose replicas share the store
+///  ~flotilla/clusterips/{cluster}/{ip}      which Service holds a cluster IP
+/// ```
+pub const RESERVED_PREFIX: &[u8] = b"~flotilla/";
+
+/// The store key of the hub's shared identity (see [`RESERVED_PREFIX`]).
+pub const HUB_IDENTITY: &[u8] = b"~flotilla/hub-identity";
+
+/// The store key of the claim on cluster IP `ip` in logical cluster `cluster` (see
+/// [`RESERVED_PREFIX`]).
+pub fn cluster_ip_claim(cluster: &str, ip: &str) -> Vec<u8> {
+    let mut key = RESERVED_PREFIX.to_vec();
+    for part in ["clusterips/", cluster, "/", ip] {
+        key.extend_from_slice(part.as_bytes());
+    }
+    key
+}
+
 /// The store prefix of a resource's objects in a logical cluster, and in one namespace if
 /// given (a namespaced resource listed across namespaces has none).
 pub fn prefix(rt: &ResourceType, cluster: &str, namespace: Option<&str>) -> Vec<u8> {

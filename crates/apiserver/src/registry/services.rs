@@ -9,7 +9,12 @@
 //!    ─► Taken (its logical cluster's addresses, in memory)
 //!         clusterIP asked for: outside the range ─► 422   held ─► rebuilt, still held ─► 422
 //!         none asked for:      a random free address above the static band, else in it
-//!    ─► Reservation (pending) ─► stored: committed    refused, failed, dry run: released
+//!    ─► claim in the store: create ~flotilla/clusterips/{cluster}/{ip} (pending)
+//!         exists: its Service holds the IP (uid and address match), or it is pending and
+//!         younger than 30 s ─► held elsewhere: held here too, pick again (asked: 422)
+//!         else stale ─► taken over by compare-and-swap (update at its revision)
+//!    ─► Reservation (pending) ─► stored: committed, claim marked bound
+//!                                refused, failed, dry run: released, claim deleted
 //!  an update keeps what the stored Service was allocated when the client leaves it out
 //!  (`keep_allocated`), and allocates when the type changes from ExternalName
 //! ```
@@ -23,10 +28,11 @@
 //! range with nothing free — the set is listed again from the store and asked again; so an
 //! address is free once its Service is gone, at the moment it is needed. Reservations not
 //! yet stored and addresses committed while a listing runs are kept across it, so that two
-//! concurrent creates never get one address. An allocation object written in the same
-//! transaction as the Service is not possible (the store has no multi-key transactions),
-//! and not needed while one hub process serves a store; hub replicas would need one (as
-//! Kubernetes' `IPAddress` objects).
+//! concurrent creates never get one address in this process. Across processes on one
+//! store (hub replicas) the claims decide, as Kubernetes' `IPAddress` objects do: the
+//! store has no multi-key transactions, so the claim is made before the Service is stored
+//! and is left behind when the Service goes; a claim is therefore trusted only while its
+//! Service holds the address, and is taken over by compare-and-swap once it does not.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -35,6 +41,8 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
+
+use flotilla_store::{Revision, Store};
 
 use crate::api::Api;
 use crate::http::error::{ApiError, ApiResult, Cause};
@@ -200,33 +208,163 @@ pub(crate) struct Reservation {
     offset: u32,
     ip: Ipv4Addr,
     committed: bool,
+    /// The address's claim in the store, once made: its key, the revision it was
+    /// written at, and what it says.
+    claim: Option<Claimed>,
 }
 
+/// A claim made in the store: the store, the claim's key, the revision it was written
+/// at, and what it says.
+type Claimed = (Arc<dyn Store>, Vec<u8>, Revision, Claim);
+
 impl Reservation {
-    /// The Service is stored: the address is held.
-    pub(crate) fn commit(mut self) {
+    /// The Service is stored: the address is held, and its claim says so (bound: from
+    /// now on the claim is stale as soon as the Service is gone).
+    pub(crate) async fn commit(mut self) {
         self.committed = true;
-        let mut state = self.ips.lock();
-        let taken = state.clusters.entry(self.cluster.clone()).or_default();
-        taken.pending.remove(&self.offset);
-        taken.held.insert(self.offset);
-        if taken.listing {
-            taken.committed_while_listing.push(self.offset);
+        {
+            let mut state = self.ips.lock();
+            let taken = state.clusters.entry(self.cluster.clone()).or_default();
+            taken.pending.remove(&self.offset);
+            taken.held.insert(self.offset);
+            if taken.listing {
+                taken.committed_while_listing.push(self.offset);
+            }
+        }
+        if let Some((store, key, revision, claim)) = self.claim.take() {
+            let bound = Claim {
+                bound: true,
+                ..claim
+            };
+            // Left pending if this fails: held as long as the Service is, and taken over
+            // PENDING_GRACE after it goes.
+            if let Err(e) = store.update(&key, bound.to_bytes(), revision).await {
+                tracing::warn!(ip = %self.ip, error = %e, "cannot mark the cluster IP's claim bound");
+            }
         }
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if !self.committed
-            && let Some(taken) = self.ips.lock().clusters.get_mut(&self.cluster)
-        {
+        if self.committed {
+            return;
+        }
+        if let Some(taken) = self.ips.lock().clusters.get_mut(&self.cluster) {
             taken.pending.remove(&self.offset);
+        }
+        // Not stored (refused, failed, a dry run): the claim goes too.
+        if let Some((store, key, revision, _)) = self.claim.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = store.delete(&key, Some(revision)).await;
+            });
         }
     }
 }
 
+/// How long a claim whose Service is not stored (yet) holds its address: the time
+/// between a claim and its Service's create, with room to spare. Only a server that
+/// stops in between leaves one that long.
+const PENDING_GRACE_SECONDS: i64 = 30;
+
+/// A claim on a cluster IP, kept in the store (`keys::cluster_ip_claim`), so that
+/// servers sharing the store (hub replicas) never hand out one address twice: made by
+/// create-if-absent before the Service is stored, marked bound once it is; one whose
+/// Service no longer holds the address is taken over by compare-and-swap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Claim {
+    /// The Service's namespace.
+    namespace: String,
+    /// The Service's name.
+    name: String,
+    /// The Service's uid.
+    uid: String,
+    /// Whether the Service was stored.
+    bound: bool,
+    /// When the claim was made (Unix seconds).
+    since: i64,
+}
+
+impl Claim {
+    fn to_bytes(&self) -> bytes::Bytes {
+        bytes::Bytes::from(
+            json!({"namespace": self.namespace, "name": self.name, "uid": self.uid,
+                "bound": self.bound, "since": self.since})
+            .to_string(),
+        )
+    }
+
+    fn parse(bytes: &[u8]) -> Option<Claim> {
+        let value: Value = serde_json::from_slice(bytes).ok()?;
+        Some(Claim {
+            namespace: value["namespace"].as_str()?.to_owned(),
+            name: value["name"].as_str()?.to_owned(),
+            uid: value["uid"].as_str()?.to_owned(),
+            bound: value["bound"].as_bool()?,
+            since: value["since"].as_i64()?,
+        })
+    }
+}
+
+/// Whether the claim stored as `value` still holds `ip`: its Service is stored with that
+/// address and the claim's uid, or it is a recent claim whose Service is not stored yet.
+async fn holds(api: &Api, value: &[u8], ip: Ipv4Addr) -> ApiResult<bool> {
+    let Some(claim) = Claim::parse(value) else {
+        return Ok(false);
+    };
+    let rt = api.resource("", "v1", "services")?;
+    let key = keys::key(&rt, &api.cluster, &claim.namespace, &claim.name);
+    if let Some(kv) = api.store.get(&key, None).await? {
+        let service: Value = serde_json::from_slice(&kv.value).unwrap_or_default();
+        let ip = ip.to_string();
+        let spec = &service["spec"];
+        let has = spec["clusterIP"] == ip.as_str()
+            || spec["clusterIPs"]
+                .as_array()
+                .is_some_and(|ips| ips.iter().any(|i| i == ip.as_str()));
+        if has && service["metadata"]["uid"] == claim.uid.as_str() {
+            return Ok(true);
+        }
+    }
+    Ok(!claim.bound && jiff::Timestamp::now().as_second() - claim.since < PENDING_GRACE_SECONDS)
+}
+
+/// Claims `ip` for `owner` in the store: `Some` (the key and revision) if this server
+/// now holds it, `None` if another Service does.
+async fn claim(api: &Api, ip: Ipv4Addr, owner: &Claim) -> ApiResult<Option<(Vec<u8>, Revision)>> {
+    let key = keys::cluster_ip_claim(&api.cluster, &ip.to_string());
+    for _ in 0..8 {
+        match api.store.create(&key, owner.to_bytes()).await {
+            Ok(revision) => return Ok(Some((key, revision))),
+            Err(flotilla_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let Some(kv) = api.store.get(&key, None).await? else {
+            continue;
+        };
+        if holds(api, &kv.value, ip).await? {
+            return Ok(None);
+        }
+        // Stale: taken over, unless another server changed it first.
+        match api
+            .store
+            .update(&key, owner.to_bytes(), kv.mod_revision)
+            .await
+        {
+            Ok(revision) => return Ok(Some((key, revision))),
+            Err(
+                flotilla_store::Error::Conflict { .. } | flotilla_store::Error::NotFound { .. },
+            ) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
 /// Which address a create asks for.
+#[derive(Clone, Copy)]
 enum Asked {
     /// None: any free one.
     Any,
@@ -311,8 +449,52 @@ impl ClusterIps {
         Ok(held)
     }
 
-    /// Reserves `asked` in `api`'s logical cluster; `Err` the cause of a refusal.
+    /// Reserves `asked` in `api`'s logical cluster for `owner` and claims it in the
+    /// store (no owner: a dry run, nothing claimed); `Err` the cause of a refusal. An address another server's Service holds
+    /// (its claim says so) is held here from then on, and another one is picked.
     async fn reserve(
+        self: &Arc<Self>,
+        api: &Api,
+        asked: Asked,
+        owner: Option<Claim>,
+    ) -> ApiResult<Result<Reservation, Cause>> {
+        let Some(owner) = owner else {
+            return self.reserve_locally(api, asked).await;
+        };
+        let specific = matches!(asked, Asked::Address(_));
+        for _ in 0..16 {
+            let mut reservation = match self.reserve_locally(api, asked).await? {
+                Ok(reservation) => reservation,
+                refused => return Ok(refused),
+            };
+            match claim(api, reservation.ip, &owner).await? {
+                Some((key, revision)) => {
+                    reservation.claim = Some((api.store.clone(), key, revision, owner));
+                    return Ok(Ok(reservation));
+                }
+                None => {
+                    let (ip, offset) = (reservation.ip, reservation.offset);
+                    drop(reservation);
+                    self.lock()
+                        .clusters
+                        .entry(api.cluster().to_owned())
+                        .or_default()
+                        .held
+                        .insert(offset);
+                    if specific {
+                        return Ok(Err(refused(ip, "provided IP is already allocated")));
+                    }
+                }
+            }
+        }
+        Err(ApiError::internal(format!(
+            "failed to allocate a serviceIP in {}: every address tried is claimed",
+            self.cidr()
+        )))
+    }
+
+    /// Reserves `asked` in `api`'s logical cluster in memory; `Err` the cause of a refusal.
+    async fn reserve_locally(
         self: &Arc<Self>,
         api: &Api,
         asked: Asked,
@@ -328,6 +510,7 @@ impl ClusterIps {
             offset,
             ip: cidr.address(offset),
             committed: false,
+            claim: None,
         };
         match asked {
             Asked::Address(ip) => {
@@ -476,6 +659,7 @@ pub(crate) async fn allocate(
     api: &Api,
     object: &mut Value,
     old: Option<&Value>,
+    dry_run: bool,
 ) -> ApiResult<Option<Reservation>> {
     let Some(spec) = object.get_mut("spec").filter(|s| s.is_object()) else {
         return Ok(None);
@@ -520,7 +704,17 @@ pub(crate) async fn allocate(
         },
         (None, None) => Asked::Any,
     };
-    let reservation = match api.cluster_ips.reserve(api, asked).await? {
+    let owner = Claim {
+        namespace: crate::registry::object::meta_str(object, "namespace").to_owned(),
+        name: name.clone(),
+        uid: crate::registry::object::meta_str(object, "uid").to_owned(),
+        bound: false,
+        since: jiff::Timestamp::now().as_second(),
+    };
+    let spec = &mut object["spec"];
+    // A dry run checks the range in memory and claims nothing.
+    let owner = (!dry_run).then_some(owner);
+    let reservation = match api.cluster_ips.reserve(api, asked, owner).await? {
         Ok(reservation) => reservation,
         Err(cause) => return Err(ApiError::invalid("", "Service", &name, vec![cause])),
     };

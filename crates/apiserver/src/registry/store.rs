@@ -395,7 +395,9 @@ impl Api {
             managed::record_update(None, &mut object, rt, writer)?;
         }
         // Reserved now; released if anything below fails or this is a dry run.
-        let allocation = strategy.allocate(self, &mut object, None).await?;
+        let allocation = strategy
+            .allocate(self, &mut object, None, query.dry_run()?)
+            .await?;
         let json = stored_json(&object, rt, &name)?;
         if query.dry_run()? {
             return Ok((Answer::Object(object), warnings));
@@ -411,7 +413,7 @@ impl Api {
                 }
                 e => e.into(),
             })?;
-        allocation.commit();
+        allocation.commit().await;
         debug!(resource = %rt.plural, %namespace, %name, %revision, "created");
         strategy.written(self, &effect);
         strategy.settle(self, revision).await;
@@ -517,7 +519,9 @@ impl Api {
             .check_write(self, target, &mut object, Some(&current))
             .await?;
         let effect = strategy.admit(self, &mut object, &current["status"])?;
-        let allocation = strategy.allocate(self, &mut object, Some(&current)).await?;
+        let allocation = strategy
+            .allocate(self, &mut object, Some(&current), query.dry_run()?)
+            .await?;
         if query.dry_run()? {
             // Refused as the write would be.
             stored_json(&object, rt, name)?;
@@ -560,7 +564,7 @@ impl Api {
             .update(&key, json.clone(), revision)
             .await
             .map_err(|e| self.write_error(e, rt, name))?;
-        allocation.commit();
+        allocation.commit().await;
         strategy.written(self, &effect);
         strategy.settle(self, new).await;
         Ok((

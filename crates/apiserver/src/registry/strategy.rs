@@ -150,9 +150,9 @@ pub(crate) struct Allocation(Option<services::Reservation>);
 
 impl Allocation {
     /// The object is stored: what was reserved for it is held.
-    pub(crate) fn commit(self) {
+    pub(crate) async fn commit(self) {
         if let Some(reservation) = self.0 {
-            reservation.commit();
+            reservation.commit().await;
         }
     }
 }
@@ -245,12 +245,14 @@ pub(crate) trait Strategy: Send + Sync {
     /// selector): on a create (`old` is `None`), or on an update of `old` that needs it
     /// now. Runs after admission and after the fields' owners are recorded (nobody owns
     /// what the server allocates, as in Kubernetes), dry runs included (what they reserve
-    /// is released). A refusal is answered and nothing is written.
+    /// is released; `dry_run` says so, to reserve in memory alone). A refusal is answered and
+    /// nothing is written.
     fn allocate<'a>(
         &'a self,
         _api: &'a Api,
         _object: &'a mut Value,
         _old: Option<&'a Value>,
+        _dry_run: bool,
     ) -> Verdict<'a, ApiResult<Allocation>> {
         Verdict::Now(Ok(Allocation::default()))
     }
@@ -354,9 +356,12 @@ impl Strategy for Services {
         api: &'a Api,
         object: &'a mut Value,
         old: Option<&'a Value>,
+        dry_run: bool,
     ) -> Verdict<'a, ApiResult<Allocation>> {
         Verdict::Later(Box::pin(async move {
-            Ok(Allocation(services::allocate(api, object, old).await?))
+            Ok(Allocation(
+                services::allocate(api, object, old, dry_run).await?,
+            ))
         }))
     }
 }
@@ -369,6 +374,7 @@ impl Strategy for Jobs {
         _api: &'a Api,
         object: &'a mut Value,
         old: Option<&'a Value>,
+        _dry_run: bool,
     ) -> Verdict<'a, ApiResult<Allocation>> {
         if old.is_none() {
             let outcome = crate::registry::jobs::generate_selector(object);
