@@ -1,6 +1,7 @@
 //! Service cluster IPs: a Service that needs one gets a free address of the service range
 //! (`--service-cidr`, kube-apiserver's `--service-cluster-ip-range`); one it asks for is
-//! kept if it is in the range and free.
+//! kept if it is in the range and free. Node ports ([`NodePorts`], at the end) are
+//! allocated from `--service-node-port-range` the same way.
 //!
 //! ```text
 //!  create of a Service of type ClusterIP, NodePort or LoadBalancer, clusterIP not "None"
