@@ -488,10 +488,11 @@ pub(crate) fn keep_allocated(object: &mut Value, current: &Value) {
             }
         }
     }
-    if !has_health_check_port(spec) && spec["healthCheckNodePort"] == old["healthCheckNodePort"] {
-        if let Some(spec) = spec.as_object_mut() {
-            spec.remove("healthCheckNodePort");
-        }
+    if !has_health_check_port(spec)
+        && spec["healthCheckNodePort"] == old["healthCheckNodePort"]
+        && let Some(spec) = spec.as_object_mut()
+    {
+        spec.remove("healthCheckNodePort");
     }
 }
 
