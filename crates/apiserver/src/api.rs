@@ -95,6 +95,8 @@ pub struct Api {
     pub(crate) rbac: Option<Arc<Rbac>>,
     /// Service cluster IPs, of every logical cluster (the service range's allocator).
     pub(crate) cluster_ips: Arc<crate::registry::services::ClusterIps>,
+    /// Service node ports, of every logical cluster (the node port range's allocator).
+    pub(crate) node_ports: Arc<crate::registry::services::NodePorts>,
     /// The ServiceAccount token issuer (TokenRequests, the issuer's discovery documents);
     /// none: neither is served.
     pub(crate) service_accounts: Option<Arc<crate::auth::serviceaccount::Issuer>>,
@@ -119,6 +121,7 @@ impl Api {
             rbac: None,
             service_accounts: None,
             cluster_ips: Arc::default(),
+            node_ports: Arc::default(),
         }
     }
 
@@ -127,6 +130,14 @@ impl Api {
     /// API and every clone of it (set it before Services are written).
     pub fn with_service_cidr(self, cidr: crate::registry::services::ServiceCidr) -> Self {
         self.cluster_ips.set_cidr(cidr);
+        self
+    }
+
+    /// Allocates NodePort and LoadBalancer Services' node ports from `range` (by default
+    /// [`crate::registry::services::DEFAULT_NODE_PORT_RANGE`], as kube-apiserver's), in
+    /// this API and every clone of it (set it before Services are written).
+    pub fn with_node_port_range(self, range: crate::registry::services::NodePortRange) -> Self {
+        self.node_ports.set_range(range);
         self
     }
 

@@ -12,7 +12,10 @@ use flotilla_apiserver::auth::audit::log::{AuditLog, LogConfig};
 use flotilla_apiserver::auth::audit::policy::Policy;
 use flotilla_apiserver::auth::oidc::OidcConfig;
 use flotilla_apiserver::client::Client;
-use flotilla_apiserver::registry::services::{CidrError, DEFAULT_SERVICE_CIDR, ServiceCidr};
+use flotilla_apiserver::registry::services::{
+    CidrError, DEFAULT_NODE_PORT_RANGE, DEFAULT_SERVICE_CIDR, NodePortRange, PortRangeError,
+    ServiceCidr,
+};
 use flotilla_apiserver::{Api, ApiError, Reason};
 use tracing::{debug, info};
 
@@ -125,6 +128,11 @@ pub struct HubArgs {
     /// cluster allocates from the whole range. Members allocate their own.
     #[arg(long, value_name = "CIDR", default_value = DEFAULT_SERVICE_CIDR, value_parser = service_cidr)]
     pub service_cidr: ServiceCidr,
+    /// The ports NodePort and LoadBalancer Services' node ports are allocated from, as
+    /// kube-apiserver's --service-node-port-range (FIRST-LAST, or BASE+SIZE); each logical
+    /// cluster allocates from the whole range. Members allocate their own.
+    #[arg(long, value_name = "RANGE", default_value = DEFAULT_NODE_PORT_RANGE, value_parser = node_port_range)]
+    pub service_node_port_range: NodePortRange,
     /// The issuer of the ServiceAccount tokens the hub issues (their `iss`, and the
     /// audience the API accepts): by default the advertise address, else
     /// https://<listen address>. Its discovery documents are served at
@@ -191,6 +199,11 @@ pub struct HubArgs {
 /// A `--service-cidr`: an IPv4 network address and its prefix.
 fn service_cidr(text: &str) -> Result<ServiceCidr, String> {
     text.parse().map_err(|e: CidrError| e.to_string())
+}
+
+/// A `--service-node-port-range`: FIRST-LAST.
+fn node_port_range(text: &str) -> Result<NodePortRange, String> {
+    text.parse().map_err(|e: PortRangeError| e.to_string())
 }
 
 /// A `--webhook-service`: `NAMESPACE/NAME=HOST[:PORT]`.
@@ -475,8 +488,13 @@ impl HubArgs {
         let options = self.open_options();
         let mut server =
             ApiServer::open("hub", &self.data_dir, self.listen, &store, &options).await?;
-        server.api = server.api.clone().with_service_cidr(self.service_cidr);
-        info!(cidr = %self.service_cidr, "service cluster IPs");
+        server.api = server
+            .api
+            .clone()
+            .with_service_cidr(self.service_cidr)
+            .with_node_port_range(self.service_node_port_range);
+        info!(cidr = %self.service_cidr, node_ports = %self.service_node_port_range,
+            "service cluster IPs and node ports");
         // Before the hub's own first requests, which are recorded as any other.
         if let (Some(policy), Some(log)) = (policy, &self.audit_log_path) {
             let audit = AuditLog::open(policy, self.audit_log_config(log))?;
@@ -1076,6 +1094,22 @@ mod tests {
         ] {
             let e = parse(&["--service-cidr", bad]).unwrap_err().to_string();
             assert!(e.contains("invalid value") && e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_node_port_range_is_kube_apiservers() {
+        let default = parse(&[]).unwrap().service_node_port_range;
+        assert_eq!(default.to_string(), "30000-32767");
+        let set = parse(&["--service-node-port-range=31000-31099"])
+            .unwrap()
+            .service_node_port_range;
+        assert_eq!(set.to_string(), "31000-31099");
+        for bad in ["31000-x", "30000-", "0-10", "32767-30000", "30000-70000"] {
+            let e = parse(&["--service-node-port-range", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("invalid value"), "{bad}: {e}");
         }
     }
 

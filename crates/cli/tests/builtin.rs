@@ -2,7 +2,8 @@
 //! that does not decode is a 400 naming the field, an invalid object a 422, an immutable
 //! field stays, and the documentation's Service and Deployment read back defaulted; a
 //! Service gets a cluster IP of `--service-cidr` (never one another holds, across a
-//! restart), a Job its generated selector and labels.
+//! restart), a NodePort Service node ports of `--service-node-port-range`, a Job its
+//! generated selector and labels.
 
 mod support;
 
@@ -329,6 +330,83 @@ fn services_get_cluster_ips_of_the_service_range() {
         "--clusterip=10.100.0.50",
     ]);
     assert_eq!(cluster_ip(&hub, "again"), "10.100.0.50");
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn node_port(hub: &Hub, name: &str) -> Option<u64> {
+    hub.json(&["get", "service", name])["spec"]["ports"][0]["nodePort"].as_u64()
+}
+
+#[test]
+fn services_get_node_ports_of_the_node_port_range() {
+    let hub = Hub::start_with(&["--service-node-port-range", "31000-31099"]);
+    let in_range = |port: Option<u64>| port.is_some_and(|p| (31000..31100).contains(&p));
+    hub.ok(&["create", "service", "nodeport", "edge", "--tcp=443:8443"]);
+    let edge = node_port(&hub, "edge");
+    assert!(in_range(edge), "{edge:?}");
+
+    // Asked for: kept when free; refused when taken or outside the range.
+    let create = |name: &str, port: &str| {
+        vec![
+            "create".to_owned(),
+            "service".to_owned(),
+            "nodeport".to_owned(),
+            name.to_owned(),
+            "--tcp=80:8080".to_owned(),
+            format!("--node-port={port}"),
+        ]
+    };
+    let fixed = create("fixed", "31080");
+    hub.ok(&args(&fixed));
+    assert_eq!(node_port(&hub, "fixed"), Some(31080));
+    let taken = hub.fails(&args(&create("taken", "31080")));
+    assert!(
+        taken.contains("spec.ports[0].nodePort")
+            && taken.contains("provided port is already allocated"),
+        "{taken}"
+    );
+    let outside = hub.fails(&args(&create("outside", "30080")));
+    assert!(
+        outside.contains("spec.ports[0].nodePort") && outside.contains("is not in the valid range"),
+        "{outside}"
+    );
+
+    // Applied again without them: they stay.
+    let manifest = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"applied"},
+        "spec":{"type":"NodePort","selector":{"app":"a"},"ports":[{"port":80,"protocol":"TCP"}]}}"#;
+    let apply = |manifest: &str| {
+        let out = hub.kubectl_with(&["apply", "-f", "-"], Some(manifest));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    apply(manifest);
+    let applied = node_port(&hub, "applied");
+    assert!(in_range(applied), "{applied:?}");
+    apply(&manifest.replace(r#""app":"a""#, r#""app":"b""#));
+    assert_eq!(node_port(&hub, "applied"), applied);
+
+    // Changed to ClusterIP: the node port goes, and is free again; so is a deleted
+    // Service's.
+    hub.ok(&[
+        "patch",
+        "service",
+        "fixed",
+        "-p",
+        r#"{"spec":{"type":"ClusterIP"}}"#,
+    ]);
+    assert_eq!(node_port(&hub, "fixed"), None);
+    hub.ok(&args(&create("again", "31080")));
+    assert_eq!(node_port(&hub, "again"), Some(31080));
+    hub.ok(&["delete", "service", "edge"]);
+    let edge = edge.unwrap().to_string();
+    hub.ok(&args(&create("edge2", &edge)));
+    assert_eq!(node_port(&hub, "edge2").map(|p| p.to_string()), Some(edge));
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //! whether a request naming one fails, warns or passes silently.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError, Weak};
 
 use serde_json::{Map, Value};
 
@@ -116,16 +117,63 @@ impl<'a> Schema<'a> {
 pub(crate) fn resolve(schema: &Value) -> &Value {
     let mut schema = schema;
     for _ in 0..8 {
-        let target = schema["$ref"]
+        let Some(map) = schema.as_object() else {
+            break;
+        };
+        let reference = match map.get("$ref") {
+            Some(reference) => reference,
+            None => match map.get("allOf") {
+                Some(all) => &all[0]["$ref"],
+                None => break,
+            },
+        };
+        let target = reference
             .as_str()
-            .or_else(|| schema["allOf"][0]["$ref"].as_str())
             .and_then(|r| r.strip_prefix("#/components/schemas/"));
-        match target.and_then(openapi::builtin_schema) {
+        match target.and_then(definition) {
             Some(next) => schema = next,
             None => break,
         }
     }
     schema
+}
+
+/// A built-in definition by name, for [`resolve`]: the index of `openapi::builtin_schema`
+/// with a cheaper hash (FNV-1a; the keys are the generated definitions' names, and a
+/// lookup is made for every reference of every object admitted).
+pub(crate) fn definition(name: &str) -> Option<&'static Value> {
+    type Index = HashMap<&'static str, &'static Value, BuildHasherDefault<Fnv>>;
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    INDEX
+        .get_or_init(|| {
+            openapi::builtin_schemas()
+                .iter()
+                .map(|(name, schema)| (name.as_str(), schema))
+                .collect()
+        })
+        .get(name)
+        .copied()
+}
+
+/// FNV-1a, 64 bits.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 /// Whether unknown fields under an object node are kept.

@@ -1,6 +1,7 @@
 //! Service cluster IPs: a Service that needs one gets a free address of the service range
 //! (`--service-cidr`, kube-apiserver's `--service-cluster-ip-range`); one it asks for is
-//! kept if it is in the range and free.
+//! kept if it is in the range and free. Node ports ([`NodePorts`], at the end) are
+//! allocated from `--service-node-port-range` the same way.
 //!
 //! ```text
 //!  create of a Service of type ClusterIP, NodePort or LoadBalancer, clusterIP not "None"
@@ -650,6 +651,32 @@ pub(crate) fn keep_allocated(object: &mut Value, current: &Value) {
             spec["healthCheckNodePort"] = old["healthCheckNodePort"].clone();
         }
     }
+    // To a type without node ports: the ones the stored Service had, sent back, are
+    // dropped (and so freed), as kube-apiserver drops them; a new one stays, for
+    // validation to refuse.
+    if node_ports(&old_type) && !node_ports(&new_type) {
+        let had: HashSet<u32> = node_ports_of(old).collect();
+        let ports = spec.get_mut("ports").and_then(Value::as_array_mut);
+        let mut ports: Vec<&mut Value> = ports.into_iter().flatten().collect();
+        let sent_back = ports.iter().all(|p| {
+            p["nodePort"]
+                .as_u64()
+                .is_none_or(|n| n == 0 || u32::try_from(n).is_ok_and(|n| had.contains(&n)))
+        });
+        if sent_back {
+            for port in ports.iter_mut() {
+                if let Some(port) = port.as_object_mut() {
+                    port.remove("nodePort");
+                }
+            }
+        }
+    }
+    if !has_health_check_port(spec)
+        && spec["healthCheckNodePort"] == old["healthCheckNodePort"]
+        && let Some(spec) = spec.as_object_mut()
+    {
+        spec.remove("healthCheckNodePort");
+    }
 }
 
 /// Allocates a new Service's cluster IP (`old`: the stored Service, on an update: only a
@@ -728,6 +755,439 @@ pub(crate) async fn allocate(
         spec["ipFamilyPolicy"] = json!("SingleStack");
     }
     Ok(Some(reservation))
+}
+
+/// kube-apiserver's default node port range (`--service-node-port-range`).
+pub const DEFAULT_NODE_PORT_RANGE: &str = "30000-32767";
+
+/// A range of node ports: `base` and the `size` ports from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodePortRange {
+    base: u32,
+    size: u32,
+}
+
+/// Why a node port range is refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PortRangeError {
+    /// Not `FIRST-LAST`, `BASE+OFFSET` or `PORT`, with ports from 1 to 65535.
+    #[error("{0:?} is not a port range (FIRST-LAST, such as 30000-32767, or BASE+SIZE)")]
+    Syntax(String),
+    /// The last port before the first.
+    #[error("{0:?}: the last port is below the first")]
+    Reversed(String),
+}
+
+impl FromStr for NodePortRange {
+    type Err = PortRangeError;
+
+    fn from_str(text: &str) -> Result<Self, PortRangeError> {
+        let syntax = || PortRangeError::Syntax(text.to_owned());
+        let port = |part: &str| -> Result<u32, PortRangeError> {
+            if part.is_empty() || part.len() > 5 || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(syntax());
+            }
+            part.parse::<u32>()
+                .ok()
+                .filter(|p| (1..=65535).contains(p))
+                .ok_or_else(syntax)
+        };
+        let (first, last) = match (text.split_once('-'), text.split_once('+')) {
+            (Some((first, last)), None) => (port(first)?, port(last)?),
+            (None, Some((base, offset))) => {
+                let base = port(base)?;
+                let offset = match offset {
+                    "0" => 0,
+                    offset => port(offset)?,
+                };
+                (
+                    base,
+                    base.checked_add(offset)
+                        .filter(|l| *l <= 65535)
+                        .ok_or_else(syntax)?,
+                )
+            }
+            (None, None) => (port(text)?, port(text)?),
+            (Some(_), Some(_)) => return Err(syntax()),
+        };
+        if last < first {
+            return Err(PortRangeError::Reversed(text.to_owned()));
+        }
+        Ok(NodePortRange {
+            base: first,
+            size: last - first + 1,
+        })
+    }
+}
+
+impl fmt::Display for NodePortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.base, self.base + self.size - 1)
+    }
+}
+
+impl Default for NodePortRange {
+    fn default() -> Self {
+        NodePortRange {
+            base: 30000,
+            size: 2768,
+        }
+    }
+}
+
+impl NodePortRange {
+    /// Whether `port` is in the range.
+    pub fn contains(self, port: u32) -> bool {
+        port >= self.base && port - self.base < self.size
+    }
+
+    /// The end of the static band (offsets below it are left to Services that ask for a
+    /// port, as long as others are free: Kubernetes' `ServiceNodePortStaticSubrange`).
+    fn band(self) -> u32 {
+        (self.size / 32).clamp(16, 128).min(self.size)
+    }
+}
+
+/// The node port allocator of every logical cluster of one store: as [`ClusterIps`], each
+/// logical cluster's ports held in memory as a superset of its stored Services' (listed
+/// again from the store wherever "held" would refuse or fail something), so that a port
+/// is free once its Service is gone (deleted, or its type changed to one without node
+/// ports) at the moment it is needed.
+pub struct NodePorts {
+    state: Mutex<PortState>,
+    /// One listing at a time (held across the store's list).
+    listing: tokio::sync::Mutex<()>,
+}
+
+impl Default for NodePorts {
+    fn default() -> Self {
+        Self::new(NodePortRange::default())
+    }
+}
+
+impl fmt::Debug for NodePorts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodePorts")
+            .field("range", &self.range())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The range and what each logical cluster holds of it (ports, as [`Taken`] offsets).
+struct PortState {
+    range: NodePortRange,
+    clusters: HashMap<String, Taken>,
+}
+
+/// A node port reserved for a write: released when dropped unless committed.
+pub(crate) struct PortReservation {
+    ports: Arc<NodePorts>,
+    cluster: String,
+    port: u32,
+    committed: bool,
+}
+
+impl PortReservation {
+    /// The Service is stored: the port is held.
+    pub(crate) fn commit(mut self) {
+        self.committed = true;
+        let mut state = self.ports.lock();
+        let taken = state.clusters.entry(self.cluster.clone()).or_default();
+        taken.pending.remove(&self.port);
+        taken.held.insert(self.port);
+        if taken.listing {
+            taken.committed_while_listing.push(self.port);
+        }
+    }
+}
+
+impl Drop for PortReservation {
+    fn drop(&mut self) {
+        if !self.committed
+            && let Some(taken) = self.ports.lock().clusters.get_mut(&self.cluster)
+        {
+            taken.pending.remove(&self.port);
+        }
+    }
+}
+
+/// Why a node port asked for is refused (the allocator's words, as Kubernetes').
+enum PortRefusal {
+    /// Outside the range.
+    NotInRange,
+    /// Held by another Service.
+    Allocated,
+}
+
+impl NodePorts {
+    /// An allocator over `range`.
+    pub fn new(range: NodePortRange) -> Self {
+        NodePorts {
+            state: Mutex::new(PortState {
+                range,
+                clusters: HashMap::new(),
+            }),
+            listing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The node port range.
+    pub fn range(&self) -> NodePortRange {
+        self.lock().range
+    }
+
+    /// Allocates from `range` from now on (set as the server starts, before any Service
+    /// is written: what was held is listed again from the store).
+    pub fn set_range(&self, range: NodePortRange) {
+        let mut state = self.lock();
+        state.range = range;
+        state.clusters.clear();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PortState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Lists the node ports of `api`'s stored Services and holds exactly those (with what
+    /// is pending or committed meanwhile).
+    async fn list(&self, api: &Api) -> ApiResult<()> {
+        let _one = self.listing.lock().await;
+        let cluster = api.cluster().to_owned();
+        self.lock()
+            .clusters
+            .entry(cluster.clone())
+            .or_default()
+            .listing = true;
+        let listed = self.stored(api).await;
+        let mut state = self.lock();
+        let taken = state.clusters.entry(cluster).or_default();
+        taken.listing = false;
+        let committed = std::mem::take(&mut taken.committed_while_listing);
+        let mut held = listed?;
+        held.extend(committed);
+        taken.held = held;
+        taken.loaded = true;
+        Ok(())
+    }
+
+    /// The node ports (and health check node ports) the stored Services of `api`'s
+    /// cluster hold.
+    async fn stored(&self, api: &Api) -> ApiResult<HashSet<u32>> {
+        let rt = api.resource("", "v1", "services")?;
+        let prefix = keys::prefix(&rt, &api.cluster, None);
+        let (kvs, _) = api.store.list_all(&prefix).await?;
+        let range = self.range();
+        let mut held = HashSet::new();
+        for kv in kvs {
+            let Ok(service) = serde_json::from_slice::<Value>(&kv.value) else {
+                continue;
+            };
+            held.extend(node_ports_of(&service["spec"]).filter(|p| range.contains(*p)));
+        }
+        Ok(held)
+    }
+
+    /// Reserves `asked` (`None`: any free port) in `api`'s logical cluster.
+    async fn reserve(
+        self: &Arc<Self>,
+        api: &Api,
+        asked: Option<u32>,
+    ) -> ApiResult<Result<PortReservation, PortRefusal>> {
+        let cluster = api.cluster().to_owned();
+        let range = self.range();
+        if !self.lock().clusters.get(&cluster).is_some_and(|t| t.loaded) {
+            self.list(api).await?;
+        }
+        if asked.is_some_and(|port| !range.contains(port)) {
+            return Ok(Err(PortRefusal::NotInRange));
+        }
+        for listed in [false, true] {
+            if listed {
+                self.list(api).await?;
+            }
+            let mut state = self.lock();
+            let taken = state.clusters.entry(cluster.clone()).or_default();
+            let port = match asked {
+                Some(port) => Some(port).filter(|p| taken.free(*p)),
+                None => pick_port(range, taken),
+            };
+            if let Some(port) = port {
+                taken.pending.insert(port);
+                return Ok(Ok(PortReservation {
+                    ports: self.clone(),
+                    cluster: cluster.clone(),
+                    port,
+                    committed: false,
+                }));
+            }
+        }
+        match asked {
+            Some(_) => Ok(Err(PortRefusal::Allocated)),
+            None => Err(ApiError::internal(format!(
+                "failed to allocate a nodePort: range is full ({range})"
+            ))),
+        }
+    }
+}
+
+/// A free port of `range`: random above the static band, else the first free one from a
+/// random point above it, else in the band.
+fn pick_port(range: NodePortRange, taken: &Taken) -> Option<u32> {
+    let random = || {
+        u32::from_le_bytes(
+            uuid::Uuid::new_v4().into_bytes()[..4]
+                .try_into()
+                .unwrap_or_default(),
+        )
+    };
+    let band = range.band();
+    let port = |offset: u32| range.base + offset;
+    if band < range.size {
+        let span = range.size - band;
+        for _ in 0..8 {
+            let candidate = port(band + random() % span);
+            if taken.free(candidate) {
+                return Some(candidate);
+            }
+        }
+        let start = random() % span;
+        if let Some(candidate) = (0..span)
+            .map(|i| port(band + (start + i) % span))
+            .find(|p| taken.free(*p))
+        {
+            return Some(candidate);
+        }
+    }
+    (0..band).map(port).find(|p| taken.free(*p))
+}
+
+/// Whether a Service of this spec has node ports (NodePort and LoadBalancer).
+fn has_node_ports(spec: &Value) -> bool {
+    spec["type"] == "NodePort" || spec["type"] == "LoadBalancer"
+}
+
+/// Whether a Service of this spec has a health check node port (a LoadBalancer whose
+/// external traffic stays on the node that receives it).
+fn has_health_check_port(spec: &Value) -> bool {
+    spec["type"] == "LoadBalancer" && spec["externalTrafficPolicy"] == "Local"
+}
+
+/// The node ports a stored Service's spec holds (its ports', and its health check's).
+fn node_ports_of(spec: &Value) -> impl Iterator<Item = u32> + '_ {
+    let ports = spec["ports"].as_array().into_iter().flatten();
+    ports
+        .map(|p| &p["nodePort"])
+        .chain(std::iter::once(&spec["healthCheckNodePort"]))
+        .filter_map(|p| p.as_u64().and_then(|p| u32::try_from(p).ok()))
+        .filter(|p| *p != 0)
+}
+
+/// The 422 of a node port that cannot be had, naming `field`.
+fn port_refused(
+    name: &str,
+    field: &str,
+    port: u32,
+    why: PortRefusal,
+    range: NodePortRange,
+) -> ApiError {
+    let why = match why {
+        PortRefusal::NotInRange => {
+            format!("provided port is not in the valid range. The range of valid ports is {range}")
+        }
+        PortRefusal::Allocated => "provided port is already allocated".to_owned(),
+    };
+    let cause = Cause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: {port}: {why}"),
+        field: field.into(),
+    };
+    ApiError::invalid("", "Service", name, vec![cause])
+}
+
+/// Allocates the node ports of a NodePort or LoadBalancer Service (`old`: the stored
+/// Service, on an update), as kube-apiserver does: each port without one gets a free
+/// port of the range (a LoadBalancer only unless `allocateLoadBalancerNodePorts` is
+/// false), ports of one number (TCP and UDP of 53) share one, and a port asked for must be
+/// in the range and free, else a 422 naming `spec.ports[i].nodePort`; what the stored
+/// Service already holds is its own. A LoadBalancer with `externalTrafficPolicy: Local`
+/// gets a `healthCheckNodePort` likewise.
+pub(crate) async fn allocate_node_ports(
+    api: &Api,
+    object: &mut Value,
+    old: Option<&Value>,
+) -> ApiResult<Vec<PortReservation>> {
+    let mut reservations = Vec::new();
+    let Some(spec) = object.get("spec").filter(|s| s.is_object()) else {
+        return Ok(reservations);
+    };
+    if !has_node_ports(spec) {
+        return Ok(reservations);
+    }
+    let fill = spec["type"] == "NodePort" || spec["allocateLoadBalancerNodePorts"] != false;
+    let owned: HashSet<u32> = old
+        .map(|o| &o["spec"])
+        .filter(|o| has_node_ports(o))
+        .map(|o| node_ports_of(o).collect())
+        .unwrap_or_default();
+    let name = crate::registry::object::meta_str(object, "name").to_owned();
+    let range = api.node_ports.range();
+    let count = object["spec"]["ports"].as_array().map_or(0, Vec::len);
+    // Service port number ─► the node port its ports have here.
+    let mut by_port: HashMap<String, u32> = HashMap::new();
+    for i in 0..count {
+        let port = &object["spec"]["ports"][i];
+        let number = port["port"].to_string();
+        let asked = port["nodePort"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p != 0);
+        let given = by_port.get(&number).copied();
+        let node_port = match (asked, given) {
+            (Some(asked), Some(given)) if asked == given => continue,
+            (None, Some(given)) => given,
+            (None, None) if !fill => continue,
+            (Some(asked), _) if owned.contains(&asked) => asked,
+            (asked, _) => {
+                let taken_here = asked.is_some_and(|a| by_port.values().any(|p| *p == a));
+                let reserved = match taken_here {
+                    true => Err(PortRefusal::Allocated),
+                    false => api.node_ports.reserve(api, asked).await?,
+                };
+                match reserved {
+                    Ok(reservation) => {
+                        let port = reservation.port;
+                        reservations.push(reservation);
+                        port
+                    }
+                    Err(why) => {
+                        let field = format!("spec.ports[{i}].nodePort");
+                        return Err(port_refused(&name, &field, asked.unwrap_or(0), why, range));
+                    }
+                }
+            }
+        };
+        by_port.entry(number).or_insert(node_port);
+        object["spec"]["ports"][i]["nodePort"] = json!(node_port);
+    }
+    if has_health_check_port(&object["spec"]) {
+        let asked = object["spec"]["healthCheckNodePort"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p != 0);
+        if asked.is_none_or(|a| !owned.contains(&a)) {
+            match api.node_ports.reserve(api, asked).await? {
+                Ok(reservation) => {
+                    object["spec"]["healthCheckNodePort"] = json!(reservation.port);
+                    reservations.push(reservation);
+                }
+                Err(why) => {
+                    let field = "spec.healthCheckNodePort";
+                    return Err(port_refused(&name, field, asked.unwrap_or(0), why, range));
+                }
+            }
+        }
+    }
+    Ok(reservations)
 }
 
 #[cfg(test)]
@@ -810,5 +1270,76 @@ mod tests {
         keep_allocated(&mut plain, &current);
         assert_eq!(plain["spec"]["clusterIP"], "10.96.0.20");
         assert_eq!(plain["spec"]["ports"][0].get("nodePort"), None);
+    }
+
+    #[test]
+    fn node_port_ranges_parse_as_kube_apiserver_reads_them() {
+        let range: NodePortRange = DEFAULT_NODE_PORT_RANGE.parse().unwrap();
+        assert_eq!(range, NodePortRange::default());
+        assert!(range.contains(30000) && range.contains(32767));
+        assert!(!range.contains(29999) && !range.contains(32768));
+        assert_eq!("30000+2767".parse::<NodePortRange>(), Ok(range));
+        assert_eq!(
+            "8080".parse::<NodePortRange>().unwrap().to_string(),
+            "8080-8080"
+        );
+        for bad in [
+            "",
+            "30000-",
+            "-1",
+            "a-b",
+            "0-100",
+            "30000-70000",
+            "1-2-3",
+            "1+2-3",
+        ] {
+            assert!(
+                matches!(bad.parse::<NodePortRange>(), Err(PortRangeError::Syntax(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            "32767-30000".parse::<NodePortRange>(),
+            Err(PortRangeError::Reversed("32767-30000".into()))
+        );
+    }
+
+    #[test]
+    fn a_port_pick_is_never_taken_and_fills_the_band_last() {
+        let range: NodePortRange = "31000-31099".parse().unwrap();
+        assert_eq!(range.band(), 16);
+        let mut taken = Taken::default();
+        for _ in 0..84 {
+            let port = pick_port(range, &taken).unwrap();
+            assert!(
+                (31016..31100).contains(&port),
+                "above the band first: {port}"
+            );
+            assert!(taken.pending.insert(port));
+        }
+        for _ in 0..16 {
+            let port = pick_port(range, &taken).unwrap();
+            assert!((31000..31016).contains(&port), "{port}");
+            assert!(taken.held.insert(port));
+        }
+        assert_eq!(pick_port(range, &taken), None);
+    }
+
+    #[test]
+    fn a_change_to_cluster_ip_drops_the_node_ports_sent_back() {
+        let current = json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.20",
+            "externalTrafficPolicy": "Local", "healthCheckNodePort": 30999,
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]}});
+        let mut sent_back = json!({"spec": {"type": "ClusterIP", "clusterIP": "10.96.0.20",
+            "externalTrafficPolicy": "Local", "healthCheckNodePort": 30999,
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]}});
+        keep_allocated(&mut sent_back, &current);
+        assert_eq!(sent_back["spec"]["ports"][0].get("nodePort"), None);
+        assert_eq!(sent_back["spec"].get("healthCheckNodePort"), None);
+        // A new one is left, for validation to refuse.
+        let mut new = json!({"spec": {"type": "ClusterIP",
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30081}]}});
+        keep_allocated(&mut new, &current);
+        assert_eq!(new["spec"]["ports"][0]["nodePort"], 30081);
     }
 }

@@ -146,13 +146,19 @@ pub(crate) enum Effect {
 /// What a write reserved ([`Strategy::allocate`]): held once the object is stored
 /// ([`Allocation::commit`]), released if it is dropped before.
 #[derive(Default)]
-pub(crate) struct Allocation(Option<services::Reservation>);
+pub(crate) struct Allocation(
+    Option<services::Reservation>,
+    Vec<services::PortReservation>,
+);
 
 impl Allocation {
     /// The object is stored: what was reserved for it is held.
     pub(crate) async fn commit(self) {
         if let Some(reservation) = self.0 {
             reservation.commit().await;
+        }
+        for port in self.1 {
+            port.commit();
         }
     }
 }
@@ -359,9 +365,9 @@ impl Strategy for Services {
         dry_run: bool,
     ) -> Verdict<'a, ApiResult<Allocation>> {
         Verdict::Later(Box::pin(async move {
-            Ok(Allocation(
-                services::allocate(api, object, old, dry_run).await?,
-            ))
+            let ip = services::allocate(api, object, old, dry_run).await?;
+            let ports = services::allocate_node_ports(api, object, old).await?;
+            Ok(Allocation(ip, ports))
         }))
     }
 }

@@ -71,7 +71,11 @@ impl<'s> Walk<'s> {
         if definition == Some(QUANTITY) {
             return self.quantity(value);
         }
-        let schema = resolve(schema);
+        // The reference already read: followed without reading it again.
+        let schema = match definition.and_then(crate::admission::schema::definition) {
+            Some(target) => resolve(target),
+            None => schema,
+        };
         if schema["x-kubernetes-int-or-string"] == Value::Bool(true) {
             return match value {
                 Value::String(_) => Ok(()),

@@ -991,3 +991,174 @@ async fn without_the_builtin_kinds_plugins_objects_are_stored_as_sent() {
     let (_, body) = post(&api, DEPLOYMENTS, deployment("web", json!({}))).await;
     assert_eq!(body["spec"]["strategy"]["type"], "RollingUpdate", "{body}");
 }
+
+/// NodePort and LoadBalancer Services get node ports of the range, one per port number;
+/// a port asked for is kept when free and in the range, else 422 naming
+/// `spec.ports[i].nodePort` and nothing stored; a deleted Service's port is free again;
+/// an update keeps them; a change to ClusterIP drops (and frees) them.
+#[tokio::test]
+async fn node_ports_are_allocated_from_the_range_and_freed() {
+    let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+    let range = "31000-31099".parse().unwrap();
+    let api =
+        Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1").with_node_port_range(range);
+    api.bootstrap().await.unwrap();
+    let node_port = |v: &Value, i: usize| v["spec"]["ports"][i]["nodePort"].as_u64().unwrap();
+
+    // Any port: in the range; TCP and UDP of one number share one.
+    let dns = service(
+        "dns",
+        json!({"type": "NodePort", "ports": [
+            {"name": "tcp", "port": 53, "protocol": "TCP"},
+            {"name": "udp", "port": 53, "protocol": "UDP"},
+            {"name": "metrics", "port": 9153}]}),
+    );
+    let (status, dns) = post(&api, SERVICES, dns).await;
+    assert_eq!(status, StatusCode::CREATED, "{dns}");
+    assert!((31000..31100).contains(&node_port(&dns, 0)), "{dns}");
+    assert_eq!(node_port(&dns, 0), node_port(&dns, 1));
+    assert_ne!(node_port(&dns, 0), node_port(&dns, 2));
+
+    // Asked for: kept; then held.
+    let web = |name: &str, port: u64| {
+        service(
+            name,
+            json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}),
+        )
+    };
+    let (status, body) = post(&api, SERVICES, web("web", 31080)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(node_port(&body, 0), 31080);
+    for (name, port, message) in [
+        (
+            "taken",
+            31080,
+            "Invalid value: 31080: provided port is already allocated",
+        ),
+        (
+            "outside",
+            30080,
+            "Invalid value: 30080: provided port is not in the valid range. The range of valid ports is 31000-31099",
+        ),
+    ] {
+        let (status, body) = post(&api, SERVICES, web(name, port)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(
+            body["details"]["causes"][0]["field"],
+            "spec.ports[0].nodePort"
+        );
+        assert!(
+            body["message"].as_str().unwrap().contains(message),
+            "{body}"
+        );
+        let (status, _) = get(&api, &format!("{SERVICES}/{name}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{name} was stored");
+    }
+
+    // A LoadBalancer gets them too, unless it says not to; with `Local` traffic a
+    // health check port as well.
+    let lb = service(
+        "lb",
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local"}),
+    );
+    let (status, lb) = post(&api, SERVICES, lb).await;
+    assert_eq!(status, StatusCode::CREATED, "{lb}");
+    assert!((31000..31100).contains(&node_port(&lb, 0)), "{lb}");
+    let health = lb["spec"]["healthCheckNodePort"].as_u64().unwrap();
+    assert!((31000..31100).contains(&health) && health != node_port(&lb, 0));
+    let bare = service(
+        "bare",
+        json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false}),
+    );
+    let (status, bare) = post(&api, SERVICES, bare).await;
+    assert_eq!(status, StatusCode::CREATED, "{bare}");
+    assert!(bare["spec"]["ports"][0].get("nodePort").is_none(), "{bare}");
+
+    // An update keeps them: a replace without them, and one adding a port.
+    let mut replaced = dns.clone();
+    for port in replaced["spec"]["ports"].as_array_mut().unwrap() {
+        port.as_object_mut().unwrap().remove("nodePort");
+    }
+    replaced["spec"]["ports"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "extra", "port": 8080}));
+    let (status, updated) = call(&api, Method::PUT, &format!("{SERVICES}/dns"), replaced, "").await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    for i in 0..3 {
+        assert_eq!(node_port(&updated, i), node_port(&dns, i), "{updated}");
+    }
+    let extra = node_port(&updated, 3);
+    assert!(
+        (31000..31100).contains(&extra)
+            && extra != node_port(&dns, 0)
+            && extra != node_port(&dns, 2)
+    );
+
+    // Deleted: its port can be asked for again.
+    let (status, _) = call(
+        &api,
+        Method::DELETE,
+        &format!("{SERVICES}/web"),
+        Value::Null,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = post(&api, SERVICES, web("web2", 31080)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    // To ClusterIP (a merge patch of the type: the ports sent back with their node
+    // ports): they are dropped, and free again.
+    let patch = json!({"spec": {"type": "ClusterIP"}});
+    let merge = "application/merge-patch+json";
+    let (status, body) = call(
+        &api,
+        Method::PATCH,
+        &format!("{SERVICES}/web2"),
+        patch,
+        merge,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["spec"]["ports"][0].get("nodePort").is_none(), "{body}");
+    let (status, body) = post(&api, SERVICES, web("web3", 31080)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A ClusterIP Service asking for one is refused by validation.
+    let plain = service("plain", json!({"ports": [{"port": 80, "nodePort": 31090}]}));
+    let (status, body) = post(&api, SERVICES, plain).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}
+
+/// Concurrent creates never share a node port, and a full range is a 500 in Kubernetes'
+/// words with nothing stored.
+#[tokio::test]
+async fn node_ports_are_unique_across_concurrent_creates() {
+    let store: Arc<dyn Store> = Arc::new(flotilla_store_memory::MemoryStore::new());
+    let range = "31000-31019".parse().unwrap();
+    let api =
+        Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1").with_node_port_range(range);
+    api.bootstrap().await.unwrap();
+    let creates = (0..20).map(|i| {
+        let api = api.clone();
+        let body = service(&format!("s{i}"), json!({"type": "NodePort"}));
+        async move { post(&api, SERVICES, body).await }
+    });
+    let mut seen = std::collections::HashSet::new();
+    for (status, body) in futures_util::future::join_all(creates).await {
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let port = body["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+        assert!(
+            (31000..31020).contains(&port) && seen.insert(port),
+            "{seen:?}"
+        );
+    }
+    let (status, body) = post(&api, SERVICES, service("full", json!({"type": "NodePort"}))).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("range is full"),
+        "{body}"
+    );
+    let (status, _) = get(&api, &format!("{SERVICES}/full")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

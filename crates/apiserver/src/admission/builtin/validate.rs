@@ -120,7 +120,19 @@ fn checks_required(group: &str, kind: &str) -> bool {
 /// The fields the schema marks required, below `value` (a status is the server's and
 /// controllers' and is not checked; fields kube-apiserver does not require are left out).
 fn required(causes: &mut Causes, schema: &Value, value: &Value, path: &str) {
+    let mut path = path.to_owned();
+    required_at(causes, schema, value, &mut path);
+}
+
+/// [`required`] with the field's path in one buffer, grown and cut back as the walk goes
+/// down and up (a string is made only for a cause).
+fn required_at(causes: &mut Causes, schema: &Value, value: &Value, path: &mut String) {
+    // A scalar holds no fields: its schema is not even looked up.
+    if !(value.is_object() || value.is_array()) {
+        return;
+    }
     let schema = resolve(schema);
+    let base = path.len();
     match value {
         Value::Object(map) => {
             for field in items(&schema["required"]) {
@@ -137,20 +149,29 @@ fn required(causes: &mut Causes, schema: &Value, value: &Value, path: &str) {
                     causes.required(&join(path, field), "");
                 }
             }
-            let properties = schema["properties"].as_object();
+            let Some(properties) = schema["properties"].as_object() else {
+                return;
+            };
             for (key, field) in map {
-                if path.is_empty() && (key == "status" || key == "metadata") {
+                if base == 0 && (key == "status" || key == "metadata") {
                     continue;
                 }
-                if let Some(field_schema) = properties.and_then(|p| p.get(key)) {
-                    required(causes, field_schema, field, &join(path, key));
+                if let Some(field_schema) = properties.get(key) {
+                    if base > 0 {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    required_at(causes, field_schema, field, path);
+                    path.truncate(base);
                 }
             }
         }
         Value::Array(list) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in list.iter().enumerate() {
-                    required(causes, item_schema, item, &format!("{path}[{i}]"));
+                    let _ = std::fmt::Write::write_fmt(path, format_args!("[{i}]"));
+                    required_at(causes, item_schema, item, path);
+                    path.truncate(base);
                 }
             }
         }
