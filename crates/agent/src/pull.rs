@@ -70,6 +70,10 @@ pub struct Agent {
     member: Member,
     config: Config,
     synced: Mutex<HashMap<String, Synced>>,
+    /// Held through each sync and removal: the watch's and the resync's never interleave,
+    /// so a resync cannot apply its older copy of a Work over the newer generation the
+    /// watch applied meanwhile (a member's objects would go back a revision).
+    syncing: Mutex<()>,
 }
 
 impl Agent {
@@ -80,6 +84,7 @@ impl Agent {
             member: Member::new(member),
             config,
             synced: Mutex::default(),
+            syncing: Mutex::default(),
         }
     }
 
@@ -222,7 +227,7 @@ impl Agent {
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(work) | watcher::Event::InitApply(work)) => {
-                    self.sync(work, false).await?;
+                    self.sync(work).await?;
                 }
                 Ok(watcher::Event::Delete(work)) => self.remove(&work).await,
                 Ok(_) => {}
@@ -245,23 +250,30 @@ impl Agent {
         Ok(())
     }
 
-    /// Applies every Work again once its resync is due.
+    /// Applies every Work again once its resync is due (the newest copy the agent holds
+    /// when its turn comes, not the one it held when the tick came).
     async fn resync(self: Arc<Self>) -> Result<(), Error> {
         let mut ticker =
             tokio::time::interval(self.config.resync_period.max(Duration::from_secs(1)));
         ticker.tick().await;
         loop {
             ticker.tick().await;
-            let due: Vec<Work> = {
+            let due: Vec<String> = {
                 let synced = self.synced.lock().await;
                 synced
-                    .values()
-                    .filter(|s| s.at.elapsed() >= self.config.resync_period)
-                    .map(|s| s.work.clone())
+                    .iter()
+                    .filter(|(_, s)| s.at.elapsed() >= self.config.resync_period)
+                    .map(|(name, _)| name.clone())
                     .collect()
             };
-            for work in due {
-                self.sync(work, true).await?;
+            for name in due {
+                let _one = self.syncing.lock().await;
+                // The copy held now: the watch may have synced a newer one since the
+                // tick, or seen the Work deleted (then it is not applied again).
+                let work = self.synced.lock().await.get(&name).map(|s| s.work.clone());
+                if let Some(work) = work {
+                    self.sync_now(work, true).await?;
+                }
             }
         }
     }
@@ -278,9 +290,15 @@ impl Agent {
         }
     }
 
-    /// Applies `work` if it changed since it was last applied (or `again`), and writes its
-    /// status if that changed.
-    async fn sync(&self, work: Work, again: bool) -> Result<(), Error> {
+    /// Applies `work` if it changed since it was last applied, and writes its status if
+    /// that changed; one sync at a time.
+    async fn sync(&self, work: Work) -> Result<(), Error> {
+        let _one = self.syncing.lock().await;
+        self.sync_now(work, false).await
+    }
+
+    /// [`Agent::sync`] (`again`: even if it did not change), the caller holding `syncing`.
+    async fn sync_now(&self, work: Work, again: bool) -> Result<(), Error> {
         let name = work.name_any();
         let uid = work.uid().unwrap_or_default();
         let generation = work.metadata.generation;
@@ -371,6 +389,7 @@ impl Agent {
 
     /// A Work deleted on the hub: what it applied is released as its policy says.
     async fn remove(&self, work: &Work) {
+        let _one = self.syncing.lock().await;
         let name = work.name_any();
         let known = self.synced.lock().await.remove(&name);
         let work = known.map(|s| s.work).unwrap_or_else(|| work.clone());
