@@ -9,7 +9,6 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
 use support::rollout::{
     APP, Watchers, available, eventually, placement, placement_events, replay, rollout, set_image,
     text, wait_all, wait_progressing,
