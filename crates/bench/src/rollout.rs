@@ -15,7 +15,9 @@
 //!  rollout step); per wave: propagation = wave start (t0 for the first) → member updated,
 //!  ready delay = member updated → member available; total = t0 → RolloutComplete
 //!  bound = 10 × (minReadySeconds + p99 ready delay + p99 propagation) + 10 %
-//!  the controller's own time per wave = Δ flotilla_rollout_step_seconds_sum / waves
+//!  the controller's time per wave = Δ flotilla_rollout_step_seconds_sum / waves
+//!    = its own compute (Δ flotilla_rollout_compute_seconds_sum / waves)
+//!    + awaiting the store (Δ flotilla_rollout_write_seconds_sum / waves: Work writes, pruning)
 //! ```
 //!
 //! The bound is what ten waves of a tenth of the fleet each must take at the least: every
@@ -44,6 +46,12 @@ use crate::{Error, Latency, Progress, Row, check, ratio};
 
 /// The hub's histogram of rollout steps (the rollout part of a placement's reconcile).
 pub const STEP_METRIC: &str = "flotilla_rollout_step_seconds";
+
+/// The part of a step the controller computes (no writes awaited).
+pub const COMPUTE_METRIC: &str = "flotilla_rollout_compute_seconds";
+
+/// The part of a step spent awaiting the Works' writes and the pruning of revisions.
+pub const WRITE_METRIC: &str = "flotilla_rollout_write_seconds";
 
 /// What the scenario runs.
 #[derive(Debug, Clone)]
@@ -136,6 +144,10 @@ pub struct Report {
     pub controller_seconds: f64,
     /// Rollout steps during the rollout.
     pub controller_steps: u64,
+    /// Of `controller_seconds`, the seconds the steps computed.
+    pub compute_seconds: f64,
+    /// Of `controller_seconds`, the seconds the steps awaited writes.
+    pub write_seconds: f64,
     /// The placement's JSON, in bytes, at the first poll with half the members updated.
     pub status_bytes_mid: usize,
     /// The placement's JSON, in bytes, at most during the rollout.
@@ -150,9 +162,19 @@ impl Report {
         Duration::from_secs_f64(self.ideal_waves as f64 * wave * 1.1)
     }
 
-    /// The controller's own time per wave, in milliseconds.
+    /// The controller's time per wave (compute and writes awaited), in milliseconds.
     pub fn controller_ms_per_wave(&self) -> f64 {
         ratio(self.controller_seconds * 1e3, self.waves.len() as f64)
+    }
+
+    /// The controller's own computing per wave, in milliseconds.
+    pub fn compute_ms_per_wave(&self) -> f64 {
+        ratio(self.compute_seconds * 1e3, self.waves.len() as f64)
+    }
+
+    /// The controller's time per wave awaiting the store (Works, pruning), in milliseconds.
+    pub fn write_ms_per_wave(&self) -> f64 {
+        ratio(self.write_seconds * 1e3, self.waves.len() as f64)
     }
 
     /// A human-readable table.
@@ -160,7 +182,7 @@ impl Report {
         let mut out = format!(
             "rollout: {} members, Rolling maxUnavailable {}% → {} waves ({} at the least)\n\
              total {:.1} s, bound {:.1} s ({:.2}×); propagation p99 {:.0} ms, ready delay p99 {:.0} ms\n\
-             controller {:.1} ms per wave ({} steps, {:.1} ms each); placement JSON {} B mid-rollout, {} B at most\n\
+             controller {:.1} ms per wave = compute {:.1} + awaiting writes {:.1} ({} steps, {:.1} ms each); placement JSON {} B mid-rollout, {} B at most\n\
              wave  start s  clusters  propagation p50/p99 ms  ready p50/p99 ms\n",
             self.clusters,
             100 / self.ideal_waves.max(1),
@@ -172,6 +194,8 @@ impl Report {
             self.propagation.p99_ms,
             self.ready.p99_ms,
             self.controller_ms_per_wave(),
+            self.compute_ms_per_wave(),
+            self.write_ms_per_wave(),
             self.controller_steps,
             ratio(self.controller_seconds * 1e3, self.controller_steps as f64),
             self.status_bytes_mid,
@@ -207,6 +231,10 @@ impl Report {
             "controller_seconds": self.controller_seconds,
             "controller_steps": self.controller_steps,
             "controller_ms_per_wave": self.controller_ms_per_wave(),
+            "compute_seconds": self.compute_seconds,
+            "write_seconds": self.write_seconds,
+            "compute_ms_per_wave": self.compute_ms_per_wave(),
+            "write_ms_per_wave": self.write_ms_per_wave(),
             "status_bytes_mid": self.status_bytes_mid,
             "status_bytes_max": self.status_bytes_max,
             "waves": self.waves.iter().map(|w| json!({
@@ -233,7 +261,12 @@ impl Report {
             Row::new(
                 "rollout",
                 format!("N={}: controller per wave", self.clusters),
-                format!("{:.1} ms", self.controller_ms_per_wave()),
+                format!(
+                    "{:.1} ms = compute {:.1} + awaiting writes {:.1}",
+                    self.controller_ms_per_wave(),
+                    self.compute_ms_per_wave(),
+                    self.write_ms_per_wave()
+                ),
                 "< 200 ms",
             ),
             Row::new(
@@ -475,6 +508,12 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
     let step_count = format!("{STEP_METRIC}_count");
     let seconds_before = metric(&hub, &step_sum).await?.unwrap_or(0.0);
     let steps_before = metric(&hub, &step_count).await?.unwrap_or(0.0);
+    let (compute_sum, write_sum) = (
+        format!("{COMPUTE_METRIC}_sum"),
+        format!("{WRITE_METRIC}_sum"),
+    );
+    let compute_before = metric(&hub, &compute_sum).await?.unwrap_or(0.0);
+    let write_before = metric(&hub, &write_sum).await?.unwrap_or(0.0);
 
     progress.step("rolling out nginx:2");
     let (t0, started) = (SystemTime::now(), Instant::now());
@@ -508,6 +547,8 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
     };
     let controller_seconds = metric(&hub, &step_sum).await?.unwrap_or(0.0) - seconds_before;
     let controller_steps = metric(&hub, &step_count).await?.unwrap_or(0.0) - steps_before;
+    let compute_seconds = metric(&hub, &compute_sum).await?.unwrap_or(0.0) - compute_before;
+    let write_seconds = metric(&hub, &write_sum).await?.unwrap_or(0.0) - write_before;
 
     progress.step("reading the waves");
     let mut seen = BTreeMap::new();
@@ -560,6 +601,8 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         ready,
         controller_seconds,
         controller_steps: controller_steps.max(0.0) as u64,
+        compute_seconds,
+        write_seconds,
         status_bytes_mid,
         status_bytes_max,
     })
@@ -621,12 +664,21 @@ mod tests {
             ready: latency(100.0),
             waves: vec![Wave::default(); 10],
             controller_seconds: 0.5,
+            compute_seconds: 0.2,
+            write_seconds: 0.3,
             ..Report::default()
         };
         assert_eq!(report.ideal_waves, 10);
         // 10 × (1 + 0.1 + 0.4) × 1.1 = 16.5 s.
         assert!((report.bound().as_secs_f64() - 16.5).abs() < 1e-9);
         assert_eq!(report.controller_ms_per_wave(), 50.0);
+        assert_eq!(report.compute_ms_per_wave(), 20.0);
+        assert_eq!(report.write_ms_per_wave(), 30.0);
+        assert!(
+            report
+                .table()
+                .contains("= compute 20.0 + awaiting writes 30.0")
+        );
         let json = report.json();
         assert!((json["total_over_bound"].as_f64().unwrap() - 20.0 / 16.5).abs() < 1e-9);
         assert_eq!(report.summary().len(), 3);

@@ -10,53 +10,9 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use serde_json::Value;
 use support::fleet_scenario::{self, Members};
-use support::{Hub, Sim, condition, eventually};
-
-/// `flotilla sim --agents` of `clusters` members named `prefix`N, registering with `hub`
-/// (`more` added).
-fn pull_sim(hub: &Hub, clusters: u32, prefix: &str, more: &[&str]) -> Sim {
-    let kubeconfig = hub.kubeconfig();
-    let clusters = clusters.to_string();
-    let mut args = vec![
-        "--clusters",
-        &clusters,
-        "--prefix",
-        prefix,
-        "--ready-delay",
-        "100ms",
-        "--agents",
-        "--hub-kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--heartbeat-period",
-        "1s",
-    ];
-    args.extend(more);
-    Sim::start(&args)
-}
-
-fn ready(cluster: &Value) -> bool {
-    condition(cluster, "Ready").is_some_and(|c| c["status"] == "True")
-}
-
-/// Waits until the hub lists exactly `names` as Ready pull Clusters; returns them.
-fn wait_ready_pull_clusters(hub: &Hub, names: &BTreeSet<String>) -> Vec<Value> {
-    eventually("every simulated agent's Cluster is Ready", || {
-        let list = hub.json(&["get", "clusters"]);
-        let items = list["items"].as_array().cloned().unwrap_or_default();
-        let ready_names: BTreeSet<String> = items
-            .iter()
-            .filter(|c| ready(c))
-            .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_owned))
-            .collect();
-        if &ready_names == names {
-            Ok(items)
-        } else {
-            Err(format!("ready: {ready_names:?}"))
-        }
-    })
-}
+use support::pull::{pull_sim, wait_ready_pull_clusters};
+use support::{Hub, condition, eventually};
 
 const WORKLOAD: &str = "apiVersion: v1
 kind: Namespace

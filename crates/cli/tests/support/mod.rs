@@ -5,6 +5,8 @@
 pub mod audit;
 pub mod fleet_scenario;
 pub mod identity;
+pub mod pull;
+pub mod rollout;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

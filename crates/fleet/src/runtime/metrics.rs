@@ -6,9 +6,14 @@
 //!                       └► flotilla_work_syncs_total{result}
 //!  Work withdrawn / sync failed ─► out of the set
 //!  flotilla_works_in_sync = size of the set (Works confirmed since the hub started)
-//!  placement: rollout step (plan the wave, write its Works, prune revisions)
-//!                       └► flotilla_rollout_step_seconds (histogram)
+//!  placement: rollout step = compute (plan the wave)   + writes (its Works, pruning)
+//!                       │       └► flotilla_rollout_compute_seconds  └► flotilla_rollout_write_seconds
+//!                       └► flotilla_rollout_step_seconds (histogram: both, as since stop 31)
 //! ```
+//!
+//! The writes are the Works' server-side applies through the in-process API into the store
+//! (each a durable commit), awaited a few at a time: the step's time waiting on the store.
+//! The compute part is the controller's own work (render, plan, compare).
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicI64;
@@ -38,6 +43,17 @@ pub struct Metrics {
     in_sync_gauge: Gauge<i64, AtomicI64>,
     syncs: Family<SyncLabels, Counter>,
     rollout_steps: Histogram,
+    rollout_compute: Histogram,
+    rollout_writes: Histogram,
+}
+
+/// How long one rollout step took, in seconds, by part.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct StepTime {
+    /// Planning: reading the revisions' renders, the wave planner, comparing with the Works.
+    pub compute: f64,
+    /// Awaiting the Works' writes (and deletes) and the pruning of old revisions.
+    pub writes: f64,
 }
 
 impl Default for Metrics {
@@ -47,6 +63,8 @@ impl Default for Metrics {
             in_sync_gauge: Gauge::default(),
             syncs: Family::default(),
             rollout_steps: Histogram::new(STEP_BUCKETS),
+            rollout_compute: Histogram::new(STEP_BUCKETS),
+            rollout_writes: Histogram::new(STEP_BUCKETS),
         }
     }
 }
@@ -77,11 +95,23 @@ impl Metrics {
             "Time the placement controller spent in one rollout step: planning the wave, writing its Works and pruning old revisions",
             self.rollout_steps.clone(),
         );
+        registry.register(
+            "flotilla_rollout_compute_seconds",
+            "Time the placement controller computed in one rollout step: rendering, planning the wave and comparing with the current Works (no writes)",
+            self.rollout_compute.clone(),
+        );
+        registry.register(
+            "flotilla_rollout_write_seconds",
+            "Time one rollout step awaited its Works' writes and the pruning of old revisions (the store's commits)",
+            self.rollout_writes.clone(),
+        );
     }
 
-    /// Records that a rollout step took `seconds`.
-    pub(super) fn rollout_step(&self, seconds: f64) {
-        self.rollout_steps.observe(seconds);
+    /// Records a rollout step's time: each part, and their sum in the step histogram.
+    pub(super) fn rollout_step(&self, time: StepTime) {
+        self.rollout_compute.observe(time.compute);
+        self.rollout_writes.observe(time.writes);
+        self.rollout_steps.observe(time.compute + time.writes);
     }
 
     /// How many Works are confirmed in sync.
@@ -168,8 +198,14 @@ mod tests {
     #[test]
     fn rollout_steps_are_timed_in_a_histogram() {
         let metrics = Metrics::default();
-        metrics.rollout_step(0.003);
-        metrics.rollout_step(0.3);
+        metrics.rollout_step(StepTime {
+            compute: 0.001,
+            writes: 0.002,
+        });
+        metrics.rollout_step(StepTime {
+            compute: 0.1,
+            writes: 0.2,
+        });
         let text = scrape(&metrics);
         assert!(
             text.contains("flotilla_rollout_step_seconds_count 2\n"),
@@ -181,6 +217,19 @@ mod tests {
         );
         assert!(
             text.contains("flotilla_rollout_step_seconds_bucket{le=\"0.005\"} 1\n"),
+            "{text}"
+        );
+        // Each part on its own.
+        assert!(
+            text.contains("flotilla_rollout_compute_seconds_sum 0.101"),
+            "{text}"
+        );
+        assert!(
+            text.contains("flotilla_rollout_write_seconds_sum 0.202"),
+            "{text}"
+        );
+        assert!(
+            text.contains("flotilla_rollout_write_seconds_bucket{le=\"0.001\"} 0\n"),
             "{text}"
         );
     }

@@ -62,6 +62,8 @@ pub(super) struct PlacementState {
     /// The failed revision each placement's last rollout step rolled back from (see
     /// [`rollout::Live::noted_failure`]).
     failures: Mutex<HashMap<PlacementKey, flotilla_api::FailedRevision>>,
+    /// The plans of each rolling placement's revisions, kept between its steps.
+    renders: rollout::Renders,
 }
 
 impl PlacementState {
@@ -184,6 +186,7 @@ impl PlacementState {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(key);
+        self.renders.forget(key);
     }
 }
 
@@ -436,14 +439,23 @@ async fn place<P: PlacementObject>(
                 reach: &reach,
                 current: &current,
                 noted_failure: noted_failure.as_ref(),
+                renders: Some((&fleet.placement.renders, fingerprint)),
             };
             let now = k8s_openapi::jiff::Timestamp::now();
-            let timer = std::time::Instant::now();
+            // The step's own time (planning, comparing) apart from the time it awaits the
+            // store (the Works' writes, pruning), each in its histogram.
+            let timer = Instant::now();
             let mut step = rollout::step(p, &live, &works, &revisions, &not_ready, now);
-            let as_planned =
-                Arc::new(write_works(fleet, key, &step.desired, &step.plan, &works).await?);
+            let (as_planned, writes) = work_writes(fleet, key, &step.desired, &step.plan, &works);
+            let compute = timer.elapsed();
+            let timer = Instant::now();
+            let as_planned = Arc::new(as_planned);
+            run_writes(writes).await?;
             rollout::prune(fleet, key, spec, &revisions, &step.in_use).await?;
-            fleet.metrics.rollout_step(timer.elapsed().as_secs_f64());
+            fleet.metrics.rollout_step(super::metrics::StepTime {
+                compute: compute.as_secs_f64(),
+                writes: timer.elapsed().as_secs_f64(),
+            });
             fleet
                 .placement
                 .note_failure(key, step.status.failed_revisions.first().cloned());
@@ -472,7 +484,15 @@ async fn place<P: PlacementObject>(
                 && step.recheck.is_none()
                 && step.progressing.1 == "RolloutComplete";
             step.desired.clear();
-            step.plan.works.clear();
+            if settled {
+                // Settled: the revisions' plans are kept no more, and the plan kept with
+                // the step holds no Works.
+                fleet.placement.renders.forget(key);
+                let mut slim = Arc::try_unwrap(std::mem::take(&mut step.plan))
+                    .unwrap_or_else(|shared| (*shared).clone());
+                slim.works.clear();
+                step.plan = Arc::new(slim);
+            }
             let step = Arc::new(step);
             fleet.placement.keep_plan(
                 key,
@@ -591,17 +611,20 @@ pub(super) struct KeptPlan {
     clusters: Arc<BTreeSet<String>>,
 }
 
-/// Writes each `desired` Work that differs from the current one (its spec, or the revision
-/// it carries and since when) and deletes the Works no cluster wants any more (neither
-/// desired nor kept by `plan`), a few at a time; returns the clusters whose Work was
+/// A write (or delete) of one Work, not started yet.
+type WorkWrite = futures_util::future::BoxFuture<'static, Result<(), kube::Error>>;
+
+/// The writes of each `desired` Work that differs from the current one (its spec, or the
+/// revision it carries and since when) and the deletes of the Works no cluster wants any
+/// more (neither desired nor kept by `plan`), not started; and the clusters whose Work is
 /// already as desired.
-async fn write_works(
+fn work_writes(
     fleet: &Arc<Fleet>,
     key: &PlacementKey,
     desired: &BTreeMap<String, rollout::Desired>,
     plan: &plan::Plan,
     works: &BTreeMap<String, Arc<Work>>,
-) -> Result<BTreeSet<String>, Error> {
+) -> (BTreeSet<String>, Vec<WorkWrite>) {
     use flotilla_api::revision::{MOVED_AT_ANNOTATION, REVISION_ANNOTATION};
     let name = key.work_name();
     let mut as_planned = BTreeSet::new();
@@ -658,12 +681,17 @@ async fn write_works(
             );
         }
     }
+    (as_planned, writes)
+}
+
+/// Runs `writes`, [`WRITES_AT_ONCE`] at a time; the first error, once all are done.
+async fn run_writes(writes: Vec<WorkWrite>) -> Result<(), Error> {
     let results: Vec<Result<(), kube::Error>> = futures_util::stream::iter(writes)
         .buffer_unordered(WRITES_AT_ONCE)
         .collect()
         .await;
     results.into_iter().collect::<Result<(), _>>()?;
-    Ok(as_planned)
+    Ok(())
 }
 
 /// Writes the template's fleet-wide status when its kind has one and it changed.

@@ -20,8 +20,8 @@
 //! annotations, the placement's status (completed and failed revisions, approvals in its
 //! annotations), so a restarted hub goes on where it was.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_api::revision::{MOVED_AT_ANNOTATION, PLACEMENT_LABEL, REVISION_ANNOTATION};
@@ -181,6 +181,73 @@ pub(super) struct Live<'a> {
     /// the Works moved back already do (without it, the failed revision would go out
     /// again).
     pub noted_failure: Option<&'a FailedRevision>,
+    /// Where the revisions' plans are kept between steps, and the fingerprint of what
+    /// they are made from now (`None`: rendered for this step alone).
+    pub renders: Option<(&'a Renders, u64)>,
+}
+
+/// One placement's kept plans: the fingerprint they were made at, and each by revision
+/// (its number and hash).
+type KeptRenders = (u64, BTreeMap<(i64, String), Arc<plan::Plan>>);
+
+/// The plans of each placement's revisions (a rendered Work per chosen cluster), kept
+/// between its rollout steps while what they are made from does not change: the
+/// placement's plan fingerprint (its spec, templates, its Works' generations, the epoch of
+/// the clusters and overrides). A step woken by a Work's status alone, the most common
+/// during a rollout, renders nothing again. Only the plans of the latest fingerprint are
+/// kept, and none once the rollout settles.
+///
+/// ```text
+///  step(fingerprint F) ─► revision r's plan kept at F? ── yes ─► it (an Arc, no copy)
+///                                      └─ no ─► plan_of(r) ─► kept at F (older ones dropped)
+/// ```
+#[derive(Default)]
+pub(super) struct Renders(Mutex<HashMap<PlacementKey, KeptRenders>>);
+
+impl Renders {
+    /// The plan of `revision` for `live` at `fingerprint`, kept or rendered now (and kept).
+    fn plan(
+        &self,
+        live: &Live<'_>,
+        fingerprint: u64,
+        revision: &PlacementRevision,
+    ) -> Arc<plan::Plan> {
+        let id = (revision.spec.revision, revision.spec.hash.clone());
+        let kept = self
+            .lock()
+            .get(live.key)
+            .filter(|(at, _)| *at == fingerprint)
+            .and_then(|(_, plans)| plans.get(&id).cloned());
+        if let Some(plan) = kept {
+            return plan;
+        }
+        // Rendered without the lock: only this placement's reconcile renders its plans.
+        let plan = Arc::new(plan_of(live, revision));
+        let mut all = self.lock();
+        let entry = all.entry(live.key.clone()).or_default();
+        if entry.0 != fingerprint {
+            *entry = (fingerprint, BTreeMap::new());
+        }
+        entry.1.insert(id, plan.clone());
+        plan
+    }
+
+    /// Forgets `key`'s plans (its rollout settled, or it is gone).
+    pub(super) fn forget(&self, key: &PlacementKey) {
+        self.lock().remove(key);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PlacementKey, KeptRenders>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The plan of `revision` for `live`: kept in `live.renders`, or rendered.
+fn render(live: &Live<'_>, revision: &PlacementRevision) -> Arc<plan::Plan> {
+    match live.renders {
+        Some((renders, fingerprint)) => renders.plan(live, fingerprint, revision),
+        None => Arc::new(plan_of(live, revision)),
+    }
 }
 
 /// The plan of `revision` for the clusters as they are now.
@@ -205,8 +272,9 @@ pub(super) fn plan_of(live: &Live<'_>, revision: &PlacementRevision) -> plan::Pl
 /// A rollout step: the Works wanted, where the rollout stands, when to look again.
 #[derive(Default)]
 pub(super) struct Step {
-    /// The target revision's plan (selection, replicas: what the status reports).
-    pub plan: plan::Plan,
+    /// The target revision's plan (selection, replicas: what the status reports), shared
+    /// with [`Renders`].
+    pub plan: Arc<plan::Plan>,
     /// The Work wanted on each chosen cluster; a chosen cluster not listed keeps its Work.
     pub desired: BTreeMap<String, Desired>,
     /// The revision each chosen cluster runs once `desired` is written.
@@ -308,11 +376,17 @@ pub(super) fn step<P: PlacementObject>(
     } else {
         strategy
     };
-    let target_plan = plan_of(live, target);
+    let target_plan = render(live, target);
     let stable_plan = stable
         .filter(|s| s.spec.revision != t)
-        .map(|s| plan_of(live, s));
+        .map(|s| render(live, s));
 
+    // Each cluster's labels by name (found once, not by a scan per chosen cluster).
+    let labels_of: HashMap<&str, &Option<BTreeMap<String, String>>> = live
+        .clusters
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, &c.metadata.labels)))
+        .collect();
     let now_text = now.to_string();
     let mut desired = BTreeMap::new();
     let mut running = BTreeMap::new();
@@ -326,11 +400,9 @@ pub(super) fn step<P: PlacementObject>(
         let work = works.get(cluster);
         let (carried, moved_at) = work.map(|w| carried(w)).unwrap_or_default();
         in_use.extend(carried);
-        let labels = live
-            .clusters
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(cluster.as_str()))
-            .and_then(|c| c.metadata.labels.clone())
+        let labels = labels_of
+            .get(cluster.as_str())
+            .and_then(|l| (*l).clone())
             .unwrap_or_default();
         let mut revision = carried;
         let mut moved = moved_at;
@@ -949,6 +1021,7 @@ mod tests {
                     reach: &reach,
                     current: &empty,
                     noted_failure: None,
+                    renders: None,
                 };
                 let old = plan_of(&live, &revisions[0]).works;
                 let new = plan_of(&live, &revisions[1]).works;
@@ -1002,6 +1075,7 @@ mod tests {
                     assert_eq!(without.desired["c0"].revision, 4, "the race this guards");
                     let live = Live {
                         noted_failure: Some(&noted),
+                        renders: None,
                         ..live
                     };
                     let with = step(&stale, &live, &works, &revisions, &BTreeMap::new(), now);
@@ -1018,6 +1092,7 @@ mod tests {
                 reach: &reach,
                 current: &empty,
                 noted_failure: None,
+                renders: None,
             };
             let old = plan_of(&live, &revisions[0]).works;
             let works: BTreeMap<String, Arc<Work>> = ["c0", "e1", "e2", "r1"]
@@ -1068,6 +1143,7 @@ mod tests {
                 reach: &reach,
                 current: &empty,
                 noted_failure: None,
+                renders: None,
             };
             let mut p = placement(None);
             p.spec = spec.clone();
@@ -1126,6 +1202,7 @@ mod tests {
                 reach: &reach,
                 current: &empty,
                 noted_failure: None,
+                renders: None,
             };
             let old = plan_of(&live, &revisions[0]).works;
             let new = plan_of(&live, &revisions[1]).works;
@@ -1237,6 +1314,7 @@ mod tests {
             reach: &reach,
             current: &empty,
             noted_failure: None,
+            renders: None,
         };
         let old = plan_of(&live, &revisions[0]).works;
         let new = plan_of(&live, &revisions[1]).works;
