@@ -8,8 +8,8 @@
 
 mod support;
 
+use serde_json::Value;
 use std::collections::BTreeSet;
-
 use support::fleet_scenario::{self, Members};
 use support::pull::{pull_sim, wait_ready_pull_clusters};
 use support::{Hub, condition, eventually};
