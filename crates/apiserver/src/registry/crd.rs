@@ -429,11 +429,10 @@ pub fn status(
 
 /// Serves the definition's resource types in place of whatever it served before.
 pub fn register(registry: &Registry, definition: &Definition) {
-    unregister(registry, &definition.group, &definition.plural);
-    for rt in &definition.types {
-        if let Err(e) = registry.add(rt.clone()) {
-            tracing::warn!(crd = %definition.name, error = %e, "a version of the CRD cannot be served");
-        }
+    // In one step: a request meanwhile finds the old types or the new, never a 404.
+    let refused = registry.define(&definition.group, &definition.plural, &definition.types);
+    for (version, e) in refused {
+        tracing::warn!(crd = %definition.name, %version, error = %e, "a version of the CRD cannot be served");
     }
 }
 
@@ -714,6 +713,44 @@ mod tests {
         assert!(registry.get("example.com", "v1", "widgets").is_none());
         assert!(registry.get("example.com", "v1beta1", "widgets").is_none());
         assert!(registry.generation() > before);
+    }
+
+    #[test]
+    fn registering_again_is_never_a_moment_without_the_type() {
+        let registry = Arc::new(Registry::builtin());
+        let mut crd = widget_crd();
+        let definition = admit(&mut crd).unwrap();
+        register(&registry, &definition);
+        // The same definition again changes nothing (discovery keeps its caches).
+        let generation = registry.generation();
+        register(&registry, &definition);
+        assert_eq!(registry.generation(), generation);
+        // A changed one (v1beta1 no longer served) while another thread reads v1: every
+        // read finds it, before and after each change.
+        let mut changed = widget_crd();
+        changed["spec"]["versions"][1]["served"] = json!(false);
+        let changed = admit(&mut changed).unwrap();
+        let reader = {
+            let registry = registry.clone();
+            std::thread::spawn(move || {
+                (0..200_000)
+                    .filter(|_| registry.get("example.com", "v1", "widgets").is_none())
+                    .count()
+            })
+        };
+        for round in 0..2_000 {
+            let next = if round % 2 == 0 {
+                &changed
+            } else {
+                &definition
+            };
+            register(&registry, next);
+        }
+        assert_eq!(reader.join().unwrap(), 0, "reads found no widgets/v1");
+        assert!(registry.get("example.com", "v1beta1", "widgets").is_some());
+        register(&registry, &changed);
+        assert!(registry.get("example.com", "v1beta1", "widgets").is_none());
+        assert!(registry.get("example.com", "v1", "widgets").is_some());
     }
 
     #[test]

@@ -290,6 +290,40 @@ struct Inner {
     generation: u64,
 }
 
+/// [`Registry::add`] under its write lock.
+fn add_to(inner: &mut Inner, rt: ResourceType) -> Result<(), ConflictError> {
+    let same_gv = |t: &&Arc<ResourceType>| t.group == rt.group && t.version == rt.version;
+    if inner
+        .types
+        .iter()
+        .filter(same_gv)
+        .any(|t| t.plural == rt.plural)
+    {
+        return Err(ConflictError::Plural {
+            group_version: rt.api_version(),
+            plural: rt.plural,
+        });
+    }
+    if inner
+        .types
+        .iter()
+        .filter(same_gv)
+        .any(|t| t.kind == rt.kind)
+    {
+        return Err(ConflictError::Kind {
+            group_version: rt.api_version(),
+            kind: rt.kind,
+        });
+    }
+    let rt = Arc::new(rt);
+    let at = inner
+        .types
+        .partition_point(|t| order(t, &rt) == Ordering::Less);
+    inner.types.insert(at, rt);
+    inner.generation += 1;
+    Ok(())
+}
+
 impl Registry {
     /// An empty registry (no resource types at all).
     pub fn new() -> Self {
@@ -378,37 +412,45 @@ impl Registry {
     /// Adds a type. Refused if its group/version already serves the same plural or kind.
     /// Bumps [`Registry::generation`] on success.
     pub fn add(&self, rt: ResourceType) -> Result<(), ConflictError> {
+        add_to(&mut self.write(), rt)
+    }
+
+    /// Serves `types` as the whole of what a CRD defines for `group`/`plural`, in place of
+    /// what it defined before, in one step: a request meanwhile finds the old types or
+    /// the new ones, never neither. Types already served exactly so are left as they are
+    /// (no generation bump); each type that conflicts with another is left out and
+    /// returned with its error.
+    pub fn define(
+        &self,
+        group: &str,
+        plural: &str,
+        types: &[ResourceType],
+    ) -> Vec<(String, ConflictError)> {
         let mut inner = self.write();
-        let same_gv = |t: &&Arc<ResourceType>| t.group == rt.group && t.version == rt.version;
-        if inner
+        let defined =
+            |t: &Arc<ResourceType>| t.group == group && t.plural == plural && t.schema.is_some();
+        let current: Vec<&ResourceType> = inner
             .types
             .iter()
-            .filter(same_gv)
-            .any(|t| t.plural == rt.plural)
-        {
-            return Err(ConflictError::Plural {
-                group_version: rt.api_version(),
-                plural: rt.plural,
-            });
+            .filter(|t| defined(t))
+            .map(|t| t.as_ref())
+            .collect();
+        if current.len() == types.len() && types.iter().all(|t| current.contains(&t)) {
+            return Vec::new();
         }
-        if inner
-            .types
-            .iter()
-            .filter(same_gv)
-            .any(|t| t.kind == rt.kind)
-        {
-            return Err(ConflictError::Kind {
-                group_version: rt.api_version(),
-                kind: rt.kind,
-            });
+        let before = inner.types.len();
+        inner.types.retain(|t| !defined(t));
+        if inner.types.len() != before {
+            inner.generation += 1;
         }
-        let rt = Arc::new(rt);
-        let at = inner
-            .types
-            .partition_point(|t| order(t, &rt) == Ordering::Less);
-        inner.types.insert(at, rt);
-        inner.generation += 1;
-        Ok(())
+        let mut refused = Vec::new();
+        for rt in types {
+            let version = rt.version.clone();
+            if let Err(e) = add_to(&mut inner, rt.clone()) {
+                refused.push((version, e));
+            }
+        }
+        refused
     }
 
     /// Removes and returns the type served at `group`/`version`/`plural`.
