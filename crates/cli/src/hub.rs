@@ -524,7 +524,12 @@ impl HubArgs {
             .context("the hub's metrics are shared before serving")?
             .registry_mut();
         metrics.register(registry);
-        leader_metrics.register(registry);
+        // An SQLite store is locked to one process, so there is no other replica to elect
+        // against: the loops simply run, with no Lease renewed every retry period.
+        let elected = !matches!(store, StoreUrl::Sqlite(_));
+        if elected {
+            leader_metrics.register(registry);
+        }
         // The fleet controllers use the API in-process, as their own user, through the
         // same authorization, routing, admission and watch paths as any client, and count
         // in its request metrics.
@@ -553,7 +558,9 @@ impl HubArgs {
             ),
             "default",
         );
-        server.elect_with(self.election(loopback.clone(), leader_metrics));
+        if elected {
+            server.elect_with(self.election(loopback.clone(), leader_metrics));
+        }
         let registrar = loopback;
         let fleet: Vec<Work> = vec![
             Arc::new(move || {

@@ -556,6 +556,23 @@ fn a_hub_restart_takes_nothing_off_the_works_or_the_members() {
     let before = eventually("every Work applied", || settled_works(&hub, PLACEMENTS));
     let on_member = member_configmaps(&sim);
     assert_eq!(on_member.len(), PLACEMENTS, "{on_member:?}");
+    // A hub on SQLite is the only process on its store: its controllers ran without an
+    // election, so no Lease of theirs was ever written and no leader gauge is shown.
+    let leases = hub.json(&["get", "leases", "-n", "flotilla-system"]);
+    let names: Vec<_> = leases["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["metadata"]["name"].as_str())
+        .collect();
+    assert!(
+        !names.contains(&"flotilla-fleet") && !names.contains(&"flotilla-apiserver-controllers"),
+        "{names:?}"
+    );
+    assert!(
+        !hub.ok(&["get", "--raw", "/metrics"])
+            .contains("flotilla_leader")
+    );
 
     hub.restart(false);
     eventually("the restarted hub syncs every Work", || {
