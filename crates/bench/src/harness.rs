@@ -256,42 +256,17 @@ impl Processes {
         labels: &str,
         progress: &mut Progress,
     ) -> Result<Duration, Error> {
-        let started = Instant::now();
-        let n = self.clusters;
-        let mut joins = futures_util::stream::iter(1..=n)
-            .map(|i| {
-                let (binary, kubeconfig, hub) = (
-                    self.binary.clone(),
-                    self.member_kubeconfig(i),
-                    self.hub_kubeconfig.clone(),
-                );
-                async move {
-                    let out = Command::new(binary)
-                        .args(["join", &format!("member-{i}"), "--labels", labels])
-                        .arg("--kubeconfig")
-                        .arg(kubeconfig)
-                        .arg("--hub-kubeconfig")
-                        .arg(hub)
-                        .args(["--timeout", "300s"])
-                        .output()
-                        .await?;
-                    if out.status.success() {
-                        Ok(())
-                    } else {
-                        Err(Error::Check(format!(
-                            "join member-{i}: {}",
-                            String::from_utf8_lossy(&out.stderr).trim()
-                        )))
-                    }
-                }
-            })
-            .buffer_unordered(JOINS_AT_ONCE);
-        let mut done = 0;
-        while joins.try_next().await?.is_some() {
-            done += 1;
-            progress.count("joining", done, n);
-        }
-        Ok(started.elapsed())
+        let kubeconfigs = (1..=self.clusters)
+            .map(|i| self.member_kubeconfig(i))
+            .collect();
+        join_members(
+            &self.binary,
+            &self.hub_kubeconfig,
+            kubeconfigs,
+            labels,
+            progress,
+        )
+        .await
     }
 
     /// Stops the hub with SIGTERM and waits for it to exit (SIGKILL after a minute);
@@ -326,6 +301,51 @@ impl Processes {
         self.hub = spawn(&self.binary, &self.hub_args, &log)?;
         Ok(())
     }
+}
+
+/// Joins member `i` (1-based, `member-<i>`) of `kubeconfigs` to the hub of
+/// `hub_kubeconfig` with `flotilla join NAME --labels LABELS`, a few at a time; returns
+/// how long it took.
+pub(crate) async fn join_members(
+    binary: &Path,
+    hub_kubeconfig: &Path,
+    kubeconfigs: Vec<PathBuf>,
+    labels: &str,
+    progress: &mut Progress,
+) -> Result<Duration, Error> {
+    let started = Instant::now();
+    let n = kubeconfigs.len();
+    let mut joins = futures_util::stream::iter(kubeconfigs.into_iter().enumerate())
+        .map(|(k, kubeconfig)| {
+            let i = k + 1;
+            let (binary, hub) = (binary.to_owned(), hub_kubeconfig.to_owned());
+            async move {
+                let out = Command::new(binary)
+                    .args(["join", &format!("member-{i}"), "--labels", labels])
+                    .arg("--kubeconfig")
+                    .arg(kubeconfig)
+                    .arg("--hub-kubeconfig")
+                    .arg(hub)
+                    .args(["--timeout", "300s"])
+                    .output()
+                    .await?;
+                if out.status.success() {
+                    Ok(())
+                } else {
+                    Err(Error::Check(format!(
+                        "join member-{i}: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )))
+                }
+            }
+        })
+        .buffer_unordered(JOINS_AT_ONCE);
+    let mut done = 0;
+    while joins.try_next().await?.is_some() {
+        done += 1;
+        progress.count("joining", done, n);
+    }
+    Ok(started.elapsed())
 }
 
 /// A hub process alone (no simulator), on a data directory of its own, that can be

@@ -21,6 +21,9 @@
 //!   rollout:      a Rolling rollout (10 % at a time) over N simulated members vs the time
 //!                 its ten waves must take (ready delay + propagation each, + 10 %)
 //!   memory:       hub memory per joined cluster and per Work, simulator memory per cluster
+//!   failover:     two hub replicas on PostgreSQL or etcd: kill -9 of the fleet Lease's
+//!                 holder → Lease taken over, first reconcile on the new leader, every
+//!                 member changed; against the target (< 20 s with default leases)
 //! ```
 //!
 //! Each writes `DIR/<scenario>.json` ([`write`]) and SVG charts ([`plot`]), and gives rows
@@ -29,6 +32,7 @@
 pub mod admission;
 pub mod api;
 pub mod baseline;
+pub mod failover;
 mod harness;
 pub mod memory;
 pub mod plot;

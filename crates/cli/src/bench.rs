@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 use flotilla_bench::{
-    Output, Row, admission, api, baseline, memory, propagation, rbac, resync, rollout,
+    Output, Row, admission, api, baseline, failover, memory, propagation, rbac, resync, rollout,
     server_store, store, summary, system, views, write,
 };
 use serde_json::json;
@@ -40,6 +40,10 @@ pub enum Scenario {
     Rollout,
     /// Hub memory per joined cluster and per Work, simulator memory per cluster.
     Memory,
+    /// Two hub replicas on one PostgreSQL or etcd (`--store`, required): kill -9 of the
+    /// fleet Lease's holder → the Lease taken over, the first reconcile on the new leader,
+    /// every member changed. Runs by default only when `--store` names a server.
+    Failover,
 }
 
 /// `flotilla bench [--quick] [--out DIR] [--scenario S]…`
@@ -56,15 +60,17 @@ pub struct BenchArgs {
     #[arg(long = "scenario", value_enum)]
     pub scenarios: Vec<Scenario>,
     /// The propagation scenario's fleet sizes instead of the defaults (10,100,1000;
-    /// quick: 5,10); the rollout scenario's fleet is the largest of them (default 1000;
-    /// quick: 10).
+    /// quick: 5,10); the rollout and failover scenarios' fleet is the largest of them
+    /// (rollout: default 1000, quick: 10; failover: default 10, quick: 3).
     #[arg(long, value_name = "N,...", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     pub clusters: Vec<u32>,
     /// The resync scenario's placements instead of the default (1000; quick: 20).
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..))]
     pub placements: Option<u32>,
     /// The store scenario on a database server instead of SQLite: the PostgreSQL or etcd
-    /// store against its raw engine on the same server (postgres://… or etcd://…).
+    /// store against its raw engine on the same server (postgres://… or etcd://…); the
+    /// server the failover scenario's replicas share (it makes a database or prefix of its
+    /// own there and removes it after).
     #[arg(long, value_name = "URL")]
     pub store: Option<crate::serve::StoreUrl>,
     /// The resync scenario's clusters instead of the default (100; quick: 5).
@@ -78,8 +84,8 @@ pub struct BenchArgs {
     /// this one), to compare two builds older than the benchmark.
     #[arg(long, value_name = "BINARY", requires = "baseline")]
     pub hub_binary: Option<PathBuf>,
-    /// The rounds of the rbac and baseline scenarios instead of their defaults (12 and
-    /// 10): more rounds narrow the median of their paired ratios.
+    /// The rounds of the rbac, baseline and failover scenarios instead of their defaults
+    /// (12, 10 and 3): more rounds narrow the median of their paired ratios.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// The propagation scenario's members: push (`flotilla join`), pull (an agent per
@@ -108,6 +114,7 @@ impl BenchArgs {
                 .iter()
                 .copied()
                 .filter(|s| *s != Scenario::Baseline || self.baseline.is_some())
+                .filter(|s| *s != Scenario::Failover || self.server_store().is_some())
                 .collect()
         } else {
             self.scenarios.clone()
@@ -126,9 +133,39 @@ impl BenchArgs {
                 anyhow::bail!("--hub-binary {}: no such file", binary.display());
             }
         }
+        if scenarios.contains(&Scenario::Failover) && self.server_store().is_none() {
+            anyhow::bail!(
+                "--scenario failover needs --store postgres://… or etcd://… (the hub replicas share one database server)"
+            );
+        }
         scenarios.sort();
         scenarios.dedup();
         Ok(scenarios)
+    }
+
+    /// The URL of `--store` when it names a database server (PostgreSQL or etcd).
+    fn server_store(&self) -> Option<String> {
+        match &self.store {
+            Some(crate::serve::StoreUrl::Postgres(url) | crate::serve::StoreUrl::Etcd(url)) => {
+                Some(url.clone())
+            }
+            _ => None,
+        }
+    }
+
+    fn failover_options(&self, binary: PathBuf, url: String) -> failover::Options {
+        let mut options = if self.quick {
+            failover::Options::quick(&self.out, binary, url)
+        } else {
+            failover::Options::new(&self.out, binary, url)
+        };
+        if let Some(&n) = self.clusters.iter().max() {
+            options.clusters = n as usize;
+        }
+        if let Some(rounds) = self.rounds {
+            options.rounds = rounds as usize;
+        }
+        options
     }
 
     fn propagation_options(&self, binary: PathBuf) -> propagation::Options {
@@ -393,6 +430,21 @@ impl BenchArgs {
                     };
                     (output, report.table(), report.summary())
                 }
+                Scenario::Failover => {
+                    let Some(url) = self.server_store() else {
+                        anyhow::bail!("--scenario failover needs --store postgres://… or etcd://…");
+                    };
+                    let options = self.failover_options(binary.clone(), url);
+                    let report = runtime.block_on(failover::run(&options))?;
+                    let output = Output {
+                        scenario: "failover",
+                        date,
+                        options: options.json(),
+                        results: report.json(),
+                        charts: Vec::new(),
+                    };
+                    (output, report.table(), report.summary())
+                }
             };
             eprintln!("{table}");
             let written = write(&self.out, &output)
@@ -540,6 +592,57 @@ mod tests {
             err.contains("--hub-binary /nonexistent/new: no such file"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_failover_scenario_needs_a_database_server() {
+        let err = parse(&["--scenario", "failover"])
+            .unwrap()
+            .chosen()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("needs --store postgres://… or etcd://…"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = parse(&["--scenario", "failover", "--store", "sqlite:///tmp/x.db"])
+            .unwrap()
+            .chosen()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs --store"), "{err}");
+        let args = parse(&[
+            "--scenario",
+            "failover",
+            "--store",
+            "postgres://u@127.0.0.1:5432/db",
+            "--quick",
+            "--rounds",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(args.chosen().unwrap(), [Scenario::Failover]);
+        let options =
+            args.failover_options(PathBuf::from("flotilla"), args.server_store().unwrap());
+        assert_eq!((options.clusters, options.rounds), (3, 2));
+        let options = parse(&["--clusters", "5", "--store", "etcd://127.0.0.1:2379"])
+            .unwrap()
+            .failover_options(PathBuf::from("flotilla"), "etcd://127.0.0.1:2379".into());
+        assert_eq!((options.clusters, options.rounds), (5, 3));
+        // By default only with a database server to run on.
+        assert!(
+            !parse(&[])
+                .unwrap()
+                .chosen()
+                .unwrap()
+                .contains(&Scenario::Failover)
+        );
+        let all = parse(&["--store", "etcd://127.0.0.1:2379"])
+            .unwrap()
+            .chosen()
+            .unwrap();
+        assert_eq!(all.last(), Some(&Scenario::Failover));
     }
 
     #[test]
