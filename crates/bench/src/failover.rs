@@ -604,7 +604,7 @@ async fn measure(options: &Options, url: &str, engine: &'static str) -> Result<R
         "--ready-delay".into(),
         "100ms".into(),
     ];
-    let _sim = spawn(&options.binary, &sim_args, &dir.join("sim.log"))?;
+    let mut sim = spawn(&options.binary, &sim_args, &dir.join("sim.log"))?;
     // One after the other: the first creates the hub's identity in the store, the
     // second reads it.
     let mut replicas = vec![Replica::start("a", &options.binary, dir, url).await?];
@@ -758,6 +758,13 @@ async fn measure(options: &Options, url: &str, engine: &'static str) -> Result<R
             unchanged_checked: before.len(),
         });
     }
+    // Stopped and reaped before the run's database or prefix is removed: nothing writes
+    // to it after. (On an error the processes are killed as they are dropped.)
+    for replica in &mut replicas {
+        replica.kill9().await?;
+    }
+    sim.start_kill()?;
+    sim.wait().await?;
     Ok(Report {
         engine,
         clusters: n,
