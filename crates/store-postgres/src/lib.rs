@@ -9,6 +9,7 @@
 //!                                                      │ UPDATE head; NOTIFY; COMMIT
 //!  get/list/count ◄── pool of connections (one statement each: one snapshot)
 //!  watch ◄── EventBus ◄── tail task ◄── LISTEN / poll: rows after the last published
+//!                    ◄── the writer: its own batch, when it follows the last published
 //! ```
 //!
 //! Every write appends a row to `flotilla_log` with its key, create revision, the revision
@@ -56,7 +57,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use flotilla_store::watch::{self, EventBus, History};
+use flotilla_store::watch::{self, History};
 use flotilla_store::{
     Bytes, Error, KeyValue, ListOptions, ListPage, OpenFailure, Result, Revision, Store,
     WatchEvent, WatchStream,
@@ -221,11 +222,7 @@ impl PostgresStore {
             .map_err(|e| open_failure(&location, e))?;
         info!(store = %location, head = %bounds.head, compacted = %bounds.compacted, "store open");
 
-        let tail = Arc::new(Tail {
-            published: AtomicU64::new(bounds.head.get()),
-            committed: Arc::new(Notify::new()),
-            bus: EventBus::new(config.watch_buffer),
-        });
+        let tail = Arc::new(Tail::new(bounds.head, config.watch_buffer));
         let inner = Arc::new(Inner {
             pool: Pool::new(
                 target.clone(),
@@ -245,12 +242,7 @@ impl PostgresStore {
             connect_timeout: config.connect_timeout,
         };
         let tasks = vec![
-            tokio::spawn(write::run(
-                target.clone(),
-                limits,
-                queue,
-                tail.committed.clone(),
-            )),
+            tokio::spawn(write::run(target.clone(), limits, queue, tail.clone())),
             tokio::spawn(tail::run(
                 target,
                 tail,

@@ -74,6 +74,12 @@ CREATE INDEX flotilla_log_key ON flotilla_log (key, revision DESC);
 /// takes a new snapshot (READ COMMITTED), so once the lock is granted the batch's reads
 /// see every batch committed before. (Taken inside the same statement, the lock would
 /// come after that statement's snapshot, and the reads could be stale.)
+///
+/// Each write's row: its status, its revision, and the key's live version before it
+/// (value, create and mod revisions) — which a conflict reports, and from which the writer
+/// makes the watch event of a successful update or delete without reading the log back.
+/// The function is replaced at every open, so that a store made by an older version
+/// answers so too (the answer's shape is the same).
 const CREATE_FUNCTION: &str = r#"
 CREATE OR REPLACE FUNCTION flotilla_write(ops smallint[], keys bytea[], vals bytea[], expects bigint[])
 RETURNS TABLE (o_status smallint, o_revision bigint, o_value bytea, o_create bigint, o_mod bigint)
@@ -118,7 +124,7 @@ BEGIN
         RETURNING 1
     )
     SELECT n.status, n.rev,
-           CASE WHEN n.live AND (n.status <> 0 OR n.op = 2) THEN n.c_value END,
+           CASE WHEN n.live THEN n.c_value END,
            CASE WHEN n.live THEN n.c_create END,
            CASE WHEN n.live THEN n.c_rev END
     FROM numbered n ORDER BY n.i;
@@ -192,19 +198,9 @@ pub async fn prepare(client: &mut Client, location: &str) -> Result<()> {
                     },
                 ));
             }
-            let function: bool = tx
-                .query_one(
-                    "SELECT to_regprocedure('flotilla_write(smallint[],bytea[],bytea[],bigint[])') IS NOT NULL",
-                    &[],
-                )
+            tx.batch_execute(CREATE_FUNCTION)
                 .await
-                .map_err(map("read the schema"))?
-                .get(0);
-            if !function {
-                tx.batch_execute(CREATE_FUNCTION)
-                    .await
-                    .map_err(map("create the write function"))?;
-            }
+                .map_err(map("create the write function"))?;
         }
         _ => return Err(open_error(location, OpenFailure::NotAStore)),
     }

@@ -5,6 +5,7 @@
 //!  LISTEN flotilla_store ─┐
 //!  this process's writer ─┼─► wake ─► SELECT rows after `published` (in revision order)
 //!  every poll interval  ──┘          ─► EventBus::publish ─► published := last revision
+//!  this process's writer, a batch right after `published` ─► EventBus::publish (no read)
 //! ```
 //!
 //! Revisions commit in order (the sequencer), so the rows a read sees are always every
@@ -14,8 +15,8 @@
 //! reconnecting. While the database is unreachable the tail retries; the watches simply
 //! wait, and resume from where they were once it is back.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use flotilla_store::watch::EventBus;
@@ -38,12 +39,47 @@ pub struct Tail {
     pub committed: Arc<Notify>,
     /// The broadcast of committed batches.
     pub bus: EventBus,
+    /// Held while a batch is published, by the tail or by this process's writer, so that
+    /// `published` and the bus move together.
+    pub publishing: Mutex<()>,
 }
 
 impl Tail {
+    /// A tail that has published every revision up to `head`.
+    pub fn new(head: Revision, watch_buffer: usize) -> Self {
+        Tail {
+            published: AtomicU64::new(head.get()),
+            committed: Arc::new(Notify::new()),
+            bus: EventBus::new(watch_buffer),
+            publishing: Mutex::new(()),
+        }
+    }
+
     /// The newest published revision.
     pub fn head(&self) -> Revision {
         Revision::new(self.published.load(Ordering::Acquire))
+    }
+
+    /// Publishes a batch this process's writer has just committed (consecutive revisions,
+    /// with their previous values), if it directly follows what is published: the watches
+    /// then get the writer's own changes without the tail reading them back. Otherwise
+    /// (another process's rows come first and are not read yet) nothing is published and
+    /// the tail reads the batch with the rows before it. Whether it was published.
+    pub fn publish_own(&self, batch: Vec<WatchEvent>) -> bool {
+        let _publishing = self
+            .publishing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
+            return true;
+        };
+        if first.revision() != self.head().next() {
+            return false;
+        }
+        self.published
+            .store(last.revision().get(), Ordering::Release);
+        self.bus.publish(batch);
+        true
     }
 }
 
@@ -127,8 +163,16 @@ async fn catch_up(conn: &mut Conn, tail: &Tail) -> Result<(), Error> {
     }
 }
 
-/// Publishes one run of consecutive revisions, after recording it as published.
-fn publish(tail: &Tail, run: Vec<WatchEvent>) {
+/// Publishes one run of consecutive revisions, after recording it as published; what the
+/// writer published since the run was read is left out.
+fn publish(tail: &Tail, mut run: Vec<WatchEvent>) {
+    let _publishing = tail
+        .publishing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let head = tail.head();
+    let seen = run.iter().take_while(|e| e.revision() <= head).count();
+    run.drain(..seen);
     if let Some(last) = run.last() {
         if run[0].revision() != tail.head().next() {
             warn!(

@@ -5,7 +5,10 @@
 //!  create/update/delete ──► queue ──► writer task: take what is queued (≤ max_batch,
 //!                                     ≤ max_batch_bytes, up to a key seen twice: it
 //!                                     starts the next batch) ──► SELECT flotilla_write(…)
-//!                                     ──► reply to each caller ──► poke the tail
+//!                                     ──► publish the batch's changes to this
+//!                                     process's watches if they follow what is
+//!                                     published (else poke the tail) ──► reply to each
+//!                                     caller
 //! ```
 //!
 //! While one batch commits, the next one gathers in the queue: group commit without a
@@ -15,13 +18,14 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use flotilla_store::{Bytes, Error, KeyValue, Result, Revision};
-use tokio::sync::{Notify, mpsc, oneshot};
+use flotilla_store::{Bytes, Error, EventKind, KeyValue, Result, Revision, WatchEvent};
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::conn::{Conn, connect};
 use crate::read::{from_sql, to_sql};
 use crate::schema::{op, status};
+use crate::tail::Tail;
 use crate::url::Target;
 
 /// One write, as queued.
@@ -106,7 +110,7 @@ pub async fn run(
     target: Target,
     limits: Limits,
     mut queue: mpsc::UnboundedReceiver<Request>,
-    committed: std::sync::Arc<Notify>,
+    tail: std::sync::Arc<Tail>,
 ) {
     let mut conn: Option<Conn> = None;
     let mut carried: Option<Request> = None;
@@ -155,8 +159,13 @@ pub async fn run(
             },
         };
         match result {
-            Ok(outcomes) => {
-                committed.notify_one();
+            Ok((outcomes, events)) => {
+                // This process's watches get the batch at once when it directly follows
+                // what is published; otherwise the tail reads it after what comes first.
+                let published = events.is_some_and(|events| tail.publish_own(events));
+                if !published {
+                    tail.committed.notify_one();
+                }
                 for (request, outcome) in batch.into_iter().zip(outcomes) {
                     let _ = request.reply.send(outcome);
                 }
@@ -194,8 +203,13 @@ fn copy_error(e: &Error) -> Error {
     }
 }
 
-/// Commits one batch; the outcome of each write in order.
-async fn commit(conn: &mut Conn, batch: &[Request]) -> Result<Vec<Result<Done>>> {
+/// What one batch's commit answered: the outcome of each write in order, and the changes
+/// it made as watch events (`None` if the write function did not return every previous
+/// value, as one created by an older version does not).
+type Committed = (Vec<Result<Done>>, Option<Vec<WatchEvent>>);
+
+/// Commits one batch.
+async fn commit(conn: &mut Conn, batch: &[Request]) -> Result<Committed> {
     let mut ops = Vec::with_capacity(batch.len());
     let mut keys: Vec<&[u8]> = Vec::with_capacity(batch.len());
     let mut values: Vec<&[u8]> = Vec::with_capacity(batch.len());
@@ -229,6 +243,7 @@ async fn commit(conn: &mut Conn, batch: &[Request]) -> Result<Vec<Result<Done>>>
     debug!(writes = batch.len(), "write batch committed");
     let decode = |e| crate::error::decode("flotilla_write", e);
     let mut outcomes = Vec::with_capacity(batch.len());
+    let mut events = Some(Vec::with_capacity(batch.len()));
     for (request, row) in batch.iter().zip(&rows) {
         let key = request.op.key().clone();
         let code: i16 = row.try_get(0).map_err(decode)?;
@@ -242,6 +257,13 @@ async fn commit(conn: &mut Conn, batch: &[Request]) -> Result<Vec<Result<Done>>>
             create_revision: from_sql(create.unwrap_or_default()),
             mod_revision: from_sql(modified.unwrap_or_default()),
         };
+        if let (status::OK, Some(revision)) = (code, revision) {
+            let change = change(&request.op, from_sql(revision), value, create, modified);
+            events = events.zip(change).map(|(mut events, change)| {
+                events.push(change);
+                events
+            });
+        }
         let outcome = match (code, revision) {
             (status::OK, Some(revision)) => Ok(match request.op {
                 Op::Delete { .. } => Done::Deleted(from_sql(revision), current()),
@@ -264,5 +286,64 @@ async fn commit(conn: &mut Conn, batch: &[Request]) -> Result<Vec<Result<Done>>>
         };
         outcomes.push(outcome);
     }
-    Ok(outcomes)
+    Ok((outcomes, events))
+}
+
+/// The watch event of a write `flotilla_write` made at `revision`, as the tail would read
+/// it back from the log; `previous` is the value it replaced (with its `create` and
+/// `modified` revisions). `None` for an update or delete whose previous value is missing.
+fn change(
+    op: &Op,
+    revision: Revision,
+    previous: Option<&[u8]>,
+    create: Option<i64>,
+    modified: Option<i64>,
+) -> Option<WatchEvent> {
+    let key = op.key().clone();
+    let prev_kv = || {
+        Some(KeyValue {
+            key: key.clone(),
+            value: Bytes::copy_from_slice(previous?),
+            create_revision: from_sql(create?),
+            mod_revision: from_sql(modified?),
+        })
+    };
+    Some(match op {
+        Op::Create { value, .. } => WatchEvent {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key,
+                value: value.clone(),
+                create_revision: revision,
+                mod_revision: revision,
+            },
+            prev_kv: None,
+        },
+        Op::Update { value, .. } => {
+            let prev_kv = prev_kv()?;
+            WatchEvent {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    key,
+                    value: value.clone(),
+                    create_revision: prev_kv.create_revision,
+                    mod_revision: revision,
+                },
+                prev_kv: Some(prev_kv),
+            }
+        }
+        Op::Delete { .. } => {
+            let prev_kv = prev_kv()?;
+            WatchEvent {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key,
+                    value: Bytes::new(),
+                    create_revision: prev_kv.create_revision,
+                    mod_revision: revision,
+                },
+                prev_kv: Some(prev_kv),
+            }
+        }
+    })
 }
