@@ -26,6 +26,11 @@
 //!     one it used), 3 times 1 s apart ─► still 401: Error::Revoked, the agent stops
 //!     (its tasks and watches end), nothing more is applied
 //! ```
+//!
+//! Memory: a simulator runs a thousand agents, each with four long-lived tasks. A task's
+//! future is as large as the largest state it may be in, so the tasks await each sync,
+//! removal, renewal and report boxed: the big states (a sync's applies) exist only while
+//! they run, and an idle agent's tasks stay small.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, Weak};
@@ -239,7 +244,7 @@ impl Agent {
                     .collect()
             };
             for name in works {
-                self.sync_again(&name).await?;
+                Box::pin(self.sync_again(&name)).await?;
             }
         }
         Ok(())
@@ -254,7 +259,7 @@ impl Agent {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            match self.renew(&leases).await {
+            match Box::pin(self.renew(&leases)).await {
                 Ok(()) => {}
                 Err(e) if is_unauthorized(&e) => {
                     if self.confirmed_revoked().await {
@@ -264,20 +269,19 @@ impl Agent {
                 Err(e) => warn!(error = %e, "heartbeat not renewed; retrying next period"),
             }
             if beats.is_multiple_of(FACTS_EVERY) {
-                match self.member.probe().await {
+                match Box::pin(self.member.probe()).await {
                     Ok(health) => {
                         let patch = serde_json::json!({"status": {
                             "kubernetesVersion": health.kubernetes_version,
                             "allocatable": health.allocatable,
                             "properties": health.properties,
                         }});
-                        match clusters
-                            .patch_status(
-                                &self.config.cluster,
-                                &PatchParams::default(),
-                                &Patch::Merge(&patch),
-                            )
-                            .await
+                        match Box::pin(clusters.patch_status(
+                            &self.config.cluster,
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        ))
+                        .await
                         {
                             Ok(_) => {}
                             Err(e) if is_unauthorized(&e) => {
@@ -343,7 +347,7 @@ impl Agent {
         let leases: Api<Lease> = Api::namespaced(self.hub.clone(), &self.namespace());
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            match leases.get_opt(HEARTBEAT_LEASE).await {
+            match Box::pin(leases.get_opt(HEARTBEAT_LEASE)).await {
                 Ok(_) => {
                     info!("a 401 was the certificate just replaced: not revoked");
                     return false;
@@ -365,9 +369,9 @@ impl Agent {
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(work) | watcher::Event::InitApply(work)) => {
-                    self.sync(work, false).await?;
+                    Box::pin(self.sync(work, false)).await?;
                 }
-                Ok(watcher::Event::Delete(work)) => self.remove(&work).await,
+                Ok(watcher::Event::Delete(work)) => Box::pin(self.remove(&work)).await,
                 Ok(_) => {}
                 Err(e) => {
                     let revoked = match &e {
@@ -407,7 +411,7 @@ impl Agent {
                     .collect()
             };
             for name in due {
-                self.sync_again(&name).await?;
+                Box::pin(self.sync_again(&name)).await?;
             }
         }
     }

@@ -460,7 +460,13 @@ impl AgentArgs {
     /// Registers (unless registered before) and runs the agent until it is revoked.
     pub fn run(self) -> anyhow::Result<()> {
         init_logging(self.log_format);
-        block_on(self.agent())
+        // One agent's work is a few requests a period and a couple of watches: one
+        // thread does it. A worker thread per core (and each thread's allocator caches)
+        // would cost more memory than the agent's own state.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(self.agent())
     }
 
     async fn agent(self) -> anyhow::Result<()> {
@@ -478,7 +484,7 @@ impl AgentArgs {
         )
         .await
         .context("cannot use the member kubeconfig")?;
-        let member = kube::Client::try_from(config)?;
+        let member = flotilla_agent::lean_client(&config)?;
         tokio::time::timeout(Duration::from_secs(30), member.apiserver_version())
             .await
             .map_err(|_| anyhow::anyhow!("member: no answer from the member cluster within 30s"))?

@@ -161,24 +161,28 @@ async fn run(
             let Ok(_permit) = registering.acquire().await else {
                 return;
             };
-            flotilla_agent::register::credentials(&registration).await
+            // Boxed, as the agent's run below: this task lives as long as the agent, and
+            // an unboxed future would keep the largest of their states for good.
+            Box::pin(flotilla_agent::register::credentials(&registration)).await
         };
         let outcome = match credentials {
             Ok(credentials) => {
-                match flotilla_agent::hub_client(
+                match Box::pin(flotilla_agent::hub_client(
                     &registration.hub,
                     &credentials.ca_pem,
                     flotilla_agent::HubAuth::Certificate {
                         cert_pem: &credentials.cert_pem,
                         key_pem: &credentials.key_pem,
                     },
-                )
+                ))
                 .await
                 {
                     Ok(hub) => {
-                        flotilla_agent::pull::Agent::new(hub, member.clone(), config.clone())
-                            .run()
-                            .await
+                        Box::pin(
+                            flotilla_agent::pull::Agent::new(hub, member.clone(), config.clone())
+                                .run(),
+                        )
+                        .await
                     }
                     Err(e) => Err(e),
                 }
