@@ -820,6 +820,27 @@ mod tests {
     }
 
     #[test]
+    fn fieldsv1_written_in_the_walk_merges_items_with_the_same_key() {
+        // Two containers named "a" are one path element: their fields are one node.
+        let object = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "x"},
+            {"name": "a", "ports": [{"containerPort": 80}]},
+            {"image": "unnamed"}
+        ]}}}});
+        let keep = |_: &[String]| Filter::Keep;
+        let shape = deployment_shape();
+        let written = encode_members_where(&object, shape, &keep);
+        assert_eq!(written, encode(&members_where(&object, shape, &keep)));
+        let containers = &written["f:spec"]["f:template"]["f:spec"]["f:containers"];
+        assert_eq!(
+            containers["k:{\"name\":\"a\"}"],
+            json!({".": {}, "f:name": {}, "f:image": {},
+                "f:ports": {"k:{\"containerPort\":80}": {".": {}, "f:containerPort": {}}}})
+        );
+        assert_eq!(containers["i:2"], json!({".": {}, "f:image": {}}));
+    }
+
+    #[test]
     fn fieldsv1_round_trips_and_marks_members_with_children() {
         let set: FieldSet = [
             vec!["f:metadata", "f:labels", "f:app"],

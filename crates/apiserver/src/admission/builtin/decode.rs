@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use crate::admission::schema::resolve;
+use crate::admission::schema::{builtin_node, reference, resolve};
 use crate::discovery::openapi;
 use crate::http::error::{ApiError, ApiResult};
 
@@ -47,14 +47,6 @@ fn short_name(definition: &str) -> &str {
     definition.rsplit('.').next().unwrap_or(definition)
 }
 
-/// The definition a schema node refers to, if it refers to one.
-fn referenced(schema: &Value) -> Option<&str> {
-    schema["$ref"]
-        .as_str()
-        .or_else(|| schema["allOf"][0]["$ref"].as_str())
-        .and_then(|r| r.strip_prefix("#/components/schemas/"))
-}
-
 struct Walk<'s> {
     /// The field's path without list indices, as Go's decoder names it (`spec.replicas`).
     path: String,
@@ -67,15 +59,15 @@ impl<'s> Walk<'s> {
         if value.is_null() {
             return Ok(());
         }
-        let definition = referenced(schema);
+        // A built-in node (every node here but the null of a missing `items`) is found by
+        // its address with its reference already followed.
+        let (definition, schema) = match builtin_node(schema) {
+            Some(node) => (node.reference, node.schema),
+            None => (reference(schema), resolve(schema)),
+        };
         if definition == Some(QUANTITY) {
             return self.quantity(value);
         }
-        // The reference already read: followed without reading it again.
-        let schema = match definition.and_then(crate::admission::schema::definition) {
-            Some(target) => resolve(target),
-            None => schema,
-        };
         if schema["x-kubernetes-int-or-string"] == Value::Bool(true) {
             return match value {
                 Value::String(_) => Ok(()),
