@@ -129,6 +129,71 @@ pub(crate) struct BuiltinNode {
     pub(crate) reference: Option<&'static str>,
     /// What [`resolve`] makes of the node.
     pub(crate) schema: &'static Value,
+    /// What the walks read of that resolved node.
+    pub(crate) facts: Facts<'static>,
+}
+
+/// What the walks of an object against its schema read of a resolved schema node, read
+/// once: for a built-in node when the index is built, for any other when it is met.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Facts<'a> {
+    /// `type`.
+    pub(crate) type_name: Option<&'a str>,
+    /// `format`, `""` if none.
+    pub(crate) format: &'a str,
+    /// `x-kubernetes-int-or-string: true`.
+    pub(crate) int_or_string: bool,
+    /// `properties`, if an object.
+    pub(crate) properties: Option<&'a Map<String, Value>>,
+    /// `additionalProperties` when it is a schema (an object).
+    pub(crate) additional: Option<&'a Value>,
+    /// `items`, whatever its value.
+    pub(crate) items: Option<&'a Value>,
+    /// `required`.
+    pub(crate) required: &'a [Value],
+    /// Unknown fields are kept whatever else the node says: it preserves unknown fields,
+    /// is an embedded resource, or has `additionalProperties: true`.
+    keeps_unknown: bool,
+    /// It has `properties` / `additionalProperties` (of any value).
+    has_properties: bool,
+    has_additional: bool,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts of `schema`, a resolved node.
+    pub(crate) fn of(schema: &'a Value) -> Self {
+        Facts {
+            type_name: schema["type"].as_str(),
+            format: schema["format"].as_str().unwrap_or(""),
+            int_or_string: schema["x-kubernetes-int-or-string"] == Value::Bool(true),
+            properties: schema["properties"].as_object(),
+            additional: schema.get("additionalProperties").filter(|a| a.is_object()),
+            items: schema.get("items"),
+            required: schema["required"].as_array().map_or(&[], Vec::as_slice),
+            keeps_unknown: schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true)
+                || schema["x-kubernetes-embedded-resource"] == Value::Bool(true)
+                || schema["additionalProperties"] == Value::Bool(true),
+            has_properties: schema.get("properties").is_some(),
+            has_additional: schema.get("additionalProperties").is_some(),
+        }
+    }
+
+    /// Whether unknown fields under an object of this node are kept ([`preserves_unknown`]).
+    fn preserves_unknown(&self, builtin: bool) -> bool {
+        // A built-in object with neither properties nor additionalProperties is free-form.
+        self.keeps_unknown || (builtin && !self.has_properties && !self.has_additional)
+    }
+}
+
+/// A node resolved ([`resolve`]) and its [`Facts`]: from the index for a built-in node.
+pub(crate) fn resolved_facts(schema: &Value) -> (&Value, Facts<'_>) {
+    match builtin_node(schema) {
+        Some(node) => (node.schema, node.facts),
+        None => {
+            let resolved = resolve_by_name(schema);
+            (resolved, Facts::of(resolved))
+        }
+    }
 }
 
 /// The node `schema` is, if it is an object node of the built-in schemas: every walk of an
@@ -142,9 +207,11 @@ pub(crate) fn builtin_node(schema: &Value) -> Option<BuiltinNode> {
     fn add(node: &'static Value, index: &mut Index) {
         match node {
             Value::Object(map) => {
+                let schema = resolve_by_name(node);
                 let found = BuiltinNode {
                     reference: reference(node),
-                    schema: resolve_by_name(node),
+                    schema,
+                    facts: Facts::of(schema),
                 };
                 index.insert(std::ptr::from_ref(node) as usize, found);
                 map.values().for_each(|child| add(child, index));
@@ -277,16 +344,16 @@ fn walk(
     builtin: bool,
     unknown: &mut Vec<String>,
 ) {
-    let schema = resolve(schema);
+    let (_, facts) = resolved_facts(schema);
     match value {
         Value::Object(map) => {
-            if preserves_unknown(schema, builtin) && schema.get("properties").is_none() {
+            if facts.preserves_unknown(builtin) && !facts.has_properties {
                 return;
             }
-            walk_object(schema, map, path, builtin, unknown);
+            walk_object(&facts, map, path, builtin, unknown);
         }
         Value::Array(items) => {
-            let Some(item_schema) = schema.get("items") else {
+            let Some(item_schema) = facts.items else {
                 return;
             };
             let base = path.len();
@@ -302,15 +369,15 @@ fn walk(
 }
 
 fn walk_object(
-    schema: &Value,
+    facts: &Facts<'_>,
     map: &mut Map<String, Value>,
     path: &mut String,
     builtin: bool,
     unknown: &mut Vec<String>,
 ) {
-    let properties = schema["properties"].as_object();
-    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-    let keep_unknown = preserves_unknown(schema, builtin);
+    let properties = facts.properties;
+    let additional = facts.additional;
+    let keep_unknown = facts.preserves_unknown(builtin);
     let base = path.len();
     map.retain(|key, value| {
         let field = properties.and_then(|p| p.get(key)).or(additional);
@@ -990,6 +1057,17 @@ mod tests {
                     let found = builtin_node(node).expect("every object node is indexed");
                     assert!(std::ptr::eq(found.schema, resolve_by_name(node)));
                     assert_eq!(found.reference, reference(node));
+                    // The facts read once say what reading the resolved node says.
+                    let (resolved, facts) = resolved_facts(node);
+                    for builtin in [false, true] {
+                        assert_eq!(
+                            facts.preserves_unknown(builtin),
+                            preserves_unknown(resolved, builtin)
+                        );
+                    }
+                    assert_eq!(facts.type_name, resolved["type"].as_str());
+                    assert_eq!(facts.items, resolved.get("items"));
+                    assert_eq!(facts.has_properties, resolved.get("properties").is_some());
                     map.values().for_each(check);
                 }
                 Value::Array(items) => items.iter().for_each(check),
