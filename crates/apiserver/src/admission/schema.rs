@@ -115,6 +115,155 @@ impl<'a> Schema<'a> {
 /// The schema a node stands for: `$ref` and a single `allOf` reference into the built-in
 /// schemas are followed.
 pub(crate) fn resolve(schema: &Value) -> &Value {
+    match builtin_node(schema) {
+        Some(node) => node.schema,
+        None => resolve_by_name(schema),
+    }
+}
+
+/// A node of the built-in schemas, with its references already followed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BuiltinNode {
+    /// The definition the node refers to by `$ref` or a single `allOf` (its name without
+    /// `#/components/schemas/`), if it refers to one.
+    pub(crate) reference: Option<&'static str>,
+    /// What [`resolve`] makes of the node.
+    pub(crate) schema: &'static Value,
+    /// What the walks read of that resolved node.
+    pub(crate) facts: Facts<'static>,
+}
+
+/// What the walks of an object against its schema read of a resolved schema node, read
+/// once: for a built-in node when the index is built, for any other when it is met.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Facts<'a> {
+    /// `type`.
+    pub(crate) type_name: Option<&'a str>,
+    /// `format`, `""` if none.
+    pub(crate) format: &'a str,
+    /// `x-kubernetes-int-or-string: true`.
+    pub(crate) int_or_string: bool,
+    /// `properties`, if an object.
+    pub(crate) properties: Option<&'a Map<String, Value>>,
+    /// `additionalProperties` when it is a schema (an object).
+    pub(crate) additional: Option<&'a Value>,
+    /// `items`, whatever its value.
+    pub(crate) items: Option<&'a Value>,
+    /// `required`.
+    pub(crate) required: &'a [Value],
+    /// Unknown fields are kept whatever else the node says: it preserves unknown fields,
+    /// is an embedded resource, or has `additionalProperties: true`.
+    keeps_unknown: bool,
+    /// It has `properties` / `additionalProperties` (of any value).
+    has_properties: bool,
+    has_additional: bool,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts of `schema`, a resolved node.
+    pub(crate) fn of(schema: &'a Value) -> Self {
+        Facts {
+            type_name: schema["type"].as_str(),
+            format: schema["format"].as_str().unwrap_or(""),
+            int_or_string: schema["x-kubernetes-int-or-string"] == Value::Bool(true),
+            properties: schema["properties"].as_object(),
+            additional: schema.get("additionalProperties").filter(|a| a.is_object()),
+            items: schema.get("items"),
+            required: schema["required"].as_array().map_or(&[], Vec::as_slice),
+            keeps_unknown: schema["x-kubernetes-preserve-unknown-fields"] == Value::Bool(true)
+                || schema["x-kubernetes-embedded-resource"] == Value::Bool(true)
+                || schema["additionalProperties"] == Value::Bool(true),
+            has_properties: schema.get("properties").is_some(),
+            has_additional: schema.get("additionalProperties").is_some(),
+        }
+    }
+
+    /// Whether unknown fields under an object of this node are kept ([`preserves_unknown`]).
+    fn preserves_unknown(&self, builtin: bool) -> bool {
+        // A built-in object with neither properties nor additionalProperties is free-form.
+        self.keeps_unknown || (builtin && !self.has_properties && !self.has_additional)
+    }
+}
+
+/// A node resolved ([`resolve`]) and its [`Facts`]: from the index for a built-in node.
+pub(crate) fn resolved_facts(schema: &Value) -> (&Value, Facts<'_>) {
+    match builtin_node(schema) {
+        Some(node) => (node.schema, node.facts),
+        None => {
+            let resolved = resolve_by_name(schema);
+            (resolved, Facts::of(resolved))
+        }
+    }
+}
+
+/// The node `schema` is, if it is an object node of the built-in schemas: every walk of an
+/// object against its schema asks this at every value, so the answer is found by the node's
+/// address (the built-in schemas are loaded once and never move, about 3,000 object nodes)
+/// rather than by reading the node's `$ref`/`allOf` and hashing a definition's name. Any
+/// other node (a custom resource's schema, a copy) is not found here.
+pub(crate) fn builtin_node(schema: &Value) -> Option<BuiltinNode> {
+    type Index = HashMap<usize, BuiltinNode, BuildHasherDefault<AddressHash>>;
+    static INDEX: OnceLock<Index> = OnceLock::new();
+    fn add(node: &'static Value, index: &mut Index) {
+        match node {
+            Value::Object(map) => {
+                let schema = resolve_by_name(node);
+                let found = BuiltinNode {
+                    reference: reference(node),
+                    schema,
+                    facts: Facts::of(schema),
+                };
+                index.insert(std::ptr::from_ref(node) as usize, found);
+                map.values().for_each(|child| add(child, index));
+            }
+            Value::Array(items) => items.iter().for_each(|item| add(item, index)),
+            _ => {}
+        }
+    }
+    INDEX
+        .get_or_init(|| {
+            let mut index = Index::default();
+            openapi::builtin_schemas()
+                .values()
+                .for_each(|definition| add(definition, &mut index));
+            index
+        })
+        .get(&(std::ptr::from_ref(schema) as usize))
+        .copied()
+}
+
+/// The definition `schema` refers to by `$ref` (or a single `allOf`), if it refers to one.
+pub(crate) fn reference(schema: &Value) -> Option<&str> {
+    schema["$ref"]
+        .as_str()
+        .or_else(|| schema["allOf"][0]["$ref"].as_str())
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+}
+
+/// A hash of an address: multiplied by a large odd constant, the high half folded into the
+/// low (an address's low bits are all zero from alignment).
+#[derive(Default)]
+struct AddressHash(u64);
+
+impl Hasher for AddressHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_usize(&mut self, address: usize) {
+        let mixed = (address as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = mixed ^ (mixed >> 32);
+    }
+}
+
+/// [`resolve`] by reading the node's references and looking their definitions up by name.
+fn resolve_by_name(schema: &Value) -> &Value {
     let mut schema = schema;
     for _ in 0..8 {
         let Some(map) = schema.as_object() else {
@@ -195,16 +344,16 @@ fn walk(
     builtin: bool,
     unknown: &mut Vec<String>,
 ) {
-    let schema = resolve(schema);
+    let (_, facts) = resolved_facts(schema);
     match value {
         Value::Object(map) => {
-            if preserves_unknown(schema, builtin) && schema.get("properties").is_none() {
+            if facts.preserves_unknown(builtin) && !facts.has_properties {
                 return;
             }
-            walk_object(schema, map, path, builtin, unknown);
+            walk_object(&facts, map, path, builtin, unknown);
         }
         Value::Array(items) => {
-            let Some(item_schema) = schema.get("items") else {
+            let Some(item_schema) = facts.items else {
                 return;
             };
             let base = path.len();
@@ -220,15 +369,15 @@ fn walk(
 }
 
 fn walk_object(
-    schema: &Value,
+    facts: &Facts<'_>,
     map: &mut Map<String, Value>,
     path: &mut String,
     builtin: bool,
     unknown: &mut Vec<String>,
 ) {
-    let properties = schema["properties"].as_object();
-    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-    let keep_unknown = preserves_unknown(schema, builtin);
+    let properties = facts.properties;
+    let additional = facts.additional;
+    let keep_unknown = facts.preserves_unknown(builtin);
     let base = path.len();
     map.retain(|key, value| {
         let field = properties.and_then(|p| p.get(key)).or(additional);
@@ -887,6 +1036,46 @@ mod tests {
 
     use super::*;
     use crate::registry::resources::{Registry, Schema as TypeSchema};
+
+    #[test]
+    fn built_in_nodes_are_found_by_address_as_by_name() {
+        let deployment = openapi::builtin_kind_schema("apps", "v1", "Deployment").unwrap();
+        let spec = &deployment["properties"]["spec"];
+        let found = builtin_node(spec).expect("a built-in node");
+        assert_eq!(found.reference, Some("io.k8s.api.apps.v1.DeploymentSpec"));
+        assert!(std::ptr::eq(found.schema, resolve_by_name(spec)));
+        assert!(std::ptr::eq(resolve(spec), resolve_by_name(spec)));
+        // A copy is not a built-in node, and resolves by name to the same definition.
+        let copy = spec.clone();
+        assert!(builtin_node(&copy).is_none());
+        assert!(std::ptr::eq(resolve(&copy), found.schema));
+        assert_eq!(reference(&copy), found.reference);
+        // Every node of every definition agrees with the lookup by name.
+        fn check(node: &'static Value) {
+            match node {
+                Value::Object(map) => {
+                    let found = builtin_node(node).expect("every object node is indexed");
+                    assert!(std::ptr::eq(found.schema, resolve_by_name(node)));
+                    assert_eq!(found.reference, reference(node));
+                    // The facts read once say what reading the resolved node says.
+                    let (resolved, facts) = resolved_facts(node);
+                    for builtin in [false, true] {
+                        assert_eq!(
+                            facts.preserves_unknown(builtin),
+                            preserves_unknown(resolved, builtin)
+                        );
+                    }
+                    assert_eq!(facts.type_name, resolved["type"].as_str());
+                    assert_eq!(facts.items, resolved.get("items"));
+                    assert_eq!(facts.has_properties, resolved.get("properties").is_some());
+                    map.values().for_each(check);
+                }
+                Value::Array(items) => items.iter().for_each(check),
+                _ => assert!(builtin_node(node).is_none()),
+            }
+        }
+        openapi::builtin_schemas().values().for_each(check);
+    }
 
     fn builtin(group: &str, version: &str, plural: &str) -> Arc<ResourceType> {
         Registry::builtin().get(group, version, plural).unwrap()

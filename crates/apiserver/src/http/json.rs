@@ -49,6 +49,53 @@ pub fn write(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
+/// Appends `value` as compact JSON to `out`, as [`write`] does, if it nests no deeper than
+/// `levels` objects and arrays; `false` (with part of it written) if it nests deeper, as
+/// `registry::object::deeper_than` would say. A stored object's depth limit is checked in
+/// the walk that writes it, not in one more.
+pub fn write_within(out: &mut Vec<u8>, value: &Value, levels: usize) -> bool {
+    match value {
+        Value::Array(items) => {
+            if levels == 0 {
+                return false;
+            }
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                if !write_within(out, item, levels - 1) {
+                    return false;
+                }
+            }
+            out.push(b']');
+            true
+        }
+        Value::Object(map) => {
+            if levels == 0 {
+                return false;
+            }
+            out.push(b'{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, key);
+                out.push(b':');
+                if !write_within(out, item, levels - 1) {
+                    return false;
+                }
+            }
+            out.push(b'}');
+            true
+        }
+        scalar => {
+            write(out, scalar);
+            true
+        }
+    }
+}
+
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
@@ -165,6 +212,38 @@ mod tests {
             text.insert(at, '\u{3}');
             same(&json!(text));
         }
+    }
+
+    /// `[[…[x]…]]`, `levels` arrays deep, or objects `{"a":…}` when `objects`.
+    fn nested(levels: usize, objects: bool) -> Value {
+        (0..levels).fold(json!("x"), |inner, _| match objects {
+            true => json!({"a": inner, "b": 1}),
+            false => json!([1, inner]),
+        })
+    }
+
+    #[test]
+    fn writing_within_a_depth_writes_what_write_writes_or_says_it_is_deeper() {
+        for objects in [false, true] {
+            for levels in 0..6 {
+                let value = nested(levels, objects);
+                for limit in 0..8 {
+                    let mut out = Vec::new();
+                    let within = write_within(&mut out, &value, limit);
+                    assert_eq!(
+                        within,
+                        !crate::registry::object::deeper_than(&value, limit),
+                        "{value} within {limit}"
+                    );
+                    if within {
+                        assert_eq!(out, to_vec(&value));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        assert!(!write_within(&mut out, &json!({}), 0));
+        assert!(write_within(&mut out, &json!(3), 0));
     }
 
     proptest! {

@@ -239,6 +239,7 @@ pub fn fields_where<'v>(
     walk.out
 }
 
+#[cfg(test)]
 /// The member paths of `object` under `shape` that `keep` keeps: [`fields_where`] without
 /// the leaves.
 pub fn members_where(
@@ -253,6 +254,131 @@ pub fn members_where(
     };
     walk.value(object, shape, true, &mut Vec::new());
     walk.out.members
+}
+
+/// The FieldsV1 JSON of the member paths of `object` under `shape` that `keep` keeps: what
+/// [`encode`] makes of [`members_where`]'s set, built in the same walk without the set (a
+/// create's managed fields: no path is copied or compared, each element string is made
+/// once and becomes the key of its node).
+pub fn encode_members_where(
+    object: &Value,
+    shape: Shape<'_>,
+    keep: &dyn Fn(&[String]) -> Filter,
+) -> Value {
+    let mut walk = Encode {
+        keep,
+        path: Vec::new(),
+    };
+    let mut root = Map::new();
+    walk.value(object, shape, true, &mut root);
+    Value::Object(root)
+}
+
+/// A walk writing the FieldsV1 nodes of an object's member paths that `keep` keeps.
+struct Encode<'k> {
+    keep: &'k dyn Fn(&[String]) -> Filter,
+    /// The path walked to, for `keep`.
+    path: Path,
+}
+
+impl Encode<'_> {
+    /// Walks `value`, adding the nodes of the members under it to `node` (the FieldsV1 node
+    /// of its path); returns whether it was a leaf, as [`Walk::value`] does.
+    fn value(
+        &mut self,
+        value: &Value,
+        shape: Shape<'_>,
+        root: bool,
+        node: &mut Map<String, Value>,
+    ) -> bool {
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                let schema = shape.resolved();
+                if shape.atomic_map_of(schema) {
+                    return true;
+                }
+                for (key, child) in map {
+                    self.path.push(field(key));
+                    let filter = (self.keep)(&self.path);
+                    let mut below = Map::new();
+                    let mut member = false;
+                    if filter != Filter::Prune {
+                        let child_shape = shape.field_of(schema, key, root);
+                        let leaf = self.value(child, child_shape, false, &mut below);
+                        member =
+                            filter == Filter::Keep && (leaf || !is_named_in(schema, key, root));
+                    }
+                    let element = self.path.pop().expect("pushed above");
+                    attach(node, element, member, below);
+                }
+                false
+            }
+            Value::Array(items) => {
+                let list = shape.list_type();
+                if list == ListType::Atomic || items.is_empty() {
+                    return true;
+                }
+                let item_shape = shape.items();
+                for (index, item) in items.iter().enumerate() {
+                    self.path.push(item_element(item, index, &list));
+                    let filter = (self.keep)(&self.path);
+                    let mut below = Map::new();
+                    let mut member = false;
+                    if filter != Filter::Prune {
+                        self.value(item, item_shape, false, &mut below);
+                        member = filter == Filter::Keep;
+                    }
+                    let element = self.path.pop().expect("pushed above");
+                    attach(node, element, member, below);
+                }
+                false
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Adds to `node` its child `element`, with the nodes `below` it, as [`encode`] writes it:
+/// a member without children `{}`, a member with children marked `"."`, a node that is no
+/// member only if it has members below. The same element twice (list items with the same
+/// key) is one node: the two merge.
+fn attach(
+    node: &mut Map<String, Value>,
+    element: String,
+    member: bool,
+    mut below: Map<String, Value>,
+) {
+    if !member && below.is_empty() {
+        return;
+    }
+    if member && !below.is_empty() {
+        below.insert(".".into(), Value::Object(Map::new()));
+    }
+    match node.get_mut(&element) {
+        Some(Value::Object(existing)) => merge_nodes(existing, below),
+        _ => {
+            node.insert(element, Value::Object(below));
+        }
+    }
+}
+
+/// Merges FieldsV1 node `other` into `node`: a member if either is, the children of both.
+fn merge_nodes(node: &mut Map<String, Value>, mut other: Map<String, Value>) {
+    let is_member = |n: &Map<String, Value>| n.is_empty() || n.contains_key(".");
+    let member = is_member(node) || is_member(&other);
+    node.remove(".");
+    other.remove(".");
+    for (element, child) in other {
+        match (node.get_mut(&element), child) {
+            (Some(Value::Object(existing)), Value::Object(child)) => merge_nodes(existing, child),
+            (_, child) => {
+                node.insert(element, child);
+            }
+        }
+    }
+    if member && !node.is_empty() {
+        node.insert(".".into(), Value::Object(Map::new()));
+    }
 }
 
 /// A walk collecting an object's fields (and their leaves' values, if `leaves`) whose paths
@@ -630,7 +756,13 @@ mod tests {
                 let leaves: BTreeMap<Path, &Value> =
                     full.leaves.iter().filter(|(p, _)| kept(p)).map(|(p, v)| (p.clone(), *v)).collect();
                 prop_assert_eq!(&filtered.leaves, &leaves);
-                prop_assert_eq!(members_where(&object, shape, &keep), expected);
+                prop_assert_eq!(members_where(&object, shape, &keep), expected.clone());
+                // FieldsV1 written by the walk is what the set encodes to.
+                prop_assert_eq!(encode_members_where(&object, shape, &keep), encode(&expected));
+                prop_assert_eq!(
+                    encode_members_where(&object, shape, &|_| Filter::Keep),
+                    encode(&full.members)
+                );
             }
         }
     }
@@ -685,6 +817,27 @@ mod tests {
                 .contains_key(&vec!["f:spec".to_owned(), "f:selector".to_owned()])
         );
         assert!(!found.leaves.contains_key(&vec!["f:spec".to_owned()]));
+    }
+
+    #[test]
+    fn fieldsv1_written_in_the_walk_merges_items_with_the_same_key() {
+        // Two containers named "a" are one path element: their fields are one node.
+        let object = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "image": "x"},
+            {"name": "a", "ports": [{"containerPort": 80}]},
+            {"image": "unnamed"}
+        ]}}}});
+        let keep = |_: &[String]| Filter::Keep;
+        let shape = deployment_shape();
+        let written = encode_members_where(&object, shape, &keep);
+        assert_eq!(written, encode(&members_where(&object, shape, &keep)));
+        let containers = &written["f:spec"]["f:template"]["f:spec"]["f:containers"];
+        assert_eq!(
+            containers["k:{\"name\":\"a\"}"],
+            json!({".": {}, "f:name": {}, "f:image": {},
+                "f:ports": {"k:{\"containerPort\":80}": {".": {}, "f:containerPort": {}}}})
+        );
+        assert_eq!(containers["i:2"], json!({".": {}, "f:image": {}}));
     }
 
     #[test]

@@ -80,19 +80,39 @@ impl Entry {
     }
 
     fn to_value(&self) -> Value {
-        let text = |s: &str| Value::String(s.to_owned());
-        let mut entry = Map::new();
-        entry.insert("manager".into(), text(&self.manager));
-        entry.insert("operation".into(), text(self.operation.as_str()));
-        entry.insert("apiVersion".into(), text(&self.api_version));
-        entry.insert("time".into(), text(&self.time));
-        entry.insert("fieldsType".into(), text("FieldsV1"));
-        entry.insert("fieldsV1".into(), fields::encode(&self.fields));
-        if !self.subresource.is_empty() {
-            entry.insert("subresource".into(), text(&self.subresource));
-        }
-        Value::Object(entry)
+        entry_value(
+            &self.manager,
+            self.operation,
+            &self.api_version,
+            &self.time,
+            &self.subresource,
+            fields::encode(&self.fields),
+        )
     }
+}
+
+/// One entry of `metadata.managedFields` as JSON, its field set already FieldsV1
+/// (`fields_v1`).
+fn entry_value(
+    manager: &str,
+    operation: Operation,
+    api_version: &str,
+    time: &str,
+    subresource: &str,
+    fields_v1: Value,
+) -> Value {
+    let text = |s: &str| Value::String(s.to_owned());
+    let mut entry = Map::new();
+    entry.insert("manager".into(), text(manager));
+    entry.insert("operation".into(), text(operation.as_str()));
+    entry.insert("apiVersion".into(), text(api_version));
+    entry.insert("time".into(), text(time));
+    entry.insert("fieldsType".into(), text("FieldsV1"));
+    entry.insert("fieldsV1".into(), fields_v1);
+    if !subresource.is_empty() {
+        entry.insert("subresource".into(), text(subresource));
+    }
+    Value::Object(entry)
 }
 
 /// The managed fields an object carries.
@@ -251,19 +271,27 @@ pub fn record_update(
     // A create: every field the object has is the writer's (the managedFields a client sends
     // with it are not kept). Only the paths are needed, not the values behind them.
     let Some(current) = current else {
-        let fields = fields::members_where(new, shape(rt), &|p| ownable(p, rt, writer.subresource));
-        let entries = match fields.is_empty() {
-            true => Vec::new(),
-            false => vec![Entry {
-                manager: writer.manager.to_owned(),
-                operation: Operation::Update,
-                api_version: rt.api_version(),
-                time: object::now(),
-                subresource: writer.subresource.to_owned(),
-                fields,
-            }],
-        };
-        return store(new, &entries);
+        // Written as FieldsV1 straight from the walk: the set of paths is never built.
+        let encoded =
+            fields::encode_members_where(new, shape(rt), &|p| ownable(p, rt, writer.subresource));
+        let meta = object::metadata_mut(new)?;
+        match encoded.as_object().is_some_and(|set| !set.is_empty()) {
+            true => {
+                let entry = entry_value(
+                    writer.manager,
+                    Operation::Update,
+                    &rt.api_version(),
+                    &object::now(),
+                    writer.subresource,
+                    encoded,
+                );
+                meta.insert("managedFields".into(), Value::Array(vec![entry]));
+            }
+            false => {
+                meta.remove("managedFields");
+            }
+        }
+        return Ok(());
     };
     let given = new["metadata"].get("managedFields");
     let mut entries = match given {

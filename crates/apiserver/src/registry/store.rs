@@ -61,9 +61,14 @@ pub(crate) enum FieldOwner<'a> {
 /// when it nests deeper than [`object::MAX_DEPTH`], or (413) when it is longer than
 /// [`object::MAX_OBJECT_BYTES`], so that everything stored can be read back.
 pub(crate) fn stored_json(object: &Value, rt: &ResourceType, name: &str) -> ApiResult<Bytes> {
-    object::check_depth(object, rt)?;
     let mut json = Vec::with_capacity(1024);
-    crate::http::json::write(&mut json, object);
+    // The depth is checked by the walk that writes the JSON; only an object that nests too
+    // deep is walked again, for the field to name.
+    if !crate::http::json::write_within(&mut json, object, object::MAX_DEPTH) {
+        object::check_depth(object, rt)?;
+        json.clear();
+        crate::http::json::write(&mut json, object);
+    }
     object::check_size(json.len(), rt, name)?;
     // The bytes live on in the watch cache: not with the spare room of the last growth.
     json.shrink_to_fit();

@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use crate::admission::schema::resolve;
+use crate::admission::schema::{Facts, builtin_node, reference, resolve};
 use crate::discovery::openapi;
 use crate::http::error::{ApiError, ApiResult};
 
@@ -47,14 +47,6 @@ fn short_name(definition: &str) -> &str {
     definition.rsplit('.').next().unwrap_or(definition)
 }
 
-/// The definition a schema node refers to, if it refers to one.
-fn referenced(schema: &Value) -> Option<&str> {
-    schema["$ref"]
-        .as_str()
-        .or_else(|| schema["allOf"][0]["$ref"].as_str())
-        .and_then(|r| r.strip_prefix("#/components/schemas/"))
-}
-
 struct Walk<'s> {
     /// The field's path without list indices, as Go's decoder names it (`spec.replicas`).
     path: String,
@@ -67,16 +59,16 @@ impl<'s> Walk<'s> {
         if value.is_null() {
             return Ok(());
         }
-        let definition = referenced(schema);
+        // A built-in node (every node this walk meets, for a built-in kind) is found by
+        // its address with its reference already followed.
+        let (definition, facts) = match builtin_node(schema) {
+            Some(node) => (node.reference, node.facts),
+            None => (reference(schema), Facts::of(resolve(schema))),
+        };
         if definition == Some(QUANTITY) {
             return self.quantity(value);
         }
-        // The reference already read: followed without reading it again.
-        let schema = match definition.and_then(crate::admission::schema::definition) {
-            Some(target) => resolve(target),
-            None => schema,
-        };
-        if schema["x-kubernetes-int-or-string"] == Value::Bool(true) {
+        if facts.int_or_string {
             return match value {
                 Value::String(_) => Ok(()),
                 Value::Number(n) if n.as_i64().is_some_and(|i| i32::try_from(i).is_ok()) => Ok(()),
@@ -84,8 +76,8 @@ impl<'s> Walk<'s> {
                 other => Err(self.mismatch(json_type(other), "intstr.IntOrString")),
             };
         }
-        let format = schema["format"].as_str().unwrap_or("");
-        match schema["type"].as_str() {
+        let format = facts.format;
+        match facts.type_name {
             Some("integer") => match value {
                 Value::Number(n) => {
                     let fits = match format {
@@ -116,10 +108,9 @@ impl<'s> Walk<'s> {
             },
             Some("array") => match value {
                 Value::Array(items) => {
-                    let item_schema = &schema["items"];
-                    if item_schema.is_null() {
+                    let Some(item_schema) = facts.items.filter(|i| !i.is_null()) else {
                         return Ok(());
-                    }
+                    };
                     items
                         .iter()
                         .try_for_each(|item| self.value(item_schema, item))
@@ -133,8 +124,8 @@ impl<'s> Walk<'s> {
                     return Err(self.mismatch(json_type(value), name));
                 };
                 let owner = definition.map(short_name).unwrap_or(self.owner);
-                let properties = schema["properties"].as_object();
-                let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+                let properties = facts.properties;
+                let additional = facts.additional;
                 let base = self.path.len();
                 let outer = self.owner;
                 for (key, field) in map {

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use crate::admission::schema::resolve;
+use crate::admission::schema::resolved_facts;
 use crate::admission::validation::{Causes, check_enum, is_qualified_name, items, text};
 use crate::discovery::openapi;
 use crate::registry::object::{NameRule, check_name};
@@ -131,11 +131,11 @@ fn required_at(causes: &mut Causes, schema: &Value, value: &Value, path: &mut St
     if !(value.is_object() || value.is_array()) {
         return;
     }
-    let schema = resolve(schema);
+    let (_, facts) = resolved_facts(schema);
     let base = path.len();
     match value {
         Value::Object(map) => {
-            for field in items(&schema["required"]) {
+            for field in facts.required {
                 let field = text(field);
                 let absent = map.get(field).is_none_or(Value::is_null);
                 // Required in the schema, not in kube-apiserver's validation: a
@@ -149,7 +149,7 @@ fn required_at(causes: &mut Causes, schema: &Value, value: &Value, path: &mut St
                     causes.required(&join(path, field), "");
                 }
             }
-            let Some(properties) = schema["properties"].as_object() else {
+            let Some(properties) = facts.properties else {
                 return;
             };
             for (key, field) in map {
@@ -167,7 +167,7 @@ fn required_at(causes: &mut Causes, schema: &Value, value: &Value, path: &mut St
             }
         }
         Value::Array(list) => {
-            if let Some(item_schema) = schema.get("items") {
+            if let Some(item_schema) = facts.items {
                 for (i, item) in list.iter().enumerate() {
                     let _ = std::fmt::Write::write_fmt(path, format_args!("[{i}]"));
                     required_at(causes, item_schema, item, path);
