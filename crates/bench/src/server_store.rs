@@ -9,9 +9,13 @@
 //!                       the server's synchronous_commit for both
 //!  etcd://…      store: N writers → a txn each (compare, put)
 //!                raw:   N tasks → a plain put each, one client
+//!                floor: N tasks → a txn each, create-if-absent (compare create_revision
+//!                       = 0, put): the least any compare-and-swap store on etcd costs
 //! ```
 //!
-//! Rounds alternate raw and store; the ratio is the median of the rounds' ratios.
+//! Rounds alternate raw (and the floor) and store; each ratio is the median of the rounds'
+//! ratios. Each run writes under keys of its own, so a server that holds an earlier run's
+//! keys serves another run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,6 +62,9 @@ pub struct Report {
     pub engine: Engine,
     /// By writers: raw writes/s, store writes/s, median ratio.
     pub by_writers: Vec<(usize, f64, f64, f64)>,
+    /// etcd only, by writers: the floor's writes/s (create-if-absent txns), and the median
+    /// ratio of the store to it.
+    pub floor: Vec<(usize, f64, f64)>,
     /// Watch delivery under 64 writers, from the write's acknowledgement.
     pub watch_after_ack: Latency,
     /// Watch delivery under 64 writers, from the write's submission.
@@ -87,6 +94,9 @@ impl Report {
                 "writers": w, "raw_per_second": raw, "store_per_second": store, "ratio": ratio,
             })).collect::<Vec<_>>(),
             "ratio_64_writers_to_raw": self.ratio_64(),
+            "floor_by_writers": self.floor.iter().map(|(w, floor, ratio)| json!({
+                "writers": w, "floor_per_second": floor, "store_to_floor": ratio,
+            })).collect::<Vec<_>>(),
             "watch_delivery_after_ack": self.watch_after_ack.json(),
             "watch_delivery_end_to_end": self.watch_end_to_end.json(),
         })
@@ -102,6 +112,11 @@ impl Report {
         for (writers, raw, store, ratio) in &self.by_writers {
             out += &format!(
                 "  {writers:>2} writers   raw {raw:>9.0}/s   store {store:>9.0}/s   ratio {ratio:.2}\n"
+            );
+        }
+        for (writers, floor, ratio) in &self.floor {
+            out += &format!(
+                "  {writers:>2} writers   floor (create-if-absent txns) {floor:>9.0}/s   store / floor {ratio:.2}\n"
             );
         }
         let l = |l: &Latency| {
@@ -140,8 +155,17 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         }
         Engine::Etcd => Arc::new(flotilla_store_etcd::EtcdStore::open(&options.url).await?),
     };
-    let raw = Raw::connect(engine, &options.url).await?;
+    let run = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+    );
+    let raw = Raw::connect(engine, &options.url, &run).await?;
     let mut by_writers = Vec::new();
+    let mut floor = Vec::new();
     for writers in [1, 16, 64] {
         let total = if options.quick {
             writers.max(8) * 20
@@ -155,33 +179,50 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
             engine.name()
         );
         let (mut raws, mut stores, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut floors, mut to_floor) = (Vec::new(), Vec::new());
         for round in 0..rounds {
-            let r = raw.load(writers, total, &value, round).await?;
+            let r = raw.load(writers, total, &value, round, Write::Put).await?;
+            let f = match engine {
+                Engine::Etcd => Some(
+                    raw.load(writers, total, &value, round, Write::CreateIfAbsent)
+                        .await?,
+                ),
+                Engine::Postgres => None,
+            };
             let s = write_load(
                 &store,
                 writers,
                 total,
                 &value,
-                &format!("/bench/{writers}/{round}"),
+                &format!("/bench-{run}/{writers}/{round}"),
                 None,
             )
             .await?;
             raws.push(r);
             stores.push(s);
             ratios.push(s / r);
+            if let Some(f) = f {
+                floors.push(f);
+                to_floor.push(s / f);
+            }
         }
         by_writers.push((writers, median(raws), median(stores), median(ratios)));
+        if !floors.is_empty() {
+            floor.push((writers, median(floors), median(to_floor)));
+        }
     }
     eprintln!(
         "store ({}): watch delivery under 64 writers…",
         engine.name()
     );
     let total = if options.quick { 640 } else { 64 * 200 };
-    let (watch_after_ack, watch_end_to_end) = watch_delivery(&store, total, &value).await?;
+    let (watch_after_ack, watch_end_to_end) =
+        watch_delivery(&store, total, &value, &format!("/watch-{run}")).await?;
     raw.clean().await?;
     Ok(Report {
         engine,
         by_writers,
+        floor,
         watch_after_ack,
         watch_end_to_end,
     })
@@ -206,7 +247,7 @@ fn backend(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Err
 }
 
 impl Raw {
-    async fn connect(engine: Engine, url: &str) -> Result<Raw, Error> {
+    async fn connect(engine: Engine, url: &str, run: &str) -> Result<Raw, Error> {
         match engine {
             Engine::Postgres => {
                 let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -236,19 +277,21 @@ impl Raw {
                     .map_err(|e| backend("connect", e))?;
                 Ok(Raw::Etcd(
                     Box::new(client),
-                    format!("{}-raw/", config.prefix),
+                    format!("{}-raw-{run}/", config.prefix),
                 ))
             }
         }
     }
 
-    /// `total` writes, `writers` at a time (rows a statement, or concurrent puts); writes/s.
+    /// `total` writes, `writers` at a time (rows a statement, or concurrent puts or
+    /// create-if-absent txns); writes/s.
     async fn load(
         &self,
         writers: usize,
         total: usize,
         value: &Bytes,
         round: usize,
+        write: Write,
     ) -> Result<f64, Error> {
         let start = Instant::now();
         match self {
@@ -282,13 +325,38 @@ impl Raw {
                     let count = total / writers + usize::from(w < total % writers);
                     tasks.push(tokio::spawn(async move {
                         for i in 0..count {
-                            kv.put(
-                                format!("{prefix}{writers}/{round}/{w}/{i:08}"),
-                                value.clone(),
-                                None,
-                            )
-                            .await
-                            .map_err(|e| backend("put", e))?;
+                            match write {
+                                Write::Put => {
+                                    kv.put(
+                                        format!("{prefix}{writers}/{round}/{w}/{i:08}"),
+                                        value.clone(),
+                                        None,
+                                    )
+                                    .await
+                                    .map_err(|e| backend("put", e))?;
+                                }
+                                Write::CreateIfAbsent => {
+                                    let key = format!("{prefix}txn/{writers}/{round}/{w}/{i:08}");
+                                    let txn = etcd_client::Txn::new()
+                                        .when([etcd_client::Compare::create_revision(
+                                            key.clone(),
+                                            etcd_client::CompareOp::Equal,
+                                            0,
+                                        )])
+                                        .and_then([etcd_client::TxnOp::put(
+                                            key,
+                                            value.clone(),
+                                            None,
+                                        )]);
+                                    let response =
+                                        kv.txn(txn).await.map_err(|e| backend("txn", e))?;
+                                    if !response.succeeded() {
+                                        return Err(Error::Check(
+                                            "a create-if-absent txn of a new key failed".into(),
+                                        ));
+                                    }
+                                }
+                            }
                         }
                         Ok::<_, Error>(())
                     }));
@@ -318,6 +386,15 @@ impl Raw {
                 .map_err(|e| backend("delete", e)),
         }
     }
+}
+
+/// How the raw side writes.
+#[derive(Clone, Copy)]
+enum Write {
+    /// A plain write (etcd put; PostgreSQL's only way).
+    Put,
+    /// etcd: a txn that puts the key only if it does not exist.
+    CreateIfAbsent,
 }
 
 /// When each write was submitted and acknowledged, by revision.
@@ -365,9 +442,10 @@ async fn watch_delivery(
     store: &Arc<dyn Store>,
     total: usize,
     value: &Bytes,
+    prefix: &str,
 ) -> Result<(Latency, Latency), Error> {
     let since = store.current_revision().await?;
-    let mut watch = store.watch(b"/watch/", since).await?;
+    let mut watch = store.watch(format!("{prefix}/").as_bytes(), since).await?;
     let watcher = tokio::spawn(async move {
         let mut arrivals = Vec::with_capacity(total);
         while arrivals.len() < total {
@@ -380,7 +458,7 @@ async fn watch_delivery(
         Ok(arrivals)
     });
     let mut timeline = Timeline::new();
-    write_load(store, 64, total, value, "/watch", Some(&mut timeline)).await?;
+    write_load(store, 64, total, value, prefix, Some(&mut timeline)).await?;
     let arrivals = tokio::time::timeout(Duration::from_secs(120), watcher)
         .await
         .map_err(|_| Error::Check("the watcher did not see every write within 120 s".into()))???;

@@ -250,20 +250,40 @@ impl BenchArgs {
                     };
                     let report = runtime.block_on(server_store::run(&options))?;
                     let ratio = report.ratio_64().unwrap_or_default();
-                    let rows = vec![
+                    let share = match report.engine_name() {
+                        "etcd" => "≥ 0.60",
+                        _ => "≥ 0.50",
+                    };
+                    let mut rows = vec![
                         Row::new(
                             "store",
                             format!("{} store / raw, 64 writers", report.engine_name()),
                             format!("{ratio:.2}"),
-                            "share of the raw engine",
+                            share,
                         ),
                         Row::new(
                             "store",
-                            "watch, write → watcher p99 (64 writers)".to_owned(),
-                            format!("{:.1} ms", report.watch_end_to_end.p99_ms),
+                            "watch delivery p99, write acknowledged → watcher (64 writers)"
+                                .to_owned(),
+                            format!("{:.1} ms", report.watch_after_ack.p99_ms),
                             "< 20 ms",
                         ),
+                        Row::new(
+                            "store",
+                            "watch p99, write submitted → watcher (64 writers)".to_owned(),
+                            format!("{:.1} ms", report.watch_end_to_end.p99_ms),
+                            "(the write's own latency included)",
+                        ),
                     ];
+                    if let Some((_, floor, to_floor)) = report.floor.iter().find(|(w, ..)| *w == 64)
+                    {
+                        rows.push(Row::new(
+                            "store",
+                            format!("etcd store / create-if-absent txns (the floor: {floor:.0}/s), 64 writers"),
+                            format!("{to_floor:.2}"),
+                            "(the least a CAS store pays)",
+                        ));
+                    }
                     let output = Output {
                         scenario: "store",
                         date,
