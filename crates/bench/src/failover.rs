@@ -302,14 +302,7 @@ impl Room {
         );
         if url.starts_with("etcd://") {
             let config = flotilla_store_etcd::Config::from_url(url)?;
-            let endpoints: Vec<String> = config
-                .endpoints
-                .iter()
-                .map(|e| format!("http://{e}"))
-                .collect();
-            let client = etcd_client::Client::connect(endpoints, None)
-                .await
-                .map_err(|e| backend("connect to etcd", e))?;
+            let client = crate::server_store::etcd_client(&config).await?;
             let prefix = format!("{}/failover-{}", config.prefix, stamp.replace('_', "-"));
             let url = format!("etcd://{}{prefix}", config.endpoints.join(","));
             Ok(Room::Etcd {

@@ -246,6 +246,20 @@ fn backend(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Err
     ))
 }
 
+/// A plain etcd client of the endpoints of `config` (no TLS, as the bench's servers).
+pub(crate) async fn etcd_client(
+    config: &flotilla_store_etcd::Config,
+) -> Result<etcd_client::Client, Error> {
+    let endpoints: Vec<String> = config
+        .endpoints
+        .iter()
+        .map(|e| format!("http://{e}"))
+        .collect();
+    etcd_client::Client::connect(endpoints, None)
+        .await
+        .map_err(|e| backend("connect to etcd", e))
+}
+
 impl Raw {
     async fn connect(engine: Engine, url: &str, run: &str) -> Result<Raw, Error> {
         match engine {
@@ -267,14 +281,7 @@ impl Raw {
             }
             Engine::Etcd => {
                 let config = flotilla_store_etcd::Config::from_url(url)?;
-                let endpoints: Vec<String> = config
-                    .endpoints
-                    .iter()
-                    .map(|e| format!("http://{e}"))
-                    .collect();
-                let client = etcd_client::Client::connect(endpoints, None)
-                    .await
-                    .map_err(|e| backend("connect", e))?;
+                let client = etcd_client(&config).await?;
                 Ok(Raw::Etcd(
                     Box::new(client),
                     format!("{}-raw-{run}/", config.prefix),
