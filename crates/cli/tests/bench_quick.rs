@@ -116,7 +116,7 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         chart(dir, &format!("api-{op}"), lines);
     }
 
-    // The six configurations side by side; every create of the webhook's reviewed.
+    // The seven configurations side by side; every create of the webhook's reviewed.
     let admission = results(dir, "admission");
     let configurations = admission["configurations"].as_array().unwrap();
     let names: Vec<&str> = configurations
@@ -125,7 +125,15 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         .collect();
     assert_eq!(
         names,
-        ["none", "vap20", "vap5", "webhook", "builtin", "builtin-off"],
+        [
+            "none",
+            "vap20",
+            "vap5",
+            "webhook",
+            "builtin",
+            "builtin-off",
+            "builtin-off-defaulted"
+        ],
         "{admission}"
     );
     for c in configurations {
@@ -139,7 +147,11 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         positive(&admission["builtin_p50_ratio_to_builtin_off"]),
         "{admission}"
     );
-    chart(dir, "admission-latency", 6);
+    assert!(
+        positive(&admission["builtin_p50_ratio_to_builtin_off_defaulted"]),
+        "{admission}"
+    );
+    chart(dir, "admission-latency", 7);
 
     // The service account's requests against the admin's, every one answered, on a hub
     // holding the policy the quick run loads; its idle memory before and after.
