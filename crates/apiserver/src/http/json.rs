@@ -15,38 +15,8 @@ pub fn to_vec(value: &Value) -> Vec<u8> {
 
 /// Appends `value` as compact JSON to `out`.
 pub fn write(out: &mut Vec<u8>, value: &Value) {
-    match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        // Numbers as serde_json writes them (itoa, ryu): rare enough to leave to it.
-        Value::Number(number) => {
-            let _ = serde_json::to_writer(&mut *out, number);
-        }
-        Value::String(text) => write_str(out, text),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write(out, item);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            out.push(b'{');
-            for (i, (key, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_str(out, key);
-                out.push(b':');
-                write(out, item);
-            }
-            out.push(b'}');
-        }
-    }
+    // No value nests `usize::MAX` deep: the whole value is written.
+    write_within(out, value, usize::MAX);
 }
 
 /// Appends `value` as compact JSON to `out`, as [`write`] does, if it nests no deeper than
@@ -89,8 +59,25 @@ pub fn write_within(out: &mut Vec<u8>, value: &Value, levels: usize) -> bool {
             out.push(b'}');
             true
         }
-        scalar => {
-            write(out, scalar);
+        Value::Null => {
+            out.extend_from_slice(b"null");
+            true
+        }
+        Value::Bool(true) => {
+            out.extend_from_slice(b"true");
+            true
+        }
+        Value::Bool(false) => {
+            out.extend_from_slice(b"false");
+            true
+        }
+        // Numbers as serde_json writes them (itoa, ryu): rare enough to leave to it.
+        Value::Number(number) => {
+            let _ = serde_json::to_writer(&mut *out, number);
+            true
+        }
+        Value::String(text) => {
+            write_str(out, text);
             true
         }
     }
