@@ -36,6 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::harness::{client, free_port, join_members, spawn, wait_for, wait_until_serving};
 use crate::propagation::{FIELD_MANAGER, Watchers, place_web, ready_everywhere, web};
+use crate::room::Room;
 use crate::{Error, Latency, Progress, Row, check};
 
 /// The Lease that holds the fleet controllers (the hub's `FLEET_LEASE`).
@@ -255,109 +256,6 @@ impl Report {
     }
 }
 
-/// `url` with its database (the path) replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
-    let (before_query, query) = match rest.find('?') {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
-    };
-    let authority = before_query.split('/').next().unwrap_or_default();
-    format!("{scheme}://{authority}/{database}{query}")
-}
-
-/// The run's own room on the store, removed when [`Room::remove`] is called.
-enum Room {
-    /// A database on the PostgreSQL server; a connection to the server's given database.
-    Postgres {
-        admin: tokio_postgres::Client,
-        database: String,
-        url: String,
-    },
-    /// A prefix on the etcd cluster.
-    Etcd {
-        client: Box<etcd_client::Client>,
-        prefix: String,
-        url: String,
-    },
-}
-
-fn backend(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
-    Error::Store(flotilla_store::Error::backend(
-        format!("failover: {what}"),
-        e,
-    ))
-}
-
-impl Room {
-    /// Makes a database (`flotilla_failover_<pid>_<seconds>`) or prefix
-    /// (`<prefix>/failover-<pid>-<seconds>`) for this run.
-    async fn make(url: &str) -> Result<Room, Error> {
-        let stamp = format!(
-            "{}_{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-        );
-        if url.starts_with("etcd://") {
-            let config = flotilla_store_etcd::Config::from_url(url)?;
-            let client = crate::server_store::etcd_client(&config).await?;
-            let prefix = format!("{}/failover-{}", config.prefix, stamp.replace('_', "-"));
-            let url = format!("etcd://{}{prefix}", config.endpoints.join(","));
-            Ok(Room::Etcd {
-                client: Box::new(client),
-                prefix,
-                url,
-            })
-        } else {
-            let (admin, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-                .await
-                .map_err(|e| backend("connect to postgres", e))?;
-            tokio::spawn(connection);
-            let database = format!("flotilla_failover_{stamp}");
-            admin
-                .batch_execute(&format!("CREATE DATABASE {database}"))
-                .await
-                .map_err(|e| backend("create the run's database", e))?;
-            Ok(Room::Postgres {
-                admin,
-                url: with_database(url, &database),
-                database,
-            })
-        }
-    }
-
-    /// The store URL the replicas use.
-    fn url(&self) -> &str {
-        match self {
-            Room::Postgres { url, .. } | Room::Etcd { url, .. } => url,
-        }
-    }
-
-    /// Removes the database or the prefix's keys (the replicas stopped first).
-    async fn remove(self) -> Result<(), Error> {
-        match self {
-            Room::Postgres {
-                admin, database, ..
-            } => admin
-                .batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-                .await
-                .map_err(|e| backend("drop the run's database", e)),
-            Room::Etcd {
-                mut client, prefix, ..
-            } => client
-                .delete(
-                    format!("{prefix}/"),
-                    Some(etcd_client::DeleteOptions::new().with_prefix()),
-                )
-                .await
-                .map(drop)
-                .map_err(|e| backend("delete the run's prefix", e)),
-        }
-    }
-}
-
 /// One hub replica on the shared store: its own data directory and port.
 struct Replica {
     name: &'static str,
@@ -564,13 +462,8 @@ async fn settings_versions(members: &[Client]) -> Result<Vec<String>, Error> {
 
 /// Runs the scenario; the run's database or prefix is removed whatever the outcome.
 pub async fn run(options: &Options) -> Result<Report, Error> {
-    let engine = if options.url.starts_with("etcd://") {
-        "etcd"
-    } else {
-        "postgres"
-    };
-    let room = Room::make(&options.url).await?;
-    let result = measure(options, room.url(), engine).await;
+    let room = Room::make(&options.url, "failover").await?;
+    let result = measure(options, room.url(), room.engine()).await;
     let removed = room.remove().await;
     let report = result?;
     removed?;
@@ -776,22 +669,6 @@ mod tests {
         assert_eq!(holder_pid("4242_abc"), None);
         assert_eq!(holder_pid(""), None);
         assert_eq!(holder_pid("box_x_abc"), None);
-    }
-
-    #[test]
-    fn the_run_gets_a_database_of_its_own() {
-        assert_eq!(
-            with_database("postgres://u:p@h:5432/flotilla?sslmode=disable", "run1"),
-            "postgres://u:p@h:5432/run1?sslmode=disable"
-        );
-        assert_eq!(
-            with_database("postgres://h:5432", "run1"),
-            "postgres://h:5432/run1"
-        );
-        assert_eq!(
-            with_database("postgresql://h/db", "run1"),
-            "postgresql://h/run1"
-        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //!  DIR/hub/    flotilla hub --data-dir DIR/hub --listen 127.0.0.1:<free port>  (hub.log)
+//!              [--store postgres://…|etcd://…: a database server instead of SQLite]
 //!  DIR/sim/    flotilla sim --clusters M --ready-delay 100ms                   (sim.log)
 //!              kubeconfigs/member-<i>.kubeconfig
 //!  DIR/sim-2/  flotilla sim --clusters M --first M+1 …  (past M members)     (sim-2.log)
@@ -120,18 +121,33 @@ impl Processes {
         clusters: usize,
         members_per_sim: usize,
     ) -> Result<Self, Error> {
+        Self::start_on(binary, dir, clusters, members_per_sim, None).await
+    }
+
+    /// As [`Processes::start`], the hub on `store` (`--store URL`) when given, else on its
+    /// embedded SQLite.
+    pub(crate) async fn start_on(
+        binary: &Path,
+        dir: &Path,
+        clusters: usize,
+        members_per_sim: usize,
+        store: Option<&str>,
+    ) -> Result<Self, Error> {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir)?;
         let members_per_sim = members_per_sim.max(1);
         let hub_dir = dir.join("hub");
         let text = |p: &Path| p.to_string_lossy().into_owned();
-        let hub_args: Vec<String> = vec![
+        let mut hub_args: Vec<String> = vec![
             "hub".into(),
             "--data-dir".into(),
             text(&hub_dir),
             "--listen".into(),
             format!("127.0.0.1:{}", free_port()?),
         ];
+        if let Some(url) = store {
+            hub_args.extend(["--store".into(), url.to_owned()]);
+        }
         let hub = spawn(binary, &hub_args, &dir.join("hub.log"))?;
         let (mut sims, mut sim_dirs) = (Vec::new(), Vec::new());
         for first in (1..=clusters.max(1)).step_by(members_per_sim) {

@@ -41,6 +41,7 @@ pub mod pull;
 pub mod rbac;
 pub mod resync;
 pub mod rollout;
+mod room;
 pub mod server_store;
 pub mod store;
 pub mod system;

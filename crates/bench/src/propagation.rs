@@ -43,6 +43,7 @@ use tokio::sync::mpsc;
 use crate::harness::{MEMBERS_PER_SIM, Processes};
 use crate::plot::Chart;
 use crate::resync::metrics_text;
+use crate::room::Room;
 use crate::system::{cpu_ticks, rss_mib, settle};
 use crate::{Error, Latency, Progress, Row, check, ratio};
 
@@ -77,6 +78,10 @@ pub struct Options {
     /// Push clusters (`flotilla join`), pull clusters (`flotilla sim --agents`), or both
     /// side by side at each fleet size.
     pub mode: Mode,
+    /// A database server (`postgres://…` or `etcd://…`): each fleet size's push
+    /// measurement is taken a second time with the hub on it (in a database or prefix of
+    /// the run's own), right after the SQLite hub's, and compared with it.
+    pub store: Option<String>,
 }
 
 /// Which members the propagation scenario measures.
@@ -121,6 +126,7 @@ impl Options {
             rounds: 3,
             members_per_sim: MEMBERS_PER_SIM,
             mode: Mode::Push,
+            store: None,
         }
     }
 
@@ -139,7 +145,8 @@ impl Options {
     pub fn json(&self) -> Value {
         json!({"clusters": self.clusters, "replicas": self.replicas,
             "concurrency": self.concurrency, "rounds": self.rounds, "sim_ready_delay_ms": 100, "joins_at_once": 8,
-            "members_per_sim": self.members_per_sim, "mode": self.mode.name()})
+            "members_per_sim": self.members_per_sim, "mode": self.mode.name(),
+            "server_store": self.store.as_deref().map(engine)})
     }
 }
 
@@ -149,6 +156,8 @@ impl Options {
 pub struct Point {
     /// How many members.
     pub clusters: usize,
+    /// The hub's store: `sqlite`, `postgres` or `etcd`.
+    pub store: &'static str,
     /// How many simulator processes served them.
     pub simulators: usize,
     /// How long joining them took.
@@ -320,34 +329,30 @@ pub struct Report {
     pub points: Vec<Point>,
     /// One per fleet size (pull clusters).
     pub pull: Vec<crate::pull::PullPoint>,
+    /// One per fleet size (push clusters), the hub on the database server of
+    /// [`Options::store`], each measured right after its SQLite point.
+    pub on_server: Vec<Point>,
 }
 
 impl Report {
     /// A human-readable table.
     pub fn table(&self) -> String {
         let mut out = String::from(
-            "propagation: template change → every member's watch, through the hub (a) and applied by the bench (b)\n\
-             clusters  join s  place s   hub p50/p99/max ms     base p50/p99/max ms   p99 ratio  p50 ratio   hub MiB idle/joined/placed   sim MiB\n",
+            "propagation: template change → every member's watch, through the hub (a) and applied by the bench (b)\n",
         );
-        for p in &self.points {
-            out.push_str(&format!(
-                "{:>8} {:>7.1} {:>8.1}   {:>5.0} /{:>5.0} /{:>5.0}     {:>5.0} /{:>5.0} /{:>5.0}   {:>9.2}  {:>9.2}   {:>7.1} /{:>7.1} /{:>7.1}   {:>8.1}\n",
-                p.clusters,
-                p.join.as_secs_f64(),
-                p.place.as_secs_f64(),
-                p.hub.p50_ms,
-                p.hub.p99_ms,
-                p.hub.max_ms,
-                p.baseline.p50_ms,
-                p.baseline.p99_ms,
-                p.baseline.max_ms,
-                p.overhead_p99(),
-                p.overhead_p50(),
-                p.hub_rss_idle_mib,
-                p.hub_rss_joined_mib,
-                p.hub_rss_placed_mib,
-                p.sim_rss_joined_mib,
-            ));
+        push_table(&mut out, &self.points);
+        if let Some(engine) = self.on_server.first().map(|p| p.store) {
+            out.push_str(&format!("the same, the hub on {engine}\n"));
+            push_table(&mut out, &self.on_server);
+            for (p, sqlite) in self.server_pairs() {
+                out.push_str(&format!(
+                    "N={}: hub p99 on {engine} {:.0} ms, on sqlite {:.0} ms: {:.2}×\n",
+                    p.clusters,
+                    p.hub.p99_ms,
+                    sqlite.hub.p99_ms,
+                    ratio(p.hub.p99_ms, sqlite.hub.p99_ms)
+                ));
+            }
         }
         if !self.pull.is_empty() {
             out.push_str(
@@ -374,8 +379,31 @@ impl Report {
 
     /// As JSON.
     pub fn json(&self) -> Value {
-        json!({"points": self.points.iter().map(|p| json!({
+        json!({"points": self.points.iter().map(Point::json).collect::<Vec<_>>(),
+        "on_server": self.on_server.iter().map(Point::json).collect::<Vec<_>>(),
+        "p99_on_server_over_sqlite": self.server_pairs().map(|(p, sqlite)| json!({
+            "clusters": p.clusters, "store": p.store,
+            "ratio": ratio(p.hub.p99_ms, sqlite.hub.p99_ms)})).collect::<Vec<_>>(),
+        "pull": self.pull.iter().map(crate::pull::PullPoint::json).collect::<Vec<_>>()})
+    }
+
+    /// Each point on the database server with the SQLite point of its fleet size.
+    pub fn server_pairs(&self) -> impl Iterator<Item = (&Point, &Point)> {
+        self.on_server.iter().filter_map(|p| {
+            self.points
+                .iter()
+                .find(|q| q.clusters == p.clusters)
+                .map(|q| (p, q))
+        })
+    }
+}
+
+impl Point {
+    fn json(&self) -> Value {
+        let p = self;
+        json!({
             "clusters": p.clusters,
+            "store": p.store,
             "simulators": p.simulators,
             "join_s": p.join.as_secs_f64(),
             "place_s": p.place.as_secs_f64(),
@@ -394,10 +422,11 @@ impl Report {
             "hub_requests": p.hub_requests,
             "overhead_p99_range": [p.overhead_range().0, p.overhead_range().1],
             "rounds": p.rounds.iter().map(Round::json).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "pull": self.pull.iter().map(crate::pull::PullPoint::json).collect::<Vec<_>>()})
+        })
     }
+}
 
+impl Report {
     /// The summary's rows.
     pub fn summary(&self) -> Vec<Row> {
         let mut rows = Vec::new();
@@ -463,6 +492,21 @@ impl Report {
                     per_member(&p.sim_requests[0])
                 ),
                 "per change, until idle (by verb in the JSON)",
+            ));
+        }
+        for (p, sqlite) in self.server_pairs() {
+            rows.push(Row::new(
+                "propagation",
+                format!("N={}: p99 hub on {} / on sqlite", p.clusters, p.store),
+                format!(
+                    "{:.0} / {:.0} ms = {:.2}×; over a bare apply {:.2}× / {:.2}×",
+                    p.hub.p99_ms,
+                    sqlite.hub.p99_ms,
+                    ratio(p.hub.p99_ms, sqlite.hub.p99_ms),
+                    p.overhead_p99(),
+                    sqlite.overhead_p99(),
+                ),
+                "≤ 1.5× at N=1000",
             ));
         }
         self.pull_summary(&mut rows);
@@ -539,12 +583,55 @@ impl Report {
     }
 }
 
+/// The rows of `points` in the push table, under its header.
+fn push_table(out: &mut String, points: &[Point]) {
+    out.push_str(
+        "clusters  join s  place s   hub p50/p99/max ms     base p50/p99/max ms   p99 ratio  p50 ratio   hub MiB idle/joined/placed   sim MiB\n",
+    );
+    for p in points {
+        out.push_str(&format!(
+            "{:>8} {:>7.1} {:>8.1}   {:>5.0} /{:>5.0} /{:>5.0}     {:>5.0} /{:>5.0} /{:>5.0}   {:>9.2}  {:>9.2}   {:>7.1} /{:>7.1} /{:>7.1}   {:>8.1}\n",
+            p.clusters,
+            p.join.as_secs_f64(),
+            p.place.as_secs_f64(),
+            p.hub.p50_ms,
+            p.hub.p99_ms,
+            p.hub.max_ms,
+            p.baseline.p50_ms,
+            p.baseline.p99_ms,
+            p.baseline.max_ms,
+            p.overhead_p99(),
+            p.overhead_p50(),
+            p.hub_rss_idle_mib,
+            p.hub_rss_joined_mib,
+            p.hub_rss_placed_mib,
+            p.sim_rss_joined_mib,
+        ));
+    }
+}
+
+/// The engine a database server's URL names.
+fn engine(url: &str) -> &'static str {
+    if url.starts_with("etcd://") {
+        "etcd"
+    } else {
+        "postgres"
+    }
+}
+
 /// Runs every fleet size.
 pub async fn run(options: &Options) -> Result<Report, Error> {
     let mut report = Report::default();
     for &clusters in &options.clusters {
         if options.mode.push() {
-            report.points.push(measure(options, clusters).await?);
+            report.points.push(measure(options, clusters, None).await?);
+            if let Some(url) = &options.store {
+                let room = Room::make(url, "propagation").await?;
+                let point = measure(options, clusters, Some(&room)).await;
+                let removed = room.remove().await;
+                report.on_server.push(point?);
+                removed?;
+            }
         }
         if options.mode.pull() {
             report
@@ -740,11 +827,29 @@ async fn apply_everywhere(
     Ok(())
 }
 
-async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
-    let mut progress = Progress::new(format!("propagation N={n}"));
+/// Measures `n` push members, the hub on `server` when given (else on SQLite).
+async fn measure(options: &Options, n: usize, server: Option<&Room>) -> Result<Point, Error> {
+    let store = server.map_or("sqlite", Room::engine);
+    let (label, dir) = match server {
+        None => (
+            format!("propagation N={n}"),
+            options.dir.join(n.to_string()),
+        ),
+        Some(_) => (
+            format!("propagation N={n} on {store}"),
+            options.dir.join(format!("{n}-{store}")),
+        ),
+    };
+    let mut progress = Progress::new(label);
     progress.step("starting the hub and the simulator");
-    let dir = options.dir.join(n.to_string());
-    let processes = Processes::start(&options.binary, &dir, n, options.members_per_sim).await?;
+    let mut processes = Processes::start_on(
+        &options.binary,
+        &dir,
+        n,
+        options.members_per_sim,
+        server.map(Room::url),
+    )
+    .await?;
     let (hub_pid, sim_pids) = (processes.hub_pid()?, processes.sim_pids()?);
     let all: Vec<u32> = std::iter::once(hub_pid).chain(sim_pids.clone()).collect();
     let hub_client = processes.hub_client().await?;
@@ -909,8 +1014,13 @@ async fn measure(options: &Options, n: usize) -> Result<Point, Error> {
         rounds.push(measured);
     }
     drop(members);
+    if server.is_some() {
+        // Its database or prefix goes next: nothing may write there any more.
+        processes.stop_hub().await?;
+    }
     Ok(Point {
         clusters: n,
+        store,
         simulators: sim_pids.len(),
         join,
         place,

@@ -69,8 +69,9 @@ pub struct BenchArgs {
     pub placements: Option<u32>,
     /// The store scenario on a database server instead of SQLite: the PostgreSQL or etcd
     /// store against its raw engine on the same server (postgres://… or etcd://…); the
-    /// server the failover scenario's replicas share (it makes a database or prefix of its
-    /// own there and removes it after).
+    /// server the failover scenario's replicas share; the propagation scenario measures
+    /// each fleet size (push) a second time with the hub on it. Both make a database or
+    /// prefix of their own there and remove it after.
     #[arg(long, value_name = "URL")]
     pub store: Option<crate::serve::StoreUrl>,
     /// The resync scenario's clusters instead of the default (100; quick: 5).
@@ -182,6 +183,7 @@ impl BenchArgs {
             Mode::Pull => propagation::Mode::Pull,
             Mode::Both => propagation::Mode::Both,
         };
+        options.store = self.server_store();
         options
     }
 
