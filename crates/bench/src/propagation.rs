@@ -1328,6 +1328,7 @@ mod tests {
         let report = Report {
             points: vec![push],
             pull: vec![pull],
+            on_server: Vec::new(),
         };
         let rows = report.summary();
         let latency = rows
@@ -1342,5 +1343,50 @@ mod tests {
         assert_eq!(json["pull"][0]["hub_kib_per_pull_cluster"], 25.6);
         assert_eq!(json["pull"][0]["agent_process_rss_mib"], 12.0);
         assert!(report.table().contains("on pull clusters"));
+    }
+
+    #[test]
+    fn a_hub_on_a_database_server_is_compared_with_the_sqlite_hub_of_its_size() {
+        let point = |clusters, store, p99_ms| Point {
+            clusters,
+            store,
+            hub: Latency {
+                p99_ms,
+                samples: clusters,
+                ..Latency::default()
+            },
+            baseline: Latency {
+                p99_ms: 100.0,
+                samples: clusters,
+                ..Latency::default()
+            },
+            ..Point::default()
+        };
+        let report = Report {
+            points: vec![point(10, "sqlite", 200.0), point(100, "sqlite", 400.0)],
+            on_server: vec![point(100, "etcd", 500.0)],
+            pull: Vec::new(),
+        };
+        let pairs: Vec<_> = report
+            .server_pairs()
+            .map(|(p, q)| (p.clusters, q.store))
+            .collect();
+        assert_eq!(pairs, [(100, "sqlite")]);
+        let rows = report.summary();
+        let row = rows
+            .iter()
+            .find(|r| r.what == "N=100: p99 hub on etcd / on sqlite")
+            .unwrap();
+        assert!(row.value.starts_with("500 / 400 ms = 1.25×"), "{row:?}");
+        assert!(row.value.ends_with("5.00× / 4.00×"), "{row:?}");
+        let json = report.json();
+        assert_eq!(json["p99_on_server_over_sqlite"][0]["ratio"], 1.25);
+        assert_eq!(json["on_server"][0]["store"], "etcd");
+        let table = report.table();
+        assert!(table.contains("the same, the hub on etcd"), "{table}");
+        assert!(
+            table.contains("N=100: hub p99 on etcd 500 ms, on sqlite 400 ms: 1.25×"),
+            "{table}"
+        );
     }
 }
