@@ -85,8 +85,8 @@ pub struct BenchArgs {
     /// this one), to compare two builds older than the benchmark.
     #[arg(long, value_name = "BINARY", requires = "baseline")]
     pub hub_binary: Option<PathBuf>,
-    /// The rounds of the rbac, baseline and failover scenarios instead of their defaults
-    /// (12, 10 and 3): more rounds narrow the median of their paired ratios.
+    /// The rounds of the rbac, baseline, failover and propagation scenarios instead of
+    /// their defaults (12, 10, 3 and 3): more rounds narrow their medians.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// The propagation scenario's members: push (`flotilla join`), pull (an agent per
@@ -184,6 +184,9 @@ impl BenchArgs {
             Mode::Both => propagation::Mode::Both,
         };
         options.store = self.server_store();
+        if let Some(rounds) = self.rounds {
+            options.rounds = rounds as usize;
+        }
         options
     }
 
