@@ -202,9 +202,8 @@ pub(crate) fn resolved_facts(schema: &Value) -> (&Value, Facts<'_>) {
 /// rather than by reading the node's `$ref`/`allOf` and hashing a definition's name. Any
 /// other node (a custom resource's schema, a copy) is not found here.
 pub(crate) fn builtin_node(schema: &Value) -> Option<BuiltinNode> {
-    type Index = HashMap<usize, BuiltinNode, BuildHasherDefault<AddressHash>>;
-    static INDEX: OnceLock<Index> = OnceLock::new();
-    fn add(node: &'static Value, index: &mut Index) {
+    static INDEX: OnceLock<AddressTable> = OnceLock::new();
+    fn add(node: &'static Value, nodes: &mut Vec<(usize, BuiltinNode)>) {
         match node {
             Value::Object(map) => {
                 let schema = resolve_by_name(node);
@@ -213,23 +212,66 @@ pub(crate) fn builtin_node(schema: &Value) -> Option<BuiltinNode> {
                     schema,
                     facts: Facts::of(schema),
                 };
-                index.insert(std::ptr::from_ref(node) as usize, found);
-                map.values().for_each(|child| add(child, index));
+                nodes.push((std::ptr::from_ref(node) as usize, found));
+                map.values().for_each(|child| add(child, nodes));
             }
-            Value::Array(items) => items.iter().for_each(|item| add(item, index)),
+            Value::Array(items) => items.iter().for_each(|item| add(item, nodes)),
             _ => {}
         }
     }
     INDEX
         .get_or_init(|| {
-            let mut index = Index::default();
+            let mut nodes = Vec::new();
             openapi::builtin_schemas()
                 .values()
-                .for_each(|definition| add(definition, &mut index));
-            index
+                .for_each(|definition| add(definition, &mut nodes));
+            AddressTable::new(nodes)
         })
-        .get(&(std::ptr::from_ref(schema) as usize))
-        .copied()
+        .get(std::ptr::from_ref(schema) as usize)
+}
+
+/// The built-in nodes by address: an open-addressed table (linear probing, at most half
+/// full) whose slot is the address multiplied by a large odd constant, its high bits kept
+/// (an address's low bits are all zero from alignment). A lookup, made at every value of
+/// every walk, is a multiply, a shift and a compare or two.
+struct AddressTable {
+    slots: Vec<Option<(usize, BuiltinNode)>>,
+    /// 64 − log2(the number of slots).
+    shift: u32,
+}
+
+impl AddressTable {
+    fn new(nodes: Vec<(usize, BuiltinNode)>) -> Self {
+        let size = (nodes.len() * 2).next_power_of_two().max(2);
+        let mut table = AddressTable {
+            slots: vec![None; size],
+            shift: 64 - size.trailing_zeros(),
+        };
+        for (address, node) in nodes {
+            let mut slot = table.slot(address);
+            while table.slots[slot].is_some() {
+                slot = (slot + 1) & (size - 1);
+            }
+            table.slots[slot] = Some((address, node));
+        }
+        table
+    }
+
+    fn slot(&self, address: usize) -> usize {
+        ((address as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> self.shift) as usize
+    }
+
+    fn get(&self, address: usize) -> Option<BuiltinNode> {
+        let mask = self.slots.len() - 1;
+        let mut slot = self.slot(address);
+        loop {
+            match &self.slots[slot] {
+                Some((at, node)) if *at == address => return Some(*node),
+                Some(_) => slot = (slot + 1) & mask,
+                None => return None,
+            }
+        }
+    }
 }
 
 /// The definition `schema` refers to by `$ref` (or a single `allOf`), if it refers to one.
@@ -238,28 +280,6 @@ pub(crate) fn reference(schema: &Value) -> Option<&str> {
         .as_str()
         .or_else(|| schema["allOf"][0]["$ref"].as_str())
         .and_then(|r| r.strip_prefix("#/components/schemas/"))
-}
-
-/// A hash of an address: multiplied by a large odd constant, the high half folded into the
-/// low (an address's low bits are all zero from alignment).
-#[derive(Default)]
-struct AddressHash(u64);
-
-impl Hasher for AddressHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn write_usize(&mut self, address: usize) {
-        let mixed = (address as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = mixed ^ (mixed >> 32);
-    }
 }
 
 /// [`resolve`] by reading the node's references and looking their definitions up by name.

@@ -97,10 +97,19 @@ pub(crate) fn items(value: &Value) -> &[Value] {
 
 /// Sets `field` of `object` to `value` when it is absent (or null).
 pub(crate) fn default_field(object: &mut Value, field: &str, value: Value) {
-    if object.get(field).is_none_or(Value::is_null)
-        && let Some(map) = object.as_object_mut()
-    {
-        map.insert(field.to_owned(), value);
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    // One search of the map (defaulting mostly meets absent fields, whose key is made
+    // anyway).
+    match map.entry(field) {
+        serde_json::map::Entry::Vacant(slot) => {
+            slot.insert(value);
+        }
+        serde_json::map::Entry::Occupied(mut slot) if slot.get().is_null() => {
+            slot.insert(value);
+        }
+        serde_json::map::Entry::Occupied(_) => {}
     }
 }
 
@@ -129,7 +138,7 @@ pub(crate) fn is_qualified_name(name: &str) -> bool {
         && name.len() <= 63
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && name.as_bytes()[0].is_ascii_alphanumeric()
         && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
     name_ok && prefix.is_none_or(is_subdomain)

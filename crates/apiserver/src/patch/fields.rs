@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use crate::admission::schema::resolve;
@@ -303,8 +304,19 @@ impl Encode<'_> {
                     let mut below = Map::new();
                     let mut member = false;
                     if filter != Filter::Prune {
-                        let child_shape = shape.field_of(schema, key, root);
-                        let leaf = self.value(child, child_shape, false, &mut below);
+                        // A scalar (or empty object) is a leaf whatever its schema says: its
+                        // schema is not looked up.
+                        let walked = match child {
+                            Value::Object(fields) => !fields.is_empty(),
+                            other => other.is_array(),
+                        };
+                        let leaf = match walked {
+                            true => {
+                                let child_shape = shape.field_of(schema, key, root);
+                                self.value(child, child_shape, false, &mut below)
+                            }
+                            false => true,
+                        };
                         member =
                             filter == Filter::Keep && (leaf || !is_named_in(schema, key, root));
                     }
@@ -354,10 +366,14 @@ fn attach(
     if member && !below.is_empty() {
         below.insert(".".into(), Value::Object(Map::new()));
     }
-    match node.get_mut(&element) {
-        Some(Value::Object(existing)) => merge_nodes(existing, below),
-        _ => {
-            node.insert(element, Value::Object(below));
+    // One search of the node: most elements are new.
+    match node.entry(element) {
+        Entry::Occupied(mut found) => match found.get_mut() {
+            Value::Object(existing) => merge_nodes(existing, below),
+            other => *other = Value::Object(below),
+        },
+        Entry::Vacant(slot) => {
+            slot.insert(Value::Object(below));
         }
     }
 }

@@ -30,7 +30,7 @@ pub(crate) fn check(group: &str, version: &str, kind: &str, object: &Value) -> A
         return Ok(());
     };
     let mut walk = Walk {
-        path: String::new(),
+        path: Vec::new(),
         owner: short_name(definition),
     };
     // Kubernetes names the version alone (`in version "v1"`), the group left out.
@@ -47,15 +47,16 @@ fn short_name(definition: &str) -> &str {
     definition.rsplit('.').next().unwrap_or(definition)
 }
 
-struct Walk<'s> {
-    /// The field's path without list indices, as Go's decoder names it (`spec.replicas`).
-    path: String,
+struct Walk<'s, 'v> {
+    /// The field's path without list indices, as Go's decoder names it (`spec.replicas`):
+    /// its keys, joined only for an error.
+    path: Vec<&'v str>,
     /// The Go struct that holds the field being read.
     owner: &'s str,
 }
 
-impl<'s> Walk<'s> {
-    fn value(&mut self, schema: &'s Value, value: &Value) -> Result<(), String> {
+impl<'s, 'v> Walk<'s, 'v> {
+    fn value(&mut self, schema: &'s Value, value: &'v Value) -> Result<(), String> {
         if value.is_null() {
             return Ok(());
         }
@@ -126,7 +127,6 @@ impl<'s> Walk<'s> {
                 let owner = definition.map(short_name).unwrap_or(self.owner);
                 let properties = facts.properties;
                 let additional = facts.additional;
-                let base = self.path.len();
                 let outer = self.owner;
                 for (key, field) in map {
                     let field_schema = properties.and_then(|p| p.get(key));
@@ -138,12 +138,9 @@ impl<'s> Walk<'s> {
                         (None, Some(s)) => s,
                         (None, None) => continue,
                     };
-                    if base > 0 {
-                        self.path.push('.');
-                    }
-                    self.path.push_str(key);
+                    self.path.push(key);
                     let result = self.value(field_schema, field);
-                    self.path.truncate(base);
+                    self.path.pop();
                     self.owner = outer;
                     result?;
                 }
@@ -170,7 +167,7 @@ impl<'s> Walk<'s> {
     }
 
     fn at(&self) -> String {
-        format!(" (field {})", self.path)
+        format!(" (field {})", self.path.join("."))
     }
 
     fn mismatch(&self, found: &str, want: &str) -> String {
@@ -179,7 +176,8 @@ impl<'s> Walk<'s> {
         }
         format!(
             "json: cannot unmarshal {found} into Go struct field {}.{} of type {want}",
-            self.owner, self.path
+            self.owner,
+            self.path.join(".")
         )
     }
 }
@@ -290,6 +288,26 @@ mod tests {
                     "resources": {"limits": {"cpu": 2, "memory": "1.5Gi"},
                                   "requests": {"cpu": "250m", "memory": "1e3"}}}]}}});
         check("apps", "v1", "Deployment", &deployment(good)).unwrap();
+    }
+
+    #[test]
+    fn a_deep_field_is_named_by_its_path_without_indices() {
+        let message = |spec: Value| {
+            check("apps", "v1", "Deployment", &deployment(spec))
+                .unwrap_err()
+                .message
+        };
+        assert_eq!(
+            message(json!({"template": {"spec": {"containers": [{"name": "a", "image": 7}]}}})),
+            "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal number into Go struct field Container.spec.template.spec.containers.image of type string"
+        );
+        assert_eq!(
+            message(json!({"template": {"spec": {"containers": [{"name": "a",
+                "resources": {"limits": {"cpu": "lots"}}}]}}})),
+            format!(
+                "Deployment in version \"v1\" cannot be handled as a Deployment: quantities must match the regular expression '{QUANTITY_PATTERN}' (field spec.template.spec.containers.resources.limits.cpu)"
+            )
+        );
     }
 
     #[test]

@@ -1162,3 +1162,73 @@ async fn node_ports_are_unique_across_concurrent_creates() {
     let (status, _) = get(&api, &format!("{SERVICES}/full")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// Every rule of a Deployment's walk broken at once: each cause keeps its field, reason and
+/// message (the paths are made only for a cause; this pins what they say).
+#[test]
+fn a_deployment_breaking_every_rule_names_each_field() {
+    let bad = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {"-team": "a", "tier": "-x"},
+            "annotations": {"Example.COM/Owner": "x", "bad key!": "y"}},
+        "spec": {"replicas": -1, "minReadySeconds": -2, "revisionHistoryLimit": -3,
+            "progressDeadlineSeconds": 0,
+            "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "150%", "maxUnavailable": "x"}},
+            "template": {"metadata": {"labels": {"app": "other", "k": "v!"}},
+                "spec": {"restartPolicy": "Never", "dnsPolicy": "Sometimes",
+                    "terminationGracePeriodSeconds": -1, "activeDeadlineSeconds": 0,
+                    "nodeSelector": {"bad key!": "v?"},
+                    "volumes": [{"name": "data"}, {"name": "data"}, {"name": "Bad"}],
+                    "initContainers": [{"name": "web", "image": "busybox"}],
+                    "containers": [
+                        {"name": "web", "image": " ", "imagePullPolicy": "Sometimes",
+                         "terminationMessagePolicy": "Later",
+                         "ports": [{"name": "http", "containerPort": 0, "protocol": "TCPX"},
+                                   {"name": "http", "containerPort": 70000, "hostPort": -5},
+                                   {"name": "Bad--", "containerPort": 80}],
+                         "volumeMounts": [{"name": "missing", "mountPath": "/m"}],
+                         "env": [{"name": "A=B", "value": "1"}],
+                         "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
+                        {"name": "Web_", "image": "nginx"}]}}}});
+    let causes = super::validate::validate("apps", "v1", "Deployment", &bad, None, "");
+    let said: Vec<String> = causes
+        .iter()
+        .map(|c| format!("{} {} {}", c.field, c.reason, c.message))
+        .collect();
+    let expected = [
+        r#"metadata.labels FieldValueInvalid Invalid value: "-team": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName'), at most 63 characters"#,
+        r#"metadata.labels[tier] FieldValueInvalid Invalid value: "-x": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"#,
+        r#"metadata.annotations FieldValueInvalid Invalid value: "bad key!": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName'), at most 63 characters"#,
+        "spec.replicas FieldValueInvalid Invalid value: -1: must be greater than or equal to 0",
+        "spec.minReadySeconds FieldValueInvalid Invalid value: -2: must be greater than or equal to 0",
+        "spec.revisionHistoryLimit FieldValueInvalid Invalid value: -3: must be greater than or equal to 0",
+        r#"spec.template.metadata.labels FieldValueInvalid Invalid value: {"app":"other","k":"v!"}: `selector` does not match template `labels`"#,
+        r#"spec.template.metadata.labels[k] FieldValueInvalid Invalid value: "v!": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"#,
+        r#"spec.template.spec.volumes[1].name FieldValueDuplicate Duplicate value: "data""#,
+        r#"spec.template.spec.volumes[2].name FieldValueInvalid Invalid value: "Bad": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc')"#,
+        r#"spec.template.spec.containers[0].name FieldValueDuplicate Duplicate value: "web""#,
+        "spec.template.spec.containers[0].image FieldValueRequired Required value",
+        r#"spec.template.spec.containers[0].imagePullPolicy FieldValueNotSupported Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never""#,
+        r#"spec.template.spec.containers[0].terminationMessagePolicy FieldValueNotSupported Unsupported value: "Later": supported values: "File", "FallbackToLogsOnError""#,
+        "spec.template.spec.containers[0].ports[0].containerPort FieldValueInvalid Invalid value: 0: must be between 1 and 65535, inclusive",
+        r#"spec.template.spec.containers[0].ports[0].protocol FieldValueNotSupported Unsupported value: "TCPX": supported values: "SCTP", "TCP", "UDP""#,
+        r#"spec.template.spec.containers[0].ports[1].name FieldValueDuplicate Duplicate value: "http""#,
+        "spec.template.spec.containers[0].ports[1].containerPort FieldValueInvalid Invalid value: 70000: must be between 1 and 65535, inclusive",
+        "spec.template.spec.containers[0].ports[1].hostPort FieldValueInvalid Invalid value: -5: must be between 1 and 65535, inclusive",
+        r#"spec.template.spec.containers[0].ports[2].name FieldValueInvalid Invalid value: "Bad--": must contain only lowercase alphanumeric characters (a-z, 0-9), and '-'; must contain at least one letter (a-z); must not contain consecutive hyphens; must be no more than 15 characters"#,
+        r#"spec.template.spec.containers[0].volumeMounts[0].name FieldValueNotFound Not found: "missing""#,
+        r#"spec.template.spec.containers[0].env[0].name FieldValueInvalid Invalid value: "A=B": a valid environment variable name must consist only of printable ASCII characters other than '='"#,
+        r#"spec.template.spec.containers[0].resources.requests FieldValueInvalid Invalid value: "2": must be less than or equal to cpu limit of 1"#,
+        r#"spec.template.spec.containers[1].name FieldValueInvalid Invalid value: "Web_": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc')"#,
+        r#"spec.template.spec.dnsPolicy FieldValueNotSupported Unsupported value: "Sometimes": supported values: "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None""#,
+        "spec.template.spec.terminationGracePeriodSeconds FieldValueInvalid Invalid value: -1: must be greater than or equal to 0",
+        "spec.template.spec.activeDeadlineSeconds FieldValueInvalid Invalid value: 0: must be between 1 and 2147483647, inclusive",
+        r#"spec.template.spec.nodeSelector FieldValueInvalid Invalid value: "bad key!": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName'), at most 63 characters"#,
+        r#"spec.template.spec.nodeSelector FieldValueInvalid Invalid value: "v?": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"#,
+        r#"spec.template.spec.restartPolicy FieldValueNotSupported Unsupported value: "Never": supported values: "Always""#,
+        r#"spec.strategy.rollingUpdate.maxUnavailable FieldValueInvalid Invalid value: "x": a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')"#,
+        r#"spec.strategy.rollingUpdate.maxSurge FieldValueInvalid Invalid value: "150%": must not be greater than 100%"#,
+    ];
+    assert_eq!(said, expected, "{}", said.join("\n"));
+}

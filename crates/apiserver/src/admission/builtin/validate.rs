@@ -92,6 +92,9 @@ pub(crate) fn validate(
         _ => {}
     }
     // A field the schema requires and a rule also names is said once.
+    if causes.0.len() < 2 {
+        return causes.0;
+    }
     let mut seen = HashSet::new();
     causes
         .0
@@ -153,7 +156,10 @@ fn required_at(causes: &mut Causes, schema: &Value, value: &Value, path: &mut St
                 return;
             };
             for (key, field) in map {
-                if base == 0 && (key == "status" || key == "metadata") {
+                // A scalar holds no fields: its schema is not looked up.
+                if !(field.is_object() || field.is_array())
+                    || (base == 0 && (key == "status" || key == "metadata"))
+                {
                     continue;
                 }
                 if let Some(field_schema) = properties.get(key) {
@@ -169,6 +175,9 @@ fn required_at(causes: &mut Causes, schema: &Value, value: &Value, path: &mut St
         Value::Array(list) => {
             if let Some(item_schema) = facts.items {
                 for (i, item) in list.iter().enumerate() {
+                    if !(item.is_object() || item.is_array()) {
+                        continue;
+                    }
                     let _ = std::fmt::Write::write_fmt(path, format_args!("[{i}]"));
                     required_at(causes, item_schema, item, path);
                     path.truncate(base);
@@ -194,7 +203,7 @@ fn label_value_problem(value: &str) -> Option<&'static str> {
     let ok = value.is_empty()
         || (value
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
             && value.as_bytes()[0].is_ascii_alphanumeric()
             && value.as_bytes()[value.len() - 1].is_ascii_alphanumeric());
     (!ok).then_some(
@@ -207,10 +216,20 @@ const QUALIFIED_NAME: &str = "name part must consist of alphanumeric characters,
 /// Labels (qualified keys, label values) and annotations (qualified keys, 256 KiB) of an
 /// object's (or a template's) metadata at `path`.
 fn metadata(causes: &mut Causes, meta: &Value, path: &str) {
-    labels(causes, &meta["labels"], &format!("{path}.labels"));
+    let Some(meta) = meta.as_object() else {
+        return;
+    };
+    if let Some(labels) = meta.get("labels") {
+        labels_at(causes, labels, path);
+    }
     let mut size = 0;
-    for (key, value) in meta["annotations"].as_object().into_iter().flatten() {
-        if !is_qualified_name(&key.to_ascii_lowercase()) {
+    for (key, value) in meta
+        .get("annotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        if !is_qualified_name_ignoring_case(key) {
             causes.invalid(&format!("{path}.annotations"), &json!(key), QUALIFIED_NAME);
         }
         size += key.len() + text(value).len();
@@ -223,14 +242,32 @@ fn metadata(causes: &mut Causes, meta: &Value, path: &str) {
     }
 }
 
-fn labels(causes: &mut Causes, labels: &Value, path: &str) {
+/// The labels of the metadata at `meta` (`{meta}.labels`), the field's path made only for a
+/// cause.
+fn labels_at(causes: &mut Causes, labels: &Value, meta: &str) {
     for (key, value) in labels.as_object().into_iter().flatten() {
         if !is_qualified_name(key) {
-            causes.invalid(path, &json!(key), QUALIFIED_NAME);
+            causes.invalid(&format!("{meta}.labels"), &json!(key), QUALIFIED_NAME);
         }
         if let Some(problem) = label_value_problem(text(value)) {
-            causes.invalid(&format!("{path}[{key}]"), value, problem);
+            causes.invalid(&format!("{meta}.labels[{key}]"), value, problem);
         }
+    }
+}
+
+/// [`is_qualified_name`] of `key` in lower case (annotation keys are checked so), without a
+/// lower-case copy unless the key has an upper-case letter.
+fn is_qualified_name_ignoring_case(key: &str) -> bool {
+    match key.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => is_qualified_name(&key.to_ascii_lowercase()),
+        false => is_qualified_name(key),
+    }
+}
+
+/// [`check_enum`] of the field `{path}.{field}`, its path made only for a cause.
+fn enum_at(causes: &mut Causes, path: &str, field: &str, value: &Value, allowed: &[&str]) {
+    if !value.is_null() && !value.as_str().is_some_and(|v| allowed.contains(&v)) {
+        check_enum(causes, &format!("{path}.{field}"), value, allowed);
     }
 }
 
@@ -256,10 +293,14 @@ fn is_label_name(name: &str) -> bool {
 
 const LABEL_NAME: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc')";
 
+/// Whether `port` is a port number, in 1..=65535.
+fn is_port_number(port: &Value) -> bool {
+    port.as_i64().is_some_and(|p| (1..=65535).contains(&p))
+}
+
 /// A port number in 1..=65535.
 fn port_number(causes: &mut Causes, field: &str, port: &Value) {
-    let ok = port.as_i64().is_some_and(|p| (1..=65535).contains(&p));
-    if !ok {
+    if !is_port_number(port) {
         causes.invalid(field, port, "must be between 1 and 65535, inclusive");
     }
 }
@@ -283,52 +324,53 @@ fn pod_template(causes: &mut Causes, template: &Value, path: &str) {
         causes.required(path, "");
         return;
     }
-    metadata(causes, &template["metadata"], &format!("{path}.metadata"));
-    pod_spec(causes, &template["spec"], &format!("{path}.spec"));
+    let metadata_path = format!("{path}.metadata");
+    metadata(causes, &template["metadata"], &metadata_path);
+    let mut spec_path = metadata_path;
+    spec_path.truncate(path.len());
+    spec_path.push_str(".spec");
+    pod_spec(causes, &template["spec"], &spec_path);
 }
 
 fn pod_spec(causes: &mut Causes, spec: &Value, path: &str) {
-    let mut names = HashSet::new();
-    let volumes: HashSet<&str> = items(&spec["volumes"])
+    // Pods have a few containers and volumes: their names are compared in a list.
+    let mut names: Vec<&str> = Vec::new();
+    let volumes: Vec<&str> = items(&spec["volumes"])
         .iter()
         .map(|v| text(&v["name"]))
         .collect();
     for (i, volume) in items(&spec["volumes"]).iter().enumerate() {
-        let name = text(&volume["name"]);
-        let at = format!("{path}.volumes[{i}].name");
+        let name = volumes[i];
+        let at = || format!("{path}.volumes[{i}].name");
         if !name.is_empty() && !is_label_name(name) {
-            causes.invalid(&at, &volume["name"], LABEL_NAME);
+            causes.invalid(&at(), &volume["name"], LABEL_NAME);
         }
-        if items(&spec["volumes"])[..i]
-            .iter()
-            .any(|v| text(&v["name"]) == name)
-        {
-            causes.duplicate(&at, &volume["name"]);
+        if volumes[..i].contains(&name) {
+            causes.duplicate(&at(), &volume["name"]);
         }
     }
     if items(&spec["containers"]).is_empty() {
         causes.required(&format!("{path}.containers"), "");
     }
+    let mut at = String::with_capacity(path.len() + 24);
     for list in ["initContainers", "containers"] {
         for (i, c) in items(&spec[list]).iter().enumerate() {
-            container(
-                causes,
-                c,
-                &format!("{path}.{list}[{i}]"),
-                &mut names,
-                &volumes,
-            );
+            at.clear();
+            let _ = std::fmt::Write::write_fmt(&mut at, format_args!("{path}.{list}[{i}]"));
+            container(causes, c, &at, &mut names, &volumes);
         }
     }
-    check_enum(
+    enum_at(
         causes,
-        &format!("{path}.restartPolicy"),
+        path,
+        "restartPolicy",
         &spec["restartPolicy"],
         &["Always", "Never", "OnFailure"],
     );
-    check_enum(
+    enum_at(
         causes,
-        &format!("{path}.dnsPolicy"),
+        path,
+        "dnsPolicy",
         &spec["dnsPolicy"],
         &["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"],
     );
@@ -351,80 +393,81 @@ fn pod_spec(causes: &mut Causes, spec: &Value, path: &str) {
         );
     }
     for (key, value) in spec["nodeSelector"].as_object().into_iter().flatten() {
-        let at = format!("{path}.nodeSelector");
+        let at = || format!("{path}.nodeSelector");
         if !is_qualified_name(key) {
-            causes.invalid(&at, &json!(key), QUALIFIED_NAME);
+            causes.invalid(&at(), &json!(key), QUALIFIED_NAME);
         }
         if let Some(problem) = label_value_problem(text(value)) {
-            causes.invalid(&at, value, problem);
+            causes.invalid(&at(), value, problem);
         }
     }
 }
 
-fn container(
+/// A container's rules; `names`: the names of the pod's containers checked before it.
+fn container<'c>(
     causes: &mut Causes,
-    c: &Value,
+    c: &'c Value,
     path: &str,
-    names: &mut HashSet<String>,
-    volumes: &HashSet<&str>,
+    names: &mut Vec<&'c str>,
+    volumes: &[&str],
 ) {
     let name = text(&c["name"]);
-    let at = format!("{path}.name");
     if !name.is_empty() {
         if !is_label_name(name) {
-            causes.invalid(&at, &c["name"], LABEL_NAME);
+            causes.invalid(&format!("{path}.name"), &c["name"], LABEL_NAME);
         }
-        if !names.insert(name.to_owned()) {
-            causes.duplicate(&at, &c["name"]);
+        match names.contains(&name) {
+            true => causes.duplicate(&format!("{path}.name"), &c["name"]),
+            false => names.push(name),
         }
     }
     if text(&c["image"]).trim().is_empty() {
         causes.required(&format!("{path}.image"), "");
     }
-    check_enum(
+    enum_at(
         causes,
-        &format!("{path}.imagePullPolicy"),
+        path,
+        "imagePullPolicy",
         &c["imagePullPolicy"],
         &["Always", "IfNotPresent", "Never"],
     );
-    check_enum(
+    enum_at(
         causes,
-        &format!("{path}.terminationMessagePolicy"),
+        path,
+        "terminationMessagePolicy",
         &c["terminationMessagePolicy"],
         &["File", "FallbackToLogsOnError"],
     );
-    let mut port_names = HashSet::new();
+    let mut port_names: Vec<&str> = Vec::new();
     for (i, port) in items(&c["ports"]).iter().enumerate() {
-        let at = format!("{path}.ports[{i}]");
+        let at = |field: &str| format!("{path}.ports[{i}].{field}");
         if let Some(name) = port["name"].as_str().filter(|n| !n.is_empty()) {
             if !is_port_name(name) {
-                causes.invalid(&format!("{at}.name"), &port["name"], PORT_NAME);
-            } else if !port_names.insert(name) {
-                causes.duplicate(&format!("{at}.name"), &port["name"]);
+                causes.invalid(&at("name"), &port["name"], PORT_NAME);
+            } else if port_names.contains(&name) {
+                causes.duplicate(&at("name"), &port["name"]);
+            } else {
+                port_names.push(name);
             }
         }
-        if !port["containerPort"].is_null() {
-            port_number(
-                causes,
-                &format!("{at}.containerPort"),
-                &port["containerPort"],
-            );
+        let container_port = &port["containerPort"];
+        if !container_port.is_null() && !is_port_number(container_port) {
+            port_number(causes, &at("containerPort"), container_port);
         }
         if let Some(host) = port["hostPort"].as_i64()
             && host != 0
+            && !is_port_number(&port["hostPort"])
         {
-            port_number(causes, &format!("{at}.hostPort"), &port["hostPort"]);
+            port_number(causes, &at("hostPort"), &port["hostPort"]);
         }
-        check_enum(
-            causes,
-            &format!("{at}.protocol"),
-            &port["protocol"],
-            PROTOCOLS,
-        );
+        let protocol = &port["protocol"];
+        if !protocol.is_null() && !protocol.as_str().is_some_and(|p| PROTOCOLS.contains(&p)) {
+            check_enum(causes, &at("protocol"), protocol, PROTOCOLS);
+        }
     }
     for (i, mount) in items(&c["volumeMounts"]).iter().enumerate() {
         let name = text(&mount["name"]);
-        if !name.is_empty() && !volumes.contains(name) {
+        if !name.is_empty() && !volumes.contains(&name) {
             causes.not_found(&format!("{path}.volumeMounts[{i}].name"), &mount["name"]);
         }
     }
@@ -524,8 +567,9 @@ fn workload(causes: &mut Causes, spec: &Value, old: Option<&Value>, selector_fix
                 );
             }
             Ok(parsed) => {
-                let labels = json!({"metadata": {"labels": template_labels}});
-                if !spec["template"].is_null() && !parsed.matches(&labels) {
+                let matches =
+                    parsed.matches_with(|k| template_labels.get(k).and_then(Value::as_str));
+                if !spec["template"].is_null() && !matches {
                     causes.invalid(
                         "spec.template.metadata.labels",
                         template_labels,
@@ -564,7 +608,8 @@ fn non_negative(causes: &mut Causes, spec: &Value, path: &str, field: &str) {
 }
 
 /// An int-or-percent (`maxSurge`), its value if an integer or the percentage.
-fn int_or_percent(causes: &mut Causes, field: &str, value: &Value) -> Option<i64> {
+/// `field` names the field, made only for a cause.
+fn int_or_percent(causes: &mut Causes, field: impl Fn() -> String, value: &Value) -> Option<i64> {
     match value {
         Value::Null => None,
         Value::String(text) => {
@@ -572,12 +617,12 @@ fn int_or_percent(causes: &mut Causes, field: &str, value: &Value) -> Option<i64
             match number {
                 Some(n) if (0..=100).contains(&n) => Some(n),
                 Some(_) => {
-                    causes.invalid(field, value, "must not be greater than 100%");
+                    causes.invalid(&field(), value, "must not be greater than 100%");
                     None
                 }
                 None => {
                     causes.invalid(
-                        field,
+                        &field(),
                         value,
                         "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
                     );
@@ -588,7 +633,7 @@ fn int_or_percent(causes: &mut Causes, field: &str, value: &Value) -> Option<i64
         value => {
             let n = value.as_i64().unwrap_or(0);
             if n < 0 {
-                causes.invalid(field, value, "must be greater than or equal to 0");
+                causes.invalid(&field(), value, "must be greater than or equal to 0");
             }
             Some(n)
         }
@@ -600,7 +645,7 @@ fn rolling_update(causes: &mut Causes, strategy: &Value, path: &str, deployment:
         true => &["Recreate", "RollingUpdate"],
         false => &["OnDelete", "RollingUpdate"],
     };
-    check_enum(causes, &format!("{path}.type"), &strategy["type"], types);
+    enum_at(causes, path, "type", &strategy["type"], types);
     let rolling = &strategy["rollingUpdate"];
     if strategy["type"] != "RollingUpdate" {
         if !rolling.is_null() {
@@ -616,12 +661,12 @@ fn rolling_update(causes: &mut Causes, strategy: &Value, path: &str, deployment:
     }
     let unavailable = int_or_percent(
         causes,
-        &format!("{path}.rollingUpdate.maxUnavailable"),
+        || format!("{path}.rollingUpdate.maxUnavailable"),
         &rolling["maxUnavailable"],
     );
     let surge = int_or_percent(
         causes,
-        &format!("{path}.rollingUpdate.maxSurge"),
+        || format!("{path}.rollingUpdate.maxSurge"),
         &rolling["maxSurge"],
     );
     if unavailable == Some(0) && surge == Some(0) {
