@@ -21,21 +21,36 @@ use super::UserInfo;
 
 /// What a request presents to show who it is from: its headers (a bearer token) and the
 /// client certificate chain its TLS handshake verified, leaf first.
+///
+/// The bearer token is read out of the headers once, when the request is presented: every
+/// token authenticator of a [`Chain`] asks for it, and reading it checks each of its bytes
+/// (a ServiceAccount token is most of a kilobyte).
 #[derive(Clone, Copy, Debug)]
 pub struct Presented<'a> {
     /// The request's headers.
     pub headers: &'a HeaderMap,
     /// The verified client certificate chain, if the client sent one.
     pub certificates: Option<&'a [CertificateDer<'static>]>,
+    /// The bearer token of the `Authorization` header ([`bearer`] of `headers`).
+    pub bearer: Option<&'a str>,
 }
 
 impl<'a> Presented<'a> {
-    /// A request with `headers` and no client certificate.
-    pub fn headers(headers: &'a HeaderMap) -> Self {
+    /// A request with `headers` and, if the client sent one, the verified `certificates`.
+    pub fn new(
+        headers: &'a HeaderMap,
+        certificates: Option<&'a [CertificateDer<'static>]>,
+    ) -> Self {
         Presented {
             headers,
-            certificates: None,
+            certificates,
+            bearer: bearer(headers),
         }
+    }
+
+    /// A request with `headers` and no client certificate.
+    pub fn headers(headers: &'a HeaderMap) -> Self {
+        Self::new(headers, None)
     }
 }
 
@@ -180,12 +195,27 @@ impl Authenticator for Chain {
 
 /// The token of an `Authorization` header's value, if it is a bearer token: the scheme
 /// is case-insensitive (RFC 9110 §11.1), as Kubernetes reads it, and may be followed by
-/// any run of spaces.
+/// any run of spaces. A value with a byte that is not visible ASCII (or a tab) is no
+/// bearer token, as `HeaderValue::to_str` would have it.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    if !visible_ascii(value) {
+        return None;
+    }
+    // Visible ASCII is UTF-8: this only finds so, a word at a time.
+    let value = std::str::from_utf8(value).ok()?;
     let (scheme, token) = value.trim_start().split_once([' ', '\t'])?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether every byte is visible ASCII or a tab (what `HeaderValue::to_str` accepts),
+/// checked without stopping at the first that is not, so that the compiler checks many
+/// bytes at once: a ServiceAccount token is most of a kilobyte, read on every request.
+fn visible_ascii(bytes: &[u8]) -> bool {
+    bytes.iter().fold(true, |all, &b| {
+        all & (matches!(b, 0x20..=0x7e) | (b == b'\t'))
+    })
 }
 
 /// The hub's admin bearer token: a token `check` accepts is the admin
@@ -212,8 +242,8 @@ impl AdminToken {
         Self::new(move |t| t == token)
     }
 
-    fn read(&self, headers: &HeaderMap) -> Credentials {
-        match bearer(headers) {
+    fn read(&self, token: Option<&str>) -> Credentials {
+        match token {
             Some(token) if (self.check)(token) => Credentials::User(self.admin.clone()),
             Some(_) => Credentials::Invalid(Refusal::UnknownToken),
             None => Credentials::Missing,
@@ -223,7 +253,7 @@ impl AdminToken {
 
 impl Authenticator for AdminToken {
     fn authenticate<'a>(&'a self, presented: &'a Presented<'a>) -> Verdict<'a, Credentials> {
-        Verdict::Now(self.read(presented.headers))
+        Verdict::Now(self.read(presented.bearer))
     }
 }
 
@@ -239,18 +269,59 @@ mod tests {
     }
 
     #[test]
+    fn a_bearer_token_is_read_as_to_str_reads_the_header() {
+        let long = format!("Bearer {}", "eyJhbGciOiJFUzI1NiJ9.".repeat(40));
+        // (A header value holds no control byte but the tab: obs-text is what to_str refuses.)
+        let values: [&[u8]; 9] = [
+            b"Bearer abc",
+            b"bearer \t abc \t",
+            b"BEARER a b",
+            b"Basic abc",
+            b"Bearer ",
+            b"Bearer ab\xc3\xa9",
+            b"Bearer \x80abc",
+            b"\tBearer abc",
+            long.as_bytes(),
+        ];
+        for value in values {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::AUTHORIZATION,
+                HeaderValue::from_bytes(value).unwrap(),
+            );
+            // What the header reads as with `to_str`, then split as `bearer` splits it.
+            let expected = headers[header::AUTHORIZATION]
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim_start().split_once([' ', '\t']))
+                .map(|(scheme, token)| (scheme, token.trim()))
+                .filter(|(scheme, token)| {
+                    scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()
+                })
+                .map(|(_, token)| token);
+            assert_eq!(bearer(&headers), expected, "{value:?}");
+            assert_eq!(Presented::headers(&headers).bearer, expected);
+        }
+        assert_eq!(bearer(&with("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(&HeaderMap::new()), None);
+    }
+
+    #[test]
     fn the_admin_token_is_the_admin_and_any_other_token_is_invalid() {
         let auth = AdminToken::exactly("s3cret");
         assert_eq!(
-            auth.read(&with("bearer  s3cret")),
+            auth.read(bearer(&with("bearer  s3cret"))),
             Credentials::User(Arc::new(UserInfo::admin()))
         );
         assert_eq!(
-            auth.read(&with("Bearer wrong")),
+            auth.read(bearer(&with("Bearer wrong"))),
             Credentials::Invalid(Refusal::UnknownToken)
         );
-        assert_eq!(auth.read(&HeaderMap::new()), Credentials::Missing);
-        assert_eq!(auth.read(&with("Basic czNjcmV0")), Credentials::Missing);
+        assert_eq!(auth.read(bearer(&HeaderMap::new())), Credentials::Missing);
+        assert_eq!(
+            auth.read(bearer(&with("Basic czNjcmV0"))),
+            Credentials::Missing
+        );
     }
 
     /// Accepts one token as one user; refuses `expired` as expired; no opinion on any
@@ -259,7 +330,7 @@ mod tests {
 
     impl Authenticator for Token {
         fn authenticate<'a>(&'a self, presented: &'a Presented<'a>) -> Verdict<'a, Credentials> {
-            let credentials = match bearer(presented.headers) {
+            let credentials = match presented.bearer {
                 Some(token) if token == self.0 => {
                     Credentials::User(Arc::new(UserInfo::new(self.1, &[])))
                 }

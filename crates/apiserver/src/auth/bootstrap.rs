@@ -24,7 +24,6 @@ use flotilla_store::{Revision, Store};
 use serde_json::Value;
 
 use crate::api::{ROOT_CLUSTER, Verdict};
-use crate::auth::authn::bearer;
 use crate::auth::{AUTHENTICATED, Authenticator, Credentials, Presented, Refusal, UserInfo};
 use crate::registry::keys;
 
@@ -228,7 +227,7 @@ impl BootstrapTokens {
 
 impl Authenticator for BootstrapTokens {
     fn authenticate<'a>(&'a self, presented: &'a Presented<'a>) -> Verdict<'a, Credentials> {
-        let Some((id, secret)) = bearer(presented.headers).and_then(parse) else {
+        let Some((id, secret)) = presented.bearer.and_then(parse) else {
             return Verdict::Now(Credentials::Missing);
         };
         Verdict::Later(Box::pin(self.check(id, secret)))

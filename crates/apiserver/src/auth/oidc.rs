@@ -33,7 +33,6 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use crate::api::Verdict;
-use crate::auth::authn::bearer;
 use crate::auth::{AUTHENTICATED, Authenticator, Credentials, Presented, Refusal, UserInfo};
 
 /// The least time between two fetches of the issuer's keys.
@@ -387,7 +386,7 @@ fn digest(bytes: &[u8]) -> [u8; 32] {
 
 impl Authenticator for Oidc {
     fn authenticate<'a>(&'a self, presented: &'a Presented<'a>) -> Verdict<'a, Credentials> {
-        let Some(token) = bearer(presented.headers) else {
+        let Some(token) = presented.bearer else {
             return Verdict::Now(Credentials::Missing);
         };
         let now = jiff::Timestamp::now().as_second();

@@ -360,10 +360,7 @@ mod tests {
 
     fn ask(auth: &ClientCertificates, chain: &[CertificateDer<'static>]) -> Credentials {
         let headers = HeaderMap::new();
-        let presented = Presented {
-            headers: &headers,
-            certificates: Some(chain),
-        };
+        let presented = Presented::new(&headers, Some(chain));
         match auth.authenticate(&presented) {
             Verdict::Now(credentials) => credentials,
             Verdict::Later(_) => panic!("client certificates are decided at once"),
@@ -422,10 +419,7 @@ mod tests {
             .serial;
         let chain = [agent];
         let headers = HeaderMap::new();
-        let presented = Presented {
-            headers: &headers,
-            certificates: Some(&chain),
-        };
+        let presented = Presented::new(&headers, Some(&chain));
         // No Cluster: refused.
         assert!(matches!(
             auth.authenticate(&presented).await,
@@ -464,10 +458,7 @@ mod tests {
         ));
         // Other users are not checked against Clusters.
         let alice = [certificate(&id, "alice", "team-a", 3600)];
-        let presented = Presented {
-            headers: &headers,
-            certificates: Some(&alice),
-        };
+        let presented = Presented::new(&headers, Some(&alice));
         assert!(matches!(
             auth.authenticate(&presented).await,
             Credentials::User(_)
@@ -495,10 +486,7 @@ mod tests {
             async move {
                 let chain = [cert];
                 let headers = HeaderMap::new();
-                let presented = Presented {
-                    headers: &headers,
-                    certificates: Some(&chain),
-                };
+                let presented = Presented::new(&headers, Some(&chain));
                 auth.authenticate(&presented).await
             }
         };

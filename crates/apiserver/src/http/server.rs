@@ -129,13 +129,13 @@ async fn handle(State(shared): State<Shared>, request: Request) -> Response {
         // to verify the hub's tokens. As there, a token that is presented must be valid:
         // a wrong one is refused on every path (`flotilla join` checks credentials so).
         let public = is_public(path);
-        let presented = Presented {
-            headers: &parts.headers,
-            certificates: parts
+        let presented = Presented::new(
+            &parts.headers,
+            parts
                 .extensions
                 .get::<ClientCertificates>()
                 .map(|chain| &*chain.0),
-        };
+        );
         let user = match shared.authenticator.authenticate(&presented).await {
             Credentials::User(user) => user,
             Credentials::Missing if public => Arc::new(UserInfo::anonymous()),

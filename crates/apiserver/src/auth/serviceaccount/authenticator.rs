@@ -28,7 +28,6 @@ use super::{
     LEGACY_ISSUER, NODE_NAME_EXTRA, NODE_UID_EXTRA, POD_NAME_EXTRA, POD_UID_EXTRA, user_name,
 };
 use crate::api::{ROOT_CLUSTER, Verdict};
-use crate::auth::authn::bearer;
 use crate::auth::{AUTHENTICATED, Authenticator, Credentials, Presented, Refusal, UserInfo};
 use crate::registry::keys;
 
@@ -266,7 +265,7 @@ impl Tokens {
 
 impl Authenticator for Tokens {
     fn authenticate<'a>(&'a self, presented: &'a Presented<'a>) -> Verdict<'a, Credentials> {
-        let Some(token) = bearer(presented.headers) else {
+        let Some(token) = presented.bearer else {
             return Verdict::Now(Credentials::Missing);
         };
         let at = Instant::now();
