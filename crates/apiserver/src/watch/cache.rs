@@ -32,6 +32,19 @@
 //!                caller reads the store
 //! ```
 //!
+//! The history is bounded by time, as kube-apiserver's watch cache is: it keeps the changes of
+//! the last [`Config::history_fresh`] (75 s), and at least the last [`Config::history_floor`]
+//! whatever their age, within the hard caps of [`Config::history`] events and
+//! [`Config::history_bytes`]. A resource rewritten by every member (heartbeat Leases, Cluster
+//! statuses) then holds its last minute or so of changes, not ten thousand of them:
+//!
+//! ```text
+//!  route(change) ─► push ─► trim: drop the oldest while over a cap, or while older than
+//!                                 `history_fresh` and more than `history_floor` are kept
+//!  every SWEEP   ─► trim every resource (a resource that fell quiet lets go of its past too)
+//!  watch from before the history ─► catch-up from the store's log (or 410 once compacted)
+//! ```
+//!
 //! A resource's objects are kept only once it is read by key often enough to be worth it
 //! (a watched one at once, another after a few dozen reads): a hub that read a RoleBinding
 //! or two at startup holds none of ten thousand. They are its objects' stored JSON
@@ -40,6 +53,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use flotilla_store::{EventKind, ListOptions, Revision, Store, WatchEvent, WatchStream};
@@ -60,6 +74,13 @@ pub struct Config {
     /// `history` and this is smaller, so that a resource of large objects (such as
     /// placements reporting on a thousand clusters) does not hold gigabytes of them.
     pub history_bytes: usize,
+    /// Changes younger than this are kept (within the caps above); older ones are dropped,
+    /// except the last [`Config::history_floor`]. A watch resuming from further back is
+    /// caught up from the store's log, or told to relist (410) once that is compacted.
+    pub history_fresh: Duration,
+    /// Changes kept per resource whatever their age (within the caps), so that a quiet
+    /// resource's watchers resume from memory.
+    pub history_floor: usize,
     /// Events buffered per live feed (a logical cluster's part of a resource: each watch
     /// is woken only by its own cluster's changes); a watcher further behind is caught up
     /// from the history, or ended with Expired.
@@ -71,8 +92,31 @@ impl Default for Config {
         Config {
             history: 10_000,
             history_bytes: 32 << 20,
+            history_fresh: Duration::from_secs(75),
+            history_floor: 100,
             buffer: 256,
         }
+    }
+}
+
+/// How often every resource's history is trimmed to [`Config::history_fresh`], besides the
+/// trim of a resource on each of its changes.
+const SWEEP: Duration = Duration::from_secs(10);
+
+/// Where the cache reads the time from, to age its histories: the system's monotonic clock,
+/// or a clock a test moves by hand.
+pub trait Clock: Send + Sync {
+    /// The current instant.
+    fn now(&self) -> Instant;
+}
+
+/// The system's monotonic clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
     }
 }
 
@@ -140,15 +184,25 @@ fn decode(key: &[u8], value: &[u8], revision: Revision) -> Option<Value> {
 
 impl Change {
     pub(crate) fn from_event(event: &WatchEvent) -> Change {
+        Change::sharing(event, None)
+    }
+
+    /// The change `event` makes, its previous object taken from `previous` (the bytes the
+    /// cache holds for it already, at the revision the event reports) rather than from the
+    /// event, so that the object is held once however many places refer to it.
+    fn sharing(event: &WatchEvent, previous: Option<&(Bytes, Revision)>) -> Change {
+        let raw_previous = event.prev_kv.as_ref().map(|kv| match previous {
+            Some((raw, revision)) if *revision == kv.mod_revision && *raw == kv.value => {
+                (raw.clone(), *revision)
+            }
+            _ => (kv.value.clone(), kv.mod_revision),
+        });
         Change {
             revision: event.revision(),
             key: event.kv.key.clone(),
             kind: event.kind,
             raw_object: (event.kind == EventKind::Put).then(|| event.kv.value.clone()),
-            raw_previous: event
-                .prev_kv
-                .as_ref()
-                .map(|kv| (kv.value.clone(), kv.mod_revision)),
+            raw_previous,
             object: OnceLock::new(),
             previous: OnceLock::new(),
             object_metadata: OnceLock::new(),
@@ -275,6 +329,7 @@ impl Feeds {
 pub struct WatchCache {
     store: Arc<dyn Store>,
     config: Config,
+    clock: Arc<dyn Clock>,
     inner: Arc<Shared>,
     started: tokio::sync::OnceCell<()>,
 }
@@ -301,6 +356,8 @@ struct Resource {
 
 struct ResourceState {
     history: VecDeque<Arc<Change>>,
+    /// When each change of the history was routed (in step with `history`).
+    routed_at: VecDeque<Instant>,
     /// The [`Change::weight`]s of the history, summed.
     history_bytes: usize,
     /// The history holds every change of the resource after this revision.
@@ -335,6 +392,43 @@ enum Objects {
     },
 }
 
+impl ResourceState {
+    /// Adds a routed change to the history and trims it.
+    fn record(&mut self, change: Arc<Change>, now: Instant, config: &Config) {
+        self.history_bytes += change.weight();
+        self.history.push_back(change);
+        self.routed_at.push_back(now);
+        self.trim(now, config);
+    }
+
+    /// Drops the oldest changes while the history is over a cap, or while the oldest is
+    /// older than [`Config::history_fresh`] and more than [`Config::history_floor`] are kept;
+    /// the history then starts after the last one dropped.
+    fn trim(&mut self, now: Instant, config: &Config) {
+        while let (Some(oldest), Some(at)) = (self.history.front(), self.routed_at.front()) {
+            let len = self.history.len();
+            let over = len > config.history || self.history_bytes > config.history_bytes;
+            let stale = len > config.history_floor
+                && now.saturating_duration_since(*at) > config.history_fresh;
+            if !over && !stale {
+                break;
+            }
+            self.history_bytes -= oldest.weight();
+            self.complete_after = oldest.revision;
+            self.history.pop_front();
+            self.routed_at.pop_front();
+        }
+    }
+
+    /// The bytes the cache holds for `key` at present, if its objects are loaded.
+    fn held(&self, key: &[u8]) -> Option<&(Bytes, Revision)> {
+        match &self.objects {
+            Objects::Ready { by_key, .. } => by_key.get(key),
+            _ => None,
+        }
+    }
+}
+
 impl Objects {
     /// Applies one routed change (in revision order).
     fn apply(&mut self, change: &Arc<Change>) {
@@ -361,9 +455,15 @@ impl Objects {
 impl WatchCache {
     /// A cache over `store`; its feeder starts with the first watch.
     pub fn new(store: Arc<dyn Store>, config: Config) -> Self {
+        WatchCache::with_clock(store, config, Arc::new(SystemClock))
+    }
+
+    /// A cache over `store` whose histories age by `clock`.
+    pub fn with_clock(store: Arc<dyn Store>, config: Config, clock: Arc<dyn Clock>) -> Self {
         WatchCache {
             store,
             config,
+            clock,
             inner: Arc::new(Shared {
                 resources: Mutex::new(HashMap::new()),
                 processed: AtomicU64::new(0),
@@ -618,6 +718,7 @@ impl WatchCache {
                     store: self.store.clone(),
                     shared: self.inner.clone(),
                     config: self.config,
+                    clock: self.clock.clone(),
                 };
                 tokio::spawn(feeder.run(stream).instrument(info_span!("watch_cache")));
                 Ok::<_, flotilla_store::Error>(())
@@ -650,6 +751,7 @@ impl WatchCache {
                 Arc::new(Resource {
                     state: Mutex::new(ResourceState {
                         history: VecDeque::new(),
+                        routed_at: VecDeque::new(),
                         history_bytes: 0,
                         complete_after: Revision::new(self.inner.processed.load(Ordering::Acquire)),
                         feeds: Feeds::default(),
@@ -735,12 +837,22 @@ struct Feeder {
     store: Arc<dyn Store>,
     shared: Arc<Shared>,
     config: Config,
+    clock: Arc<dyn Clock>,
 }
 
 impl Feeder {
     async fn run(self, mut stream: WatchStream) {
+        let mut sweep = tokio::time::interval(SWEEP);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            match stream.next().await {
+            let next = tokio::select! {
+                next = stream.next() => next,
+                _ = sweep.tick() => {
+                    trim_every(&self.shared, &self.config, self.clock.now());
+                    continue;
+                }
+            };
+            match next {
                 Some(Ok(event)) => self.route(&event),
                 Some(Err(e)) => {
                     // Fell behind a compaction: every cache loses its continuity.
@@ -808,28 +920,18 @@ impl Feeder {
             .unwrap_or_else(PoisonError::into_inner);
         let resource = resource_of(&event.kv.key).and_then(|prefix| resources.get(prefix));
         if let Some(resource) = resource {
-            let change = Arc::new(Change::from_event(event));
             let mut state = resource
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            let change = Arc::new(Change::sharing(event, state.held(&event.kv.key)));
             state.objects.apply(&change);
             if revision > state.complete_after {
                 if !state.watched {
                     // Read, never watched: no history (nothing to send it to either).
                     state.complete_after = revision;
                 } else {
-                    state.history_bytes += change.weight();
-                    state.history.push_back(change.clone());
-                    while state.history.len() > self.config.history
-                        || state.history_bytes > self.config.history_bytes
-                    {
-                        let Some(oldest) = state.history.pop_front() else {
-                            break;
-                        };
-                        state.history_bytes -= oldest.weight();
-                        state.complete_after = oldest.revision;
-                    }
+                    state.record(change.clone(), self.clock.now(), &self.config);
                     state.feeds.send(&change);
                 }
             }
@@ -839,6 +941,24 @@ impl Feeder {
             .fetch_max(revision.get(), Ordering::AcqRel);
         drop(resources);
         self.shared.advanced.notify_waiters();
+    }
+}
+
+/// Trims every resource's history to what is still fresh at `now`.
+fn trim_every(shared: &Shared, config: &Config, now: Instant) {
+    let resources: Vec<Arc<Resource>> = shared
+        .resources
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .values()
+        .cloned()
+        .collect();
+    for resource in resources {
+        resource
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .trim(now, config);
     }
 }
 
@@ -1451,6 +1571,7 @@ mod tests {
                     history,
                     history_bytes,
                     buffer,
+                    ..Config::default()
                 },
             ));
             let start = store.current_revision().await.unwrap();
@@ -1688,6 +1809,194 @@ mod tests {
                 head.get() + 1 + i
             );
         }
+    }
+
+    /// A clock the test moves by hand.
+    struct ManualClock(Mutex<Instant>);
+
+    impl ManualClock {
+        fn new() -> Arc<ManualClock> {
+            Arc::new(ManualClock(Mutex::new(Instant::now())))
+        }
+
+        fn advance(&self, by: Duration) {
+            *self.0.lock().unwrap() += by;
+        }
+    }
+
+    impl Clock for ManualClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    /// A cache whose histories keep 75 s of changes, and `floor` older ones.
+    fn aging(
+        store: &Arc<dyn Store>,
+        clock: &Arc<ManualClock>,
+        floor: usize,
+        buffer: usize,
+    ) -> WatchCache {
+        WatchCache::with_clock(
+            store.clone(),
+            Config {
+                history_fresh: Duration::from_secs(75),
+                history_floor: floor,
+                buffer,
+                ..Config::default()
+            },
+            clock.clone(),
+        )
+    }
+
+    /// The revisions in the history of `/core/configmaps/`, and where it is complete after.
+    fn history_of(cache: &WatchCache) -> (Vec<u64>, Revision) {
+        let resources = cache.inner.resources.lock().unwrap();
+        let state = resources[&b"/core/configmaps/"[..]].state.lock().unwrap();
+        assert_eq!(state.history.len(), state.routed_at.len());
+        assert_eq!(
+            state.history_bytes,
+            state.history.iter().map(|c| c.weight()).sum::<usize>()
+        );
+        (
+            state.history.iter().map(|c| c.revision.get()).collect(),
+            state.complete_after,
+        )
+    }
+
+    #[tokio::test]
+    async fn the_history_keeps_fresh_changes_and_a_floor_of_older_ones() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let clock = ManualClock::new();
+        let cache = aging(&store, &clock, 2, 256);
+        let start = store.current_revision().await.unwrap();
+        let mut live = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        let key: &[u8] = b"/core/configmaps/root/a/lease";
+        store.create(key, value("lease", 0)).await.unwrap();
+        next_change(&mut live).await;
+        for i in 1..5 {
+            let at = store.get(key, None).await.unwrap().unwrap().mod_revision;
+            store.update(key, value("lease", i), at).await.unwrap();
+            next_change(&mut live).await;
+        }
+        // Younger than 75 s: all five kept, well under the count cap.
+        clock.advance(Duration::from_secs(74));
+        let (kept, _) = history_of(&cache);
+        assert_eq!(kept, (1..=5).map(|i| start.get() + i).collect::<Vec<_>>());
+        // Older than 75 s: the next change lets go of them but for the floor of two.
+        clock.advance(Duration::from_secs(2));
+        let at = store.get(key, None).await.unwrap().unwrap().mod_revision;
+        let sixth = store.update(key, value("lease", 5), at).await.unwrap();
+        next_change(&mut live).await;
+        let (kept, complete_after) = history_of(&cache);
+        assert_eq!(kept, vec![start.get() + 5, sixth.get()]);
+        assert_eq!(complete_after.get(), start.get() + 4);
+        // A watch from inside what is kept replays it from memory...
+        let mut recent = cache
+            .watch(b"/core/configmaps/root/", Revision::new(start.get() + 4))
+            .await
+            .unwrap();
+        assert_eq!(cache.store_watches(), 1);
+        assert_eq!(
+            next_change(&mut recent).await.revision.get(),
+            start.get() + 5
+        );
+        assert_eq!(next_change(&mut recent).await.revision, sixth);
+        // ...and one from before it is caught up from the store's log, missing nothing.
+        let mut older = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        assert_eq!(cache.store_watches(), 2);
+        for i in 1..=6 {
+            assert_eq!(
+                next_change(&mut older).await.revision.get(),
+                start.get() + i
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_quiet_resource_lets_go_of_its_stale_history_at_the_sweep() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let clock = ManualClock::new();
+        let cache = aging(&store, &clock, 1, 256);
+        let start = store.current_revision().await.unwrap();
+        let mut live = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        for i in 0..4 {
+            let key = format!("/core/configmaps/root/a/csr{i}");
+            store.create(key.as_bytes(), value("csr", i)).await.unwrap();
+            next_change(&mut live).await;
+        }
+        // No further change: a sweep before 75 s keeps all, one after keeps the floor.
+        clock.advance(Duration::from_secs(60));
+        trim_every(&cache.inner, &cache.config, clock.now());
+        assert_eq!(history_of(&cache).0.len(), 4);
+        clock.advance(Duration::from_secs(16));
+        trim_every(&cache.inner, &cache.config, clock.now());
+        let (kept, complete_after) = history_of(&cache);
+        assert_eq!(kept, vec![start.get() + 4]);
+        assert_eq!(complete_after.get(), start.get() + 3);
+        // The sweep never drops the changes a live watcher still has to receive: it
+        // received them already here, and resuming from its position needs no catch-up.
+        let resumed = cache
+            .watch(b"/core/configmaps/root/", live.position())
+            .await
+            .unwrap();
+        assert!(resumed.catch_up.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_watcher_behind_the_buffer_and_older_than_the_fresh_history_expires() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let clock = ManualClock::new();
+        let cache = aging(&store, &clock, 0, 2);
+        let head = store.current_revision().await.unwrap();
+        let mut slow = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        let mut fast = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
+        for i in 0..5 {
+            let key = format!("/core/configmaps/root/a/k{i}");
+            store.create(key.as_bytes(), value("k", i)).await.unwrap();
+            next_change(&mut fast).await;
+        }
+        // Within the count cap, but 76 s old: gone, so the slow watcher cannot be caught
+        // up from memory and must relist (410).
+        clock.advance(Duration::from_secs(76));
+        let last = store
+            .create(b"/core/configmaps/root/a/k5", value("k", 5))
+            .await
+            .unwrap();
+        assert_eq!(next_change(&mut fast).await.revision, last);
+        assert_eq!(history_of(&cache).0, vec![last.get()]);
+        match tokio::time::timeout(Duration::from_secs(10), slow.next())
+            .await
+            .unwrap()
+        {
+            Some(Next::Expired(reason)) => assert!(reason.contains("fell behind"), "{reason}"),
+            other => panic!("expected Expired, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_shares_the_previous_object_the_cache_holds() {
+        // SQLite decodes every value it returns afresh: sharing is the cache's doing.
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            flotilla_store_sqlite::SqliteStore::open(dir.path().join("s.db"))
+                .await
+                .unwrap(),
+        );
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        store.create(key, value("x", 1)).await.unwrap();
+        let start = store.current_revision().await.unwrap();
+        let mut live = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        // Loaded (the resource is watched, so its first read loads it).
+        let (held, at) = cached(&cache, key).await.unwrap();
+        store.update(key, value("x", 2), at).await.unwrap();
+        let change = next_change(&mut live).await;
+        let (previous, revision) = change.raw_previous.as_ref().unwrap();
+        assert_eq!(*revision, at);
+        assert_eq!(previous, &held);
+        // The very same bytes, not a copy of them.
+        assert_eq!(previous.as_ptr(), held.as_ptr());
     }
 
     #[tokio::test]
