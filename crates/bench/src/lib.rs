@@ -129,19 +129,26 @@ pub fn ratio(measured: f64, limit: f64) -> f64 {
 /// `measured / baseline`: a round in which the machine was busier moves both of its figures,
 /// and the median leaves out the rounds a burst hit on one side only. NaN with no pairs.
 pub fn paired_ratio(pairs: &[(f64, f64)]) -> f64 {
-    let mut ratios: Vec<f64> = pairs
-        .iter()
-        .map(|(baseline, measured)| ratio(*measured, *baseline))
-        .collect();
-    if ratios.is_empty() {
+    median(
+        pairs
+            .iter()
+            .map(|(baseline, measured)| ratio(*measured, *baseline))
+            .collect(),
+    )
+}
+
+/// The median of `values` (the mean of the two middle ones when they are even); NaN when
+/// there are none.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
         return f64::NAN;
     }
-    ratios.sort_by(f64::total_cmp);
-    let middle = ratios.len() / 2;
-    if ratios.len().is_multiple_of(2) {
-        (ratios[middle - 1] + ratios[middle]) / 2.0
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[middle - 1] + values[middle]) / 2.0
     } else {
-        ratios[middle]
+        values[middle]
     }
 }
 

@@ -310,17 +310,10 @@ impl Point {
     /// hub on a database server is compared by, so that one round meeting the fleet's
     /// periodic work (health probes, heartbeats) moves neither side much.
     pub fn median_hub_p99_ms(&self) -> f64 {
-        let mut p99: Vec<f64> = self.rounds.iter().map(|r| r.hub.p99_ms).collect();
-        if p99.is_empty() {
+        if self.rounds.is_empty() {
             return self.hub.p99_ms;
         }
-        p99.sort_by(f64::total_cmp);
-        let middle = p99.len() / 2;
-        if p99.len() % 2 == 1 {
-            p99[middle]
-        } else {
-            (p99[middle - 1] + p99[middle]) / 2.0
-        }
+        crate::median(self.rounds.iter().map(|r| r.hub.p99_ms).collect())
     }
 
     /// The point of `rounds` (the median one's results, and all of them).
