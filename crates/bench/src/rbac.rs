@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use crate::api::{Call, Target, api_phase, io};
 use crate::harness::{LoneHub, trusting};
+use crate::system::cpu_ns;
 use crate::{Error, Latency};
 
 /// What to load and measure.
@@ -100,6 +101,33 @@ pub struct Pair {
     pub service_account: Latency,
     /// Every round's p50, admin then service account, in milliseconds.
     pub rounds_p50_ms: Vec<(f64, f64)>,
+    /// CPU per request, admin then service account: the median over the rounds.
+    pub cpu: [CpuPerRequest; 2],
+}
+
+/// The CPU one request cost during a phase, in microseconds: the hub's, and this process's
+/// (the clients': building, encrypting and sending the request, reading the answer).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CpuPerRequest {
+    /// The hub process's.
+    pub hub_us: f64,
+    /// The benchmark's own (its clients').
+    pub client_us: f64,
+}
+
+impl CpuPerRequest {
+    /// The median of each field over `rounds`.
+    fn median(rounds: &[CpuPerRequest]) -> CpuPerRequest {
+        let of = |f: fn(&CpuPerRequest) -> f64| crate::median(rounds.iter().map(f).collect());
+        CpuPerRequest {
+            hub_us: of(|c| c.hub_us),
+            client_us: of(|c| c.client_us),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"hub_us": self.hub_us, "client_us": self.client_us})
+    }
 }
 
 impl Pair {
@@ -143,6 +171,7 @@ impl Report {
             "ops": self.ops.iter().map(|p| json!({
                 "op": p.op, "admin": p.admin.json(), "service_account": p.service_account.json(),
                 "overhead": p.overhead(), "rounds_p50_ms": p.rounds_p50_ms,
+                "cpu_per_request": {"admin": p.cpu[0].json(), "service_account": p.cpu[1].json()},
             })).collect::<Vec<_>>(),
             "idle_rss_empty_mib": self.idle_rss_empty_mib,
             "idle_rss_loaded_mib": self.idle_rss_loaded_mib,
@@ -186,18 +215,24 @@ impl Report {
         let mut out = format!(
             "rbac: {cluster_roles} ClusterRoles, {role_bindings} RoleBindings over {namespaces} \
              namespaces, {groups} groups (loaded in {:.1} s); {} clients\n\
-             op       admin p50 / p99 ms      service account p50 / p99 ms   added (p50)\n",
+             op       admin p50 / p99 ms      service account p50 / p99 ms   added (p50)   \
+             CPU µs per request, hub + clients: admin, service account\n",
             self.load_seconds, self.clients
         );
         for p in &self.ops {
             out.push_str(&format!(
-                "{:<8} {:>8.3} / {:>8.3}        {:>8.3} / {:>8.3}              {:>+6.1} %\n",
+                "{:<8} {:>8.3} / {:>8.3}        {:>8.3} / {:>8.3}              {:>+6.1} %      \
+                 {:.1} + {:.1}, {:.1} + {:.1}\n",
                 p.op,
                 p.admin.p50_ms,
                 p.admin.p99_ms,
                 p.service_account.p50_ms,
                 p.service_account.p99_ms,
-                p.overhead() * 100.0
+                p.overhead() * 100.0,
+                p.cpu[0].hub_us,
+                p.cpu[0].client_us,
+                p.cpu[1].hub_us,
+                p.cpu[1].client_us,
             ));
         }
         out.push_str(&format!(
@@ -379,6 +414,10 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
 
     let mut gets: [Vec<Latency>; 2] = [Vec::new(), Vec::new()];
     let mut creates: [Vec<Latency>; 2] = [Vec::new(), Vec::new()];
+    let mut gets_cpu: [Vec<CpuPerRequest>; 2] = [Vec::new(), Vec::new()];
+    let mut creates_cpu: [Vec<CpuPerRequest>; 2] = [Vec::new(), Vec::new()];
+    let (hub_pid, own_pid) = (hub.pid()?, std::process::id());
+    let cpu_now = || -> Result<(u64, u64), Error> { Ok((cpu_ns(hub_pid)?, cpu_ns(own_pid)?)) };
     for round in 0..options.rounds {
         // A B, then B A: each identity goes first in half the rounds.
         let order = if round.is_multiple_of(2) {
@@ -402,9 +441,11 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
                     StatusCode::OK,
                 )
             };
+            let before = cpu_now()?;
             let (latency, _) =
                 api_phase(target, options.clients, options.get_requests, get).await?;
             gets[who].push(latency);
+            gets_cpu[who].push(per_request(before, cpu_now()?, options.get_requests));
             let create = move |i: usize| {
                 post(
                     "/api/v1/namespaces/ns-0/configmaps",
@@ -413,13 +454,16 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
                         "data": {"payload": "x".repeat(1024)}}),
                 )
             };
+            let before = cpu_now()?;
             let (latency, _) = api_phase(target, options.clients, options.requests, create).await?;
             creates[who].push(latency);
+            creates_cpu[who].push(per_request(before, cpu_now()?, options.requests));
         }
     }
-    for (op, rounds) in [("get", gets), ("create", creates)] {
+    for (op, rounds, cpu) in [("get", gets, gets_cpu), ("create", creates, creates_cpu)] {
         let [admin, service_account] = rounds;
         report.ops.push(Pair {
+            cpu: cpu.map(|rounds| CpuPerRequest::median(&rounds)),
             op,
             rounds_p50_ms: admin
                 .iter()
@@ -431,6 +475,16 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         });
     }
     Ok(report)
+}
+
+/// The CPU per request of a phase of `requests` that began at `before` and ended at `after`
+/// (the hub's and this process's CPU nanoseconds).
+fn per_request(before: (u64, u64), after: (u64, u64), requests: usize) -> CpuPerRequest {
+    let us = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1_000.0 / requests.max(1) as f64;
+    CpuPerRequest {
+        hub_us: us(before.0, after.0),
+        client_us: us(before.1, after.1),
+    }
 }
 
 /// The round whose p50 is the median of the rounds'.
@@ -481,6 +535,7 @@ mod tests {
             admin: at(2.0),
             service_account: at(2.2),
             rounds_p50_ms: Vec::new(),
+            cpu: [CpuPerRequest::default(); 2],
         };
         assert!((pair.overhead() - 0.1).abs() < 1e-9);
         // Paired by round: a slow round of the machine moves both of its columns.
@@ -492,6 +547,36 @@ mod tests {
             (paired.overhead() - 0.05).abs() < 1e-9,
             "{}",
             paired.overhead()
+        );
+    }
+
+    #[test]
+    fn cpu_is_per_request_and_its_median_is_per_field() {
+        let phase = per_request((1_000_000, 5_000_000), (3_000_000, 6_000_000), 100);
+        assert_eq!(
+            phase,
+            CpuPerRequest {
+                hub_us: 20.0,
+                client_us: 10.0
+            }
+        );
+        let rounds = [
+            phase,
+            CpuPerRequest {
+                hub_us: 30.0,
+                client_us: 2.0,
+            },
+            CpuPerRequest {
+                hub_us: 25.0,
+                client_us: 40.0,
+            },
+        ];
+        assert_eq!(
+            CpuPerRequest::median(&rounds),
+            CpuPerRequest {
+                hub_us: 25.0,
+                client_us: 10.0
+            }
         );
     }
 }
