@@ -31,6 +31,7 @@ mod metrics;
 mod placement;
 mod push;
 mod rollout;
+mod spread;
 mod templates;
 
 pub use events::Limiter;

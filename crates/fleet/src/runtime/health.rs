@@ -19,6 +19,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{Instrument, info, info_span, warn};
 
 use super::placement::gone;
+use super::spread::Spread;
 use super::{Error, FIELD_MANAGER, Fleet, status_patch};
 use crate::plan::work_namespace;
 use crate::status::condition as make_condition;
@@ -82,11 +83,20 @@ impl Confirmed {
     }
 }
 
-/// What the cluster controller keeps between probes: what it [`Confirmed`] lately. Only
-/// this controller reads and writes it.
-#[derive(Default)]
+/// What the cluster controller keeps between probes: what it [`Confirmed`] lately, and
+/// where each cluster's probes fall ([`Spread`]). Only this controller reads and writes it.
 pub(super) struct HealthState {
     confirmed: Mutex<Confirmed>,
+    spread: Spread,
+}
+
+impl Default for HealthState {
+    fn default() -> Self {
+        HealthState {
+            confirmed: Mutex::default(),
+            spread: Spread::new(Instant::now(), RECONFIRM_EVERY),
+        }
+    }
 }
 
 impl HealthState {
@@ -164,14 +174,14 @@ async fn reconcile(cluster: Arc<Cluster>, fleet: Arc<Fleet>) -> Result<Action, E
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-/// Creates namespace `name` unless it exists.
+/// Creates namespace `name` unless it exists (or was confirmed to within `max_age`).
 async fn ensure_namespace(
     fleet: &Fleet,
     name: &str,
     labels: BTreeMap<String, String>,
+    max_age: Duration,
 ) -> Result<(), Error> {
-    let (_, reconfirm) = fleet_periods(fleet);
-    if fleet.health.confirmed().namespace_exists(name, reconfirm) {
+    if fleet.health.confirmed().namespace_exists(name, max_age) {
         return Ok(());
     }
     let confirm = || {
@@ -224,13 +234,22 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         .health
         .confirmed()
         .probe_due_in(&name, generation, probe_period);
-    if let Some(due_in) = due_in {
-        return Ok(Action::requeue(due_in));
+    let spread = fleet.health.spread;
+    if due_in.is_some() {
+        return Ok(Action::requeue(spread.next_probe(
+            &name,
+            probe_period,
+            Instant::now(),
+        )));
     }
+    // What this probe confirms again, if older than this: in the cluster's own slot of
+    // the confirmation period, so that a fleet's confirmations do not all fall together.
+    let max_age = spread.max_age(&name, probe_period, reconfirm, Instant::now());
     ensure_namespace(
         fleet,
         &work_namespace(&name),
         BTreeMap::from([("flotilla.io/cluster".into(), name.clone())]),
+        max_age,
     )
     .await?;
     if cluster
@@ -239,11 +258,11 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
         .as_ref()
         .is_some_and(|a| a.pull.is_some())
     {
-        return check_pull(fleet, cluster, probe_period, reconfirm).await;
+        return check_pull(fleet, cluster, probe_period, max_age).await;
     }
     let probed = match fleet.members.get(cluster).await {
         Ok(member) => {
-            let probe = member.probe_within(reconfirm);
+            let probe = member.probe_within(max_age);
             match tokio::time::timeout(fleet.config.health_period, probe).await {
                 Ok(Ok(health)) => Ok(health),
                 Ok(Err(e)) => Err(e.to_string()),
@@ -302,11 +321,11 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     }
     // The heartbeat alone is written at most once per confirmation period: a minute, and
     // longer in fleets past 2,000 clusters (each write is a change every cache of
-    // Clusters decodes).
+    // Clusters decodes), in the cluster's own slot of it.
     let stale = previous
         .last_heartbeat_time
         .as_ref()
-        .is_none_or(|t| now.0.duration_since(t.0).as_secs_f64() >= reconfirm.as_secs_f64());
+        .is_none_or(|t| now.0.duration_since(t.0).as_secs_f64() >= max_age.as_secs_f64());
     let changed = ClusterStatus {
         last_heartbeat_time: None,
         ..status.clone()
@@ -336,13 +355,19 @@ async fn check(fleet: &Arc<Fleet>, cluster: &Cluster) -> Result<Action, Error> {
     let published = fleet
         .health
         .confirmed()
-        .profile_published(&name, inputs, reconfirm);
+        .profile_published(&name, inputs, max_age);
     if !published {
         publish_profile(fleet, cluster, &status).await?;
         let mut confirmed = fleet.health.confirmed();
-        confirmed.profiles.insert(name, (inputs, Instant::now()));
+        confirmed
+            .profiles
+            .insert(name.clone(), (inputs, Instant::now()));
     }
-    Ok(Action::requeue(probe_period))
+    Ok(Action::requeue(spread.next_probe(
+        &name,
+        probe_period,
+        Instant::now(),
+    )))
 }
 
 /// A pull cluster's health, from what its agent shows: `Joined` once its agent's
@@ -354,7 +379,7 @@ async fn check_pull(
     fleet: &Arc<Fleet>,
     cluster: &Cluster,
     probe_period: Duration,
-    reconfirm: Duration,
+    max_age: Duration,
 ) -> Result<Action, Error> {
     use k8s_openapi::api::coordination::v1::Lease;
     let name = cluster.name_any();
@@ -423,12 +448,12 @@ async fn check_pull(
         conditions: vec![joined, ready],
         ..previous.clone()
     };
-    // The heartbeat alone is written at most once per confirmation period, as a push
-    // cluster's (the Lease has every renewal).
+    // The heartbeat alone is written at most once per confirmation period, in the
+    // cluster's own slot of it, as a push cluster's (the Lease has every renewal).
     let stale = previous
         .last_heartbeat_time
         .as_ref()
-        .is_none_or(|t| now.0.duration_since(t.0).as_secs_f64() >= reconfirm.as_secs_f64());
+        .is_none_or(|t| now.0.duration_since(t.0).as_secs_f64() >= max_age.as_secs_f64());
     if status != previous || stale {
         status.last_heartbeat_time = renewed
             .map(|(at, _)| Time(at))
@@ -450,13 +475,19 @@ async fn check_pull(
     let published = fleet
         .health
         .confirmed()
-        .profile_published(&name, inputs, reconfirm);
+        .profile_published(&name, inputs, max_age);
     if !published {
         publish_profile(fleet, cluster, &status).await?;
         let mut confirmed = fleet.health.confirmed();
-        confirmed.profiles.insert(name, (inputs, Instant::now()));
+        confirmed
+            .profiles
+            .insert(name.clone(), (inputs, Instant::now()));
     }
-    Ok(Action::requeue(probe_period))
+    Ok(Action::requeue(fleet.health.spread.next_probe(
+        &name,
+        probe_period,
+        Instant::now(),
+    )))
 }
 
 /// The Events of a probe: the cluster joined (its first status), became Ready, or
@@ -527,7 +558,9 @@ async fn publish_profile(
         .iter()
         .map(|set| (multicluster::LABEL_CLUSTER_SET.to_owned(), set.clone()))
         .collect();
-    ensure_namespace(fleet, &namespace, namespace_labels).await?;
+    // Shared by the clusters of a set: confirmed once per period for all of them.
+    let (_, reconfirm) = fleet_periods(fleet);
+    ensure_namespace(fleet, &namespace, namespace_labels, reconfirm).await?;
     let api: Api<ClusterProfile> = Api::namespaced(fleet.client.clone(), &namespace);
     let current = api.get_opt(&name).await?;
     if current.is_none() && may_have_a_profile_elsewhere(cluster) {
