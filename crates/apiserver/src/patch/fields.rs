@@ -23,8 +23,8 @@ use serde_json::{Map, Value};
 
 use crate::admission::schema::resolve;
 use crate::discovery::openapi;
-use crate::http::json;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::json;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
@@ -879,7 +879,9 @@ mod tests {
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(|n| json!(n)),
             any::<u64>().prop_map(|n| json!(n)),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
             "[a-z\"\\\n\t\u{1}\u{7f}é☃]{0,6}".prop_map(Value::String),
         ];
         let value = scalar.prop_recursive(2, 8, 3, move |inner| {
