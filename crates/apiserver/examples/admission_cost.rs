@@ -6,6 +6,10 @@
 //! admission_cost <configuration> <n>
 //!   builtin       n nginx Deployments (the bench's), the built-in chain
 //!   builtin-off   the same, `Admission::without_builtin_kinds`
+//!   builtin-off-defaulted
+//!                 `without_builtin_kinds`, sent the Deployment as the built-in chain
+//!                 stores it (every default written out): the same stored object as
+//!                 `builtin`, so the difference is the chain's own work
 //!   none          n 1 KiB ConfigMaps, dynamic admission with nothing configured
 //!   vap5          the same with the bench's 5 matching ValidatingAdmissionPolicies
 //! ```
@@ -68,6 +72,43 @@ fn deployment(name: &str) -> Value {
                     "volumes": [{"name": "cache", "emptyDir": {}}]}}}})
 }
 
+/// [`deployment`] as the built-in chain stores it, without what the server sets (identity,
+/// timestamps, managed fields, status): what `flotilla bench`'s `builtin-off-defaulted`
+/// sends.
+fn defaulted(name: &str) -> Value {
+    let mut object = deployment(name);
+    let spec = &mut object["spec"];
+    spec["strategy"] = json!({"type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}});
+    spec["revisionHistoryLimit"] = json!(10);
+    spec["progressDeadlineSeconds"] = json!(600);
+    let pod = &mut spec["template"]["spec"];
+    pod["restartPolicy"] = json!("Always");
+    pod["terminationGracePeriodSeconds"] = json!(30);
+    pod["dnsPolicy"] = json!("ClusterFirst");
+    pod["securityContext"] = json!({});
+    pod["schedulerName"] = json!("default-scheduler");
+    let container = &mut pod["containers"][0];
+    container["ports"][0]["protocol"] = json!("TCP");
+    container["terminationMessagePath"] = json!("/dev/termination-log");
+    container["terminationMessagePolicy"] = json!("File");
+    container["imagePullPolicy"] = json!("IfNotPresent");
+    for (probe, initial) in [("readinessProbe", None), ("livenessProbe", Some(10))] {
+        let probe = &mut container[probe];
+        probe["httpGet"]["scheme"] = json!("HTTP");
+        probe["timeoutSeconds"] = json!(1);
+        probe["successThreshold"] = json!(1);
+        probe["failureThreshold"] = json!(3);
+        if probe.get("periodSeconds").is_none() {
+            probe["periodSeconds"] = json!(10);
+        }
+        if let Some(initial) = initial {
+            probe["initialDelaySeconds"] = json!(initial);
+        }
+    }
+    object
+}
+
 fn configmap(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
         "data": {"payload": "x".repeat(1024)}})
@@ -110,13 +151,13 @@ fn main() {
 async fn run() {
     let args: Vec<String> = std::env::args().collect();
     let [_, configuration, n] = args.as_slice() else {
-        panic!("usage: admission_cost builtin|builtin-off|none|vap5 N");
+        panic!("usage: admission_cost builtin|builtin-off|builtin-off-defaulted|none|vap5 N");
     };
     let n: usize = n.parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("s.db")).await.unwrap());
     let admission = match configuration.as_str() {
-        "builtin-off" => Admission::without_builtin_kinds(),
+        "builtin-off" | "builtin-off-defaulted" => Admission::without_builtin_kinds(),
         _ => Admission::builtin(),
     };
     let dynamic = Dynamic::start(store.clone(), ServiceAddresses::new())
@@ -169,8 +210,24 @@ async fn run() {
         let name = format!("bench-{i:06}");
         let (path, body) = match configuration.as_str() {
             "builtin" | "builtin-off" => (DEPLOYMENTS, deployment(&name)),
+            "builtin-off-defaulted" => (DEPLOYMENTS, defaulted(&name)),
             _ => (CONFIGMAPS, configmap(&name)),
         };
         assert_eq!(post(&api, path, &body).await, StatusCode::CREATED);
+    }
+    // With ADMISSION_COST_SHOW set, the last object's spec as stored (to check that
+    // `builtin-off-defaulted` stores what `builtin` does).
+    if std::env::var_os("ADMISSION_COST_SHOW").is_some() && n > 0 {
+        let path = match configuration.as_str() {
+            "builtin" | "builtin-off" | "builtin-off-defaulted" => DEPLOYMENTS,
+            _ => CONFIGMAPS,
+        };
+        let path = format!("{path}/bench-{:06}", n - 1);
+        let response = api
+            .serve(Method::GET, &path, None, &headers(), Bytes::new())
+            .await;
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let object: Value = serde_json::from_slice(&body).unwrap();
+        println!("{}", serde_json::to_string_pretty(&object["spec"]).unwrap());
     }
 }

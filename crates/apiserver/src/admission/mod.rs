@@ -160,8 +160,8 @@ impl Admission {
     pub fn builtin() -> Self {
         Admission {
             mutating: vec![
-                Arc::new(plugins::Prune),
-                Arc::new(builtin::Decode),
+                // Prune, then builtin::Decode, in one walk of a built-in object.
+                Arc::new(builtin::PruneAndDecode),
                 Arc::new(plugins::Defaults),
                 Arc::new(builtin::Defaults),
             ],

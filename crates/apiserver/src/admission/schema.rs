@@ -72,6 +72,14 @@ impl<'a> Schema<'a> {
         })
     }
 
+    /// The schema of a built-in kind whose root is `root`.
+    pub(crate) fn builtin_root(root: &'a Value) -> Schema<'a> {
+        Schema {
+            root,
+            builtin: true,
+        }
+    }
+
     /// Removes the fields of `object` that the schema does not describe and returns their
     /// paths (`spec.template.spec.containers[0].colour`), fields in key order at each level.
     pub fn prune(&self, object: &mut Value) -> Vec<String> {
@@ -155,7 +163,7 @@ pub(crate) struct Facts<'a> {
     /// is an embedded resource, or has `additionalProperties: true`.
     keeps_unknown: bool,
     /// It has `properties` / `additionalProperties` (of any value).
-    has_properties: bool,
+    pub(crate) has_properties: bool,
     has_additional: bool,
 }
 
@@ -179,7 +187,7 @@ impl<'a> Facts<'a> {
     }
 
     /// Whether unknown fields under an object of this node are kept ([`preserves_unknown`]).
-    fn preserves_unknown(&self, builtin: bool) -> bool {
+    pub(crate) fn preserves_unknown(&self, builtin: bool) -> bool {
         // A built-in object with neither properties nor additionalProperties is free-form.
         self.keeps_unknown || (builtin && !self.has_properties && !self.has_additional)
     }

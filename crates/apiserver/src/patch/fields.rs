@@ -24,6 +24,7 @@ use serde_json::{Map, Value};
 use crate::admission::schema::resolve;
 use crate::discovery::openapi;
 use crate::http::error::{ApiError, ApiResult};
+use crate::http::json;
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
@@ -98,6 +99,17 @@ impl<'a> Shape<'a> {
         }
     }
 
+    /// The fields of the object whose resolved schema is `node` (this shape's), read once
+    /// for a walk over its keys: [`Members::field`] answers [`Shape::field_of`] and
+    /// [`is_named_in`] for a key with one search.
+    fn members_of(&self, node: &'a Value) -> Members<'a> {
+        Members {
+            properties: node.get("properties"),
+            additional: node.get("additionalProperties").filter(|a| a.is_object()),
+            builtin: self.builtin,
+        }
+    }
+
     #[cfg(test)]
     /// Whether `key` is a declared field of this struct (not a key of a map).
     pub fn is_named(&self, key: &str, root: bool) -> bool {
@@ -164,6 +176,40 @@ impl<'a> Shape<'a> {
     }
 }
 
+/// What a walk over an object's keys reads of its schema node, read once per object.
+struct Members<'a> {
+    /// `properties`, whatever its value.
+    properties: Option<&'a Value>,
+    /// `additionalProperties` when it is a schema (an object).
+    additional: Option<&'a Value>,
+    builtin: bool,
+}
+
+impl<'a> Members<'a> {
+    /// The shape of field `key` (what [`Shape::field_of`] answers) and whether it is a
+    /// declared field (what [`is_named_in`] answers), with one search of the properties.
+    fn field(&self, key: &str, root: bool) -> (Shape<'a>, bool) {
+        if root && key == "metadata" {
+            let node = openapi::builtin_schema(OBJECT_META).unwrap_or(&NULL);
+            return (
+                Shape {
+                    node,
+                    builtin: true,
+                },
+                true,
+            );
+        }
+        let declared = self.properties.and_then(|p| p.get(key));
+        let named = declared.is_some() || (root && matches!(key, "apiVersion" | "kind"));
+        let shape = Shape {
+            node: declared.or(self.additional).unwrap_or(&NULL),
+            builtin: self.builtin,
+        };
+        (shape, named)
+    }
+}
+
+#[cfg(test)]
 /// Whether `key` is a declared field of the struct whose resolved schema is `node`.
 fn is_named_in(node: &Value, key: &str, root: bool) -> bool {
     (root && matches!(key, "metadata" | "apiVersion" | "kind"))
@@ -181,6 +227,44 @@ pub fn field(name: &str) -> String {
 /// The path element of item `index` of a list: `k:{…}` with the item's key fields for a
 /// list-type map (`i:<index>` if it has none of them), `v:<json>` for a set.
 pub fn item_element(item: &Value, index: usize, list: &ListType) -> String {
+    match list {
+        ListType::Map(keys) => {
+            // The key fields the item has, in the order a JSON object's keys sort (as a
+            // `Map` of them would be written), each once: written straight into the
+            // element, no map of copied keys and values made first.
+            let mut present: Vec<(&str, &Value)> = keys
+                .iter()
+                .filter_map(|k| item.get(k).map(|v| (k.as_str(), v)))
+                .collect();
+            if present.is_empty() {
+                return format!("i:{index}");
+            }
+            present.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            present.dedup_by(|a, b| a.0 == b.0);
+            let mut out = Vec::with_capacity(32);
+            out.extend_from_slice(b"k:{");
+            for (i, (key, value)) in present.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json::write_str(&mut out, key);
+                out.push(b':');
+                json::write(&mut out, value);
+            }
+            out.push(b'}');
+            // The JSON writer writes UTF-8 (its input is strings).
+            String::from_utf8(out)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        }
+        ListType::Set => format!("v:{item}"),
+        ListType::Atomic => format!("i:{index}"),
+    }
+}
+
+#[cfg(test)]
+/// [`item_element`] as it was written before: a `Map` of the key fields, copied, then
+/// shown (the reference the proptest compares it with).
+fn item_element_by_map(item: &Value, index: usize, list: &ListType) -> String {
     match list {
         ListType::Map(keys) => {
             let key: Map<String, Value> = keys
@@ -298,6 +382,7 @@ impl Encode<'_> {
                 if shape.atomic_map_of(schema) {
                     return true;
                 }
+                let members = shape.members_of(schema);
                 for (key, child) in map {
                     self.path.push(field(key));
                     let filter = (self.keep)(&self.path);
@@ -312,13 +397,13 @@ impl Encode<'_> {
                         };
                         let leaf = match walked {
                             true => {
-                                let child_shape = shape.field_of(schema, key, root);
-                                self.value(child, child_shape, false, &mut below)
+                                let (child_shape, named) = members.field(key, root);
+                                let leaf = self.value(child, child_shape, false, &mut below);
+                                leaf || !named
                             }
                             false => true,
                         };
-                        member =
-                            filter == Filter::Keep && (leaf || !is_named_in(schema, key, root));
+                        member = filter == Filter::Keep && leaf;
                     }
                     let element = self.path.pop().expect("pushed above");
                     attach(node, element, member, below);
@@ -422,12 +507,14 @@ impl<'v> Walk<'v, '_> {
                 if shape.atomic_map_of(node) {
                     return true;
                 }
+                let members = shape.members_of(node);
                 for (key, child) in map {
                     path.push(field(key));
                     let filter = (self.keep)(path);
                     if filter != Filter::Prune {
-                        let leaf = self.value(child, shape.field_of(node, key, root), false, path);
-                        if filter == Filter::Keep && (leaf || !is_named_in(node, key, root)) {
+                        let (child_shape, named) = members.field(key, root);
+                        let leaf = self.value(child, child_shape, false, path);
+                        if filter == Filter::Keep && (leaf || !named) {
                             self.insert(path, child, leaf);
                         }
                     }
@@ -778,6 +865,55 @@ mod tests {
                 prop_assert_eq!(
                     encode_members_where(&object, shape, &|_| Filter::Keep),
                     encode(&full.members)
+                );
+            }
+        }
+    }
+
+    /// An item of a list: an object with some of the candidate key fields (strings with
+    /// characters JSON escapes, numbers of every kind, booleans, null, nested values).
+    fn any_item() -> impl Strategy<Value = Value> {
+        let key = prop::sample::select(vec!["name", "port", "protocol", "a\"b", "é", "z"]);
+        let scalar = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
+            "[a-z\"\\\n\t\u{1}\u{7f}é☃]{0,6}".prop_map(Value::String),
+        ];
+        let value = scalar.prop_recursive(2, 8, 3, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map("[a-c\"]{1,2}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        prop_oneof![
+            prop::collection::btree_map(key, value.clone(), 0..5).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+            )),
+            value,
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn item_elements_are_written_as_a_map_of_their_keys_shows_them(
+            item in any_item(),
+            index in 0..100usize,
+            keys in prop::collection::vec(
+                prop::sample::select(vec!["name", "port", "protocol", "a\"b", "é", "z", "none"]),
+                0..4,
+            ),
+        ) {
+            let keys: Vec<String> = keys.into_iter().map(str::to_owned).collect();
+            for list in [ListType::Map(keys), ListType::Set, ListType::Atomic] {
+                prop_assert_eq!(
+                    item_element(&item, index, &list),
+                    item_element_by_map(&item, index, &list)
                 );
             }
         }

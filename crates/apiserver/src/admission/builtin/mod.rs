@@ -5,6 +5,7 @@
 //! ```text
 //!  write of a built-in kind
 //!    ─► Decode    (mutating, first after Prune)  a field of the wrong type ─► 400
+//!       (PruneAndDecode: Prune and Decode in one walk of the object, as the chain runs them)
 //!    ─► Defaults  (mutating)                     Secret stringData, Service, workloads,
 //!                                                pod templates, … (`defaults`)
 //!    ─► … mutating webhooks
@@ -22,6 +23,7 @@ pub(crate) mod validate;
 use serde_json::Value;
 
 use super::plugins::writes;
+use super::schema::judge;
 use super::{Attributes, Mutating, Validating};
 use crate::api::Verdict;
 use crate::http::error::{ApiError, ApiResult};
@@ -49,6 +51,30 @@ impl Mutating for Decode {
             return Verdict::Now(Ok(Vec::new()));
         }
         Verdict::Now(decode::check(&rt.group, &rt.version, &rt.kind, object).map(|()| Vec::new()))
+    }
+}
+
+/// [`Prune`](super::plugins::Prune) and then [`Decode`] as one plugin and, for a built-in
+/// kind, one walk of the object ([`decode::prune_and_check`]): what the two answer in turn
+/// (an unknown field judged by `fieldValidation` first, then a field of the wrong type),
+/// for a walk fewer. The built-in chain runs it in their place.
+pub struct PruneAndDecode;
+
+impl Mutating for PruneAndDecode {
+    fn admit<'a>(
+        &'a self,
+        attributes: &'a Attributes<'a>,
+        object: &'a mut Value,
+        old: Option<&'a Value>,
+    ) -> Verdict<'a, ApiResult<Vec<String>>> {
+        let rt = attributes.rt;
+        if !writes(attributes) || !builtin(rt) {
+            return super::plugins::Prune.admit(attributes, object, old);
+        }
+        let (unknown, decoded) = decode::prune_and_check(&rt.group, &rt.version, &rt.kind, object);
+        let outcome = judge(unknown, attributes.field_validation)
+            .and_then(|warnings| decoded.map(|()| warnings));
+        Verdict::Now(outcome)
     }
 }
 
