@@ -514,6 +514,7 @@ async fn start_hub(
         address,
         tls: TlsConnector::from(Arc::new(identity.client_config().map_err(io)?)),
         token: identity.admin_token.clone(),
+        padding: 0,
     };
     Ok((
         api,

@@ -215,7 +215,12 @@ impl Report {
 pub(crate) struct Connection {
     sender: SendRequest<Full<Bytes>>,
     authorization: HeaderValue,
+    /// A header no one reads, sent with every request (see [`Target::padding`]).
+    padding: Option<HeaderValue>,
 }
+
+/// The header that carries [`Target::padding`].
+pub(crate) const PADDING_HEADER: &str = "x-flotilla-bench-padding";
 
 /// Where connections go, and the bearer token they present.
 #[derive(Clone)]
@@ -223,6 +228,9 @@ pub(crate) struct Target {
     pub(crate) address: std::net::SocketAddr,
     pub(crate) tls: TlsConnector,
     pub(crate) token: String,
+    /// Bytes of a header no one reads ([`PADDING_HEADER`]) sent with every request: the
+    /// admin sending as many bytes as a service account does, without being one.
+    pub(crate) padding: usize,
 }
 
 pub(crate) fn io(e: impl std::fmt::Display) -> Error {
@@ -252,10 +260,15 @@ impl Target {
         let mut authorization =
             HeaderValue::from_str(&format!("Bearer {}", self.token)).map_err(io)?;
         authorization.set_sensitive(true);
+        let padding = (self.padding > 0)
+            .then(|| HeaderValue::from_str(&"p".repeat(self.padding)))
+            .transpose()
+            .map_err(io)?;
         Ok((
             Connection {
                 sender,
                 authorization,
+                padding,
             },
             connection,
         ))
@@ -278,11 +291,15 @@ impl Connection {
         body: Option<Bytes>,
         content_type: &str,
     ) -> Result<Request<Full<Bytes>>, Error> {
-        Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(uri)
             .header("host", "127.0.0.1")
-            .header(hyper::header::AUTHORIZATION, self.authorization.clone())
+            .header(hyper::header::AUTHORIZATION, self.authorization.clone());
+        if let Some(padding) = &self.padding {
+            request = request.header(PADDING_HEADER, padding.clone());
+        }
+        request
             .header("content-type", content_type)
             .header("accept", "application/json")
             .body(Full::new(body.unwrap_or_default()))
@@ -527,6 +544,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         address: floor_listener.local_addr()?,
         tls: TlsConnector::from(client_tls.clone()),
         token: token.clone(),
+        padding: 0,
     };
     let floor_store: Arc<dyn Store> =
         Arc::new(SqliteStore::open(scratch.path().join("floor.db")).await?);
@@ -543,6 +561,7 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
         address,
         tls: TlsConnector::from(client_tls),
         token,
+        padding: 0,
     };
 
     let mut admin = target.open().await?;

@@ -218,6 +218,7 @@ async fn hub(binary: &Path, dir: &Path) -> Result<(LoneHub, Target), Error> {
         token: std::fs::read_to_string(data.join(flotilla_pki::ADMIN_TOKEN_FILE))?
             .trim()
             .to_owned(),
+        padding: 0,
     };
     Ok((hub, target))
 }

@@ -164,8 +164,16 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
     for op in ops {
         latency(&op["admin"], 400);
         latency(&op["service_account"], 400);
+        latency(&op["padded_admin"], 400);
         assert!(number(&op["overhead"]).is_finite(), "{op}");
+        assert!(number(&op["bytes_overhead"]).is_finite(), "{op}");
+        assert!(number(&op["auth_overhead"]).is_finite(), "{op}");
         assert_eq!(op["rounds_p50_ms"].as_array().unwrap().len(), 2, "{op}");
+        assert_eq!(op["rounds_padded_p50_ms"].as_array().unwrap().len(), 2, "{op}");
+        for who in ["admin", "service_account", "padded_admin"] {
+            assert!(positive(&op["cpu_per_request"][who]["hub_us"]), "{op}");
+            assert!(positive(&op["cpu_per_request"][who]["client_us"]), "{op}");
+        }
     }
     assert!(positive(&rbac["idle_rss_empty_mib"]), "{rbac}");
     assert!(positive(&rbac["idle_rss_loaded_mib"]), "{rbac}");
