@@ -169,7 +169,11 @@ fn the_quick_benchmark_runs_every_scenario_and_writes_results_and_charts() {
         assert!(number(&op["bytes_overhead"]).is_finite(), "{op}");
         assert!(number(&op["auth_overhead"]).is_finite(), "{op}");
         assert_eq!(op["rounds_p50_ms"].as_array().unwrap().len(), 2, "{op}");
-        assert_eq!(op["rounds_padded_p50_ms"].as_array().unwrap().len(), 2, "{op}");
+        assert_eq!(
+            op["rounds_padded_p50_ms"].as_array().unwrap().len(),
+            2,
+            "{op}"
+        );
         for who in ["admin", "service_account", "padded_admin"] {
             assert!(positive(&op["cpu_per_request"][who]["hub_us"]), "{op}");
             assert!(positive(&op["cpu_per_request"][who]["client_us"]), "{op}");
