@@ -150,29 +150,32 @@ impl Pair {
     /// a kilobyte more): the padded admin over the admin, paired by round, less one. The
     /// floor under [`Pair::overhead`] that no authenticator can take away.
     pub fn bytes_overhead(&self) -> f64 {
-        let pairs: Vec<(f64, f64)> = self
-            .rounds_p50_ms
-            .iter()
-            .zip(&self.rounds_padded_p50_ms)
-            .map(|((admin, _), padded)| (*admin, *padded))
-            .collect();
-        if pairs.is_empty() {
-            return crate::ratio(self.padded.p50_ms, self.admin.p50_ms) - 1.0;
-        }
-        crate::paired_ratio(&pairs) - 1.0
+        self.padded_overhead(|[admin, _, padded]| (admin, padded))
     }
 
     /// What authentication and authorization add over the same bytes: the service account
     /// over the padded admin, paired by round, less one.
     pub fn auth_overhead(&self) -> f64 {
+        self.padded_overhead(|[_, service_account, padded]| (padded, service_account))
+    }
+
+    /// The median over the rounds of one identity's p50 over another's, less one, the two
+    /// chosen by `pick` from (admin, service account, padded admin); the median rounds'
+    /// when no round is recorded.
+    fn padded_overhead(&self, pick: fn([f64; 3]) -> (f64, f64)) -> f64 {
         let pairs: Vec<(f64, f64)> = self
             .rounds_p50_ms
             .iter()
             .zip(&self.rounds_padded_p50_ms)
-            .map(|((_, service_account), padded)| (*padded, *service_account))
+            .map(|(&(admin, service_account), &padded)| pick([admin, service_account, padded]))
             .collect();
         if pairs.is_empty() {
-            return crate::ratio(self.service_account.p50_ms, self.padded.p50_ms) - 1.0;
+            let (from, to) = pick([
+                self.admin.p50_ms,
+                self.service_account.p50_ms,
+                self.padded.p50_ms,
+            ]);
+            return crate::ratio(to, from) - 1.0;
         }
         crate::paired_ratio(&pairs) - 1.0
     }
@@ -608,6 +611,10 @@ mod tests {
             cpu: [CpuPerRequest::default(); 3],
         };
         assert!((pair.overhead() - 0.1).abs() < 1e-9);
+        // No rounds recorded: the median rounds', padded admin over admin and service
+        // account over padded admin.
+        assert!((pair.bytes_overhead() - 0.05).abs() < 1e-9);
+        assert!((pair.auth_overhead() - (2.2 / 2.1 - 1.0)).abs() < 1e-9);
         // Paired by round: a slow round of the machine moves both of its columns.
         let paired = Pair {
             rounds_p50_ms: vec![(1.0, 1.05), (4.0, 4.2), (2.0, 2.6), (1.0, 0.9)],
