@@ -4,8 +4,9 @@
 //!  object ─► mutating plugins, in order (each may change it, warn, or refuse)
 //!         ─► validating plugins, in order (each may warn or refuse; the first refusal
 //!            ends the chain) ─► the registry writes it
-//!  built in: mutating  Prune (fields the schema does not know: fieldValidation decides)
-//!                      builtin::Decode (a built-in kind's field types: 400)
+//!  built in: mutating  builtin::PruneAndDecode: Prune (fields the schema does not
+//!                      know: fieldValidation decides) and, in the same walk, a built-in
+//!                      kind's field types (400)
 //!                      Defaults (a custom resource's schema defaults)
 //!                      builtin::Defaults (a built-in kind's defaults, as kube-apiserver's)
 //!            validating builtin::Validate (a built-in kind's rules, labels: 422)
@@ -160,7 +161,6 @@ impl Admission {
     pub fn builtin() -> Self {
         Admission {
             mutating: vec![
-                // Prune, then builtin::Decode, in one walk of a built-in object.
                 Arc::new(builtin::PruneAndDecode),
                 Arc::new(plugins::Defaults),
                 Arc::new(builtin::Defaults),
@@ -174,8 +174,8 @@ impl Admission {
         }
     }
 
-    /// The built-in plugins without those of built-in kinds (`builtin::Decode`,
-    /// `builtin::Defaults`, `builtin::Validate`): built-in objects stored as sent, as
+    /// The built-in plugins without those of built-in kinds (`PruneAndDecode`'s field
+    /// types, `builtin::Defaults`, `builtin::Validate`): built-in objects stored as sent, as
     /// kube-apiserver's `--disable-admission-plugins` would if these were plugins there.
     /// For measuring what they cost (`flotilla bench --scenario admission`); no server
     /// flag sets it, since a hub without them stores what no cluster would.

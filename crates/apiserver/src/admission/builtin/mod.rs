@@ -36,28 +36,10 @@ fn builtin(rt: &ResourceType) -> bool {
     rt.schema.is_none() && !matches!(rt.behaviour, Behaviour::CustomResource | Behaviour::Review)
 }
 
-/// Refuses a built-in object whose fields do not decode into its kind's types (400).
-pub struct Decode;
-
-impl Mutating for Decode {
-    fn admit<'a>(
-        &'a self,
-        attributes: &'a Attributes<'a>,
-        object: &'a mut Value,
-        _: Option<&'a Value>,
-    ) -> Verdict<'a, ApiResult<Vec<String>>> {
-        let rt = attributes.rt;
-        if !writes(attributes) || !builtin(rt) {
-            return Verdict::Now(Ok(Vec::new()));
-        }
-        Verdict::Now(decode::check(&rt.group, &rt.version, &rt.kind, object).map(|()| Vec::new()))
-    }
-}
-
-/// [`Prune`](super::plugins::Prune) and then [`Decode`] as one plugin and, for a built-in
-/// kind, one walk of the object ([`decode::prune_and_check`]): what the two answer in turn
-/// (an unknown field judged by `fieldValidation` first, then a field of the wrong type),
-/// for a walk fewer. The built-in chain runs it in their place.
+/// [`Prune`](super::plugins::Prune), and for a built-in kind also a refusal (400) of an
+/// object whose fields do not decode into its kind's types, in one walk of the object
+/// ([`decode::prune_and_check`]): an unknown field judged by `fieldValidation` first, then
+/// a field of the wrong type. The built-in chain runs it in place of `Prune`.
 pub struct PruneAndDecode;
 
 impl Mutating for PruneAndDecode {
