@@ -32,6 +32,7 @@
 //! ([`OpenFailure::Foreign`]), a marker of a newer schema too
 //! ([`OpenFailure::NewerSchema`]). Prefixes of two hubs must not nest (`/a` and `/a/b`).
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -40,7 +41,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
-    TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    KvClient, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use flotilla_store::{
     Bytes, Error, EventKind, KeyValue, ListOptions, ListPage, OpenFailure, Result, Revision, Store,
@@ -48,6 +49,9 @@ use flotilla_store::{
 };
 use futures_util::StreamExt;
 use tracing::{debug, info};
+
+mod members;
+use members::Members;
 
 /// The schema this build writes into the marker, and the newest it understands.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -152,6 +156,8 @@ impl Config {
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,
+    /// Which endpoints the client's balancer may pick.
+    members: Members,
     /// `prefix + "/"`: every etcd key of the store starts with it; the marker is it.
     root: Arc<[u8]>,
     /// The etcd revision of the store's revision 0.
@@ -313,7 +319,7 @@ impl EtcdStore {
             }
             options = options.with_tls(tls);
         }
-        let connect = Client::connect(endpoints, Some(options));
+        let connect = Client::connect(endpoints.clone(), Some(options));
         let client = match tokio::time::timeout(config.timeout, connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
@@ -350,8 +356,10 @@ impl EtcdStore {
             }
         };
         info!(store = %name, base, "store open");
+        let members = Members::new(client.clone(), &endpoints);
         Ok(EtcdStore {
             client,
+            members,
             root,
             base,
             compacted: Arc::new(AtomicI64::new(0)),
@@ -362,6 +370,7 @@ impl EtcdStore {
     }
 
     fn fail(&self, what: &str, e: etcd_client::Error) -> Error {
+        self.check_members(&e);
         match classify(what, &self.name, e) {
             Fault::Other(e) => e,
             Fault::Compacted => Error::Backend {
@@ -377,6 +386,7 @@ impl EtcdStore {
 
     /// A failed read at `revision`: compacted and future revisions named as the store's.
     async fn read_fail(&self, what: &str, revision: Revision, e: etcd_client::Error) -> Error {
+        self.check_members(&e);
         match classify(what, &self.name, e) {
             Fault::Compacted => match self.compacted_revision().await {
                 Ok(compacted) => Error::Compacted {
@@ -393,6 +403,36 @@ impl EtcdStore {
                 Err(e) => e,
             },
             Fault::Other(e) => e,
+        }
+    }
+
+    /// After an endpoint could not be reached: the endpoints are checked (in the
+    /// background), so that the balancer stops picking a member that is down.
+    fn check_members(&self, e: &etcd_client::Error) {
+        if members::unreachable(e) {
+            debug!(store = %self.name, error = %e, "an etcd endpoint did not answer; checking them");
+            let members = self.members.clone();
+            tokio::spawn(async move { members.check().await });
+        }
+    }
+
+    /// Sends a KV request; one refused on connecting (it never reached etcd) is sent again
+    /// once the endpoints were checked, at most once per endpoint.
+    async fn send<T, F, Fut>(&self, request: F) -> std::result::Result<T, etcd_client::Error>
+    where
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let mut again = 0;
+        loop {
+            match request(self.client.kv_client()).await {
+                Err(e) if again < self.members.len() && members::refused(&e) => {
+                    again += 1;
+                    debug!(store = %self.name, error = %e, "an etcd endpoint refused; checking them, then again");
+                    self.members.check().await;
+                }
+                result => return result,
+            }
         }
     }
 
@@ -467,9 +507,10 @@ impl EtcdStore {
             .and_then([then])
             .or_else([TxnOp::get(etcd_key, None)]);
         let response = self
-            .client
-            .kv_client()
-            .txn(txn)
+            .send(|mut kv| {
+                let txn = txn.clone();
+                async move { kv.txn(txn).await }
+            })
             .await
             .map_err(|e| self.fail("write", e))?;
         let revision = self.header_revision(response.header())?;
@@ -490,14 +531,16 @@ impl EtcdStore {
 
     /// The etcd compaction revision in force, exactly.
     async fn etcd_compacted(&self) -> Result<i64> {
-        let mut kv = self.client.kv_client();
         // A read at the newest compaction seen succeeds only if no newer one happened.
         let known = self.compacted.load(Ordering::Acquire).max(1);
-        let probe = kv
-            .get(
-                &self.root[..],
-                Some(GetOptions::new().with_revision(known).with_count_only()),
-            )
+        let probe = self
+            .send(|mut kv| async move {
+                kv.get(
+                    &self.root[..],
+                    Some(GetOptions::new().with_revision(known).with_count_only()),
+                )
+                .await
+            })
             .await;
         match probe {
             Ok(_) => return Ok(if known > 1 { known } else { 0 }),
@@ -615,7 +658,13 @@ impl Store for EtcdStore {
     async fn get(&self, key: &[u8], revision: Option<Revision>) -> Result<Option<KeyValue>> {
         Self::check_key(key)?;
         let options = revision.map(|r| GetOptions::new().with_revision(self.to_etcd(r)));
-        let response = match self.client.kv_client().get(self.key(key), options).await {
+        let response = match self
+            .send(|mut kv| {
+                let options = options.clone();
+                async move { kv.get(self.key(key), options).await }
+            })
+            .await
+        {
             Ok(response) => response,
             Err(e) => {
                 return Err(self.read_fail("get", revision.unwrap_or_default(), e).await);
@@ -639,7 +688,13 @@ impl Store for EtcdStore {
         if options.limit > 0 {
             get = get.with_limit(i64::try_from(options.limit).unwrap_or(i64::MAX));
         }
-        let response = match self.client.kv_client().get(start, Some(get)).await {
+        let response = match self
+            .send(|mut kv| {
+                let (start, get) = (start.clone(), get.clone());
+                async move { kv.get(start, Some(get)).await }
+            })
+            .await
+        {
             Ok(response) => response,
             Err(e) => {
                 return Err(self
@@ -667,12 +722,16 @@ impl Store for EtcdStore {
     async fn count(&self, prefix: &[u8]) -> Result<u64> {
         let (start, end) = self.range(prefix);
         let response = self
-            .client
-            .kv_client()
-            .get(
-                start,
-                Some(GetOptions::new().with_range(end).with_count_only()),
-            )
+            .send(|mut kv| {
+                let (start, end) = (start.clone(), end.clone());
+                async move {
+                    kv.get(
+                        start,
+                        Some(GetOptions::new().with_range(end).with_count_only()),
+                    )
+                    .await
+                }
+            })
             .await
             .map_err(|e| self.fail("count", e))?;
         Ok(u64::try_from(response.count()).unwrap_or(0))
@@ -747,16 +806,17 @@ impl Store for EtcdStore {
     async fn watch(&self, prefix: &[u8], since: Revision) -> Result<WatchStream> {
         // A watch from a compacted revision fails now, not on its first read.
         let probe = self
-            .client
-            .kv_client()
-            .get(
-                &self.root[..],
-                Some(
-                    GetOptions::new()
-                        .with_revision(self.to_etcd(since).max(1))
-                        .with_count_only(),
-                ),
-            )
+            .send(|mut kv| async move {
+                kv.get(
+                    &self.root[..],
+                    Some(
+                        GetOptions::new()
+                            .with_revision(self.to_etcd(since).max(1))
+                            .with_count_only(),
+                    ),
+                )
+                .await
+            })
             .await;
         if let Err(e) = probe {
             match classify("watch", &self.name, e) {
@@ -812,9 +872,10 @@ impl Store for EtcdStore {
 
     async fn current_revision(&self) -> Result<Revision> {
         let response = self
-            .client
-            .kv_client()
-            .get(&self.root[..], Some(GetOptions::new().with_count_only()))
+            .send(|mut kv| async move {
+                kv.get(&self.root[..], Some(GetOptions::new().with_count_only()))
+                    .await
+            })
             .await
             .map_err(|e| self.fail("read the revision", e))?;
         self.header_revision(response.header())
@@ -836,7 +897,10 @@ impl Store for EtcdStore {
             return Ok(());
         }
         let at = self.to_etcd(revision);
-        match self.client.kv_client().compact(at, None).await {
+        match self
+            .send(|mut kv| async move { kv.compact(at, None).await })
+            .await
+        {
             Ok(_) => {
                 self.compacted.fetch_max(at, Ordering::AcqRel);
                 Ok(())
@@ -905,6 +969,7 @@ impl Feed {
                     Ok(Err(e)) => {
                         // Unreachable: try again until it is back (the watcher waits).
                         debug!(error = %e, "etcd watch could not start; retrying");
+                        self.store.check_members(&e);
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(Duration::from_secs(2));
                     }
@@ -923,6 +988,7 @@ impl Feed {
                 }
                 Some(Err(e)) => {
                     debug!(error = %e, "etcd watch lost; resuming");
+                    self.store.check_members(&e);
                     self.stream = None;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));

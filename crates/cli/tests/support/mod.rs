@@ -61,7 +61,11 @@ fn spawn(dir: &Path, port: u16, args: &[String]) -> Child {
         .arg(dir)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(args)
-        .env("RUST_LOG", "warn")
+        // Warnings only, unless FLOTILLA_TEST_HUB_LOG names another filter (to debug a test).
+        .env(
+            "RUST_LOG",
+            std::env::var("FLOTILLA_TEST_HUB_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .spawn()
         .expect("start flotilla hub")
 }
