@@ -85,8 +85,8 @@ pub struct BenchArgs {
     /// this one), to compare two builds older than the benchmark.
     #[arg(long, value_name = "BINARY", requires = "baseline")]
     pub hub_binary: Option<PathBuf>,
-    /// The rounds of the rbac, baseline, failover and propagation scenarios instead of
-    /// their defaults (12, 10, 3 and 3): more rounds narrow their medians.
+    /// The rounds of the rbac, baseline, failover, propagation and admission scenarios
+    /// instead of their defaults (12, 10, 3, 3 and 5): more rounds narrow their medians.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// The propagation scenario's members: push (`flotilla join`), pull (an agent per
@@ -152,6 +152,18 @@ impl BenchArgs {
             }
             _ => None,
         }
+    }
+
+    fn admission_options(&self) -> admission::Options {
+        let mut options = if self.quick {
+            admission::Options::quick(&self.out)
+        } else {
+            admission::Options::new(&self.out)
+        };
+        if let Some(rounds) = self.rounds {
+            options.rounds = rounds as usize;
+        }
+        options
     }
 
     fn failover_options(&self, binary: PathBuf, url: String) -> failover::Options {
@@ -332,11 +344,7 @@ impl BenchArgs {
                     (output, report.table(), views::api_summary(&report))
                 }
                 Scenario::Admission => {
-                    let options = if self.quick {
-                        admission::Options::quick(&self.out)
-                    } else {
-                        admission::Options::new(&self.out)
-                    };
+                    let options = self.admission_options();
                     let report = runtime.block_on(admission::run(&options))?;
                     let output = Output {
                         scenario: "admission",
@@ -677,6 +685,14 @@ mod tests {
         let err = parse(&["--rounds", "0"]).unwrap_err().to_string();
         assert!(err.contains("invalid value '0'"), "{err}");
         assert!(parse(&["--rounds", "many"]).is_err());
+    }
+
+    #[test]
+    fn the_admission_scenario_takes_its_rounds() {
+        assert_eq!(parse(&[]).unwrap().admission_options().rounds, 5);
+        assert_eq!(parse(&["--quick"]).unwrap().admission_options().rounds, 2);
+        let options = parse(&["--rounds", "40"]).unwrap().admission_options();
+        assert_eq!((options.rounds, options.per_round), (40, 1_000));
     }
 
     #[test]
