@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{PoisonError, RwLock};
 
 use smallvec::SmallVec;
 
@@ -110,7 +110,8 @@ pub(crate) struct Recalled {
 /// The memo of decisions of one RBAC index.
 #[derive(Debug, Default)]
 pub(crate) struct Decisions {
-    memo: Mutex<Memo>,
+    /// Read-locked to recall: requests of many clients find their decisions side by side.
+    memo: RwLock<Memo>,
     hasher: RandomState,
 }
 
@@ -134,7 +135,7 @@ impl Decisions {
     /// The decision remembered for `a`, if any, and what [`Decisions::remember`] needs.
     pub(crate) fn recall(&self, a: &Attributes<'_>) -> Recalled {
         let hash = self.hash(a);
-        let memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        let memo = self.memo.read().unwrap_or_else(PoisonError::into_inner);
         let allowed = memo
             .questions
             .get(&hash)
@@ -150,7 +151,7 @@ impl Decisions {
     /// Remembers that `a` was decided `allowed` from an index read after `recalled` — unless
     /// the index changed since.
     pub(crate) fn remember(&self, recalled: &Recalled, a: &Attributes<'_>, allowed: bool) {
-        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut memo = self.memo.write().unwrap_or_else(PoisonError::into_inner);
         if memo.epoch != recalled.epoch {
             return;
         }
@@ -167,7 +168,7 @@ impl Decisions {
 
     /// Forgets every decision: the index changed. Called under the index's write lock.
     pub(crate) fn forget(&self) {
-        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut memo = self.memo.write().unwrap_or_else(PoisonError::into_inner);
         memo.epoch += 1;
         memo.questions.clear();
         memo.len = 0;
@@ -176,7 +177,7 @@ impl Decisions {
     /// How many decisions are remembered.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.memo.lock().unwrap_or_else(PoisonError::into_inner).len
+        self.memo.read().unwrap_or_else(PoisonError::into_inner).len
     }
 }
 

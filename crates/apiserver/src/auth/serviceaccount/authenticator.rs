@@ -6,7 +6,8 @@
 //!     the token's exp) ──no──► Issuer::is_ours(T)? (else Missing: another
 //!     authenticator's token) ─► Issuer::verify (signature, iss, exp/nbf, aud) ─► cache
 //!  ─► the token's references, each: store.mod_revision(key) (the store's key index, no
-//!     value read) ─► None: revoked; revision R ─► its facts at R (uid, deletion, the token
+//!     value read) ─► None: revoked; R = the revision it last passed at (and no deletion
+//!     was under way) ─► passes; another R ─► its facts at R (uid, deletion, the token
 //!     a legacy Secret holds), memoised by (key, R): read once per write of the object
 //!  ─► User, or Invalid(Revoked)
 //! ```
@@ -16,7 +17,8 @@
 //! would deliver the delete a moment later, and a TTL much later.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -44,7 +46,7 @@ const FACTS_ENTRIES: usize = 100_000;
 const INVALID_SINCE_LABEL: &str = "kubernetes.io/legacy-token-invalid-since";
 
 /// An object a token stays valid only while it exists.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Reference {
     /// Its store key.
     key: Vec<u8>,
@@ -54,6 +56,9 @@ struct Reference {
     uid: String,
     /// For a legacy token's Secret: the digest of the token it must hold.
     token: Option<[u8; 32]>,
+    /// The object's revision last found as the token names it, with no deletion under way
+    /// (0: none yet): a request that finds the same revision needs no more than that.
+    passed: AtomicU64,
 }
 
 /// A token whose signature and claims were verified.
@@ -118,7 +123,7 @@ fn unix_now() -> i64 {
 pub struct Tokens {
     issuer: Arc<Issuer>,
     store: Arc<dyn Store>,
-    verified: Mutex<HashMap<[u8; 32], Arc<Verified>>>,
+    verified: RwLock<HashMap<[u8; 32], Arc<Verified>>>,
     facts: Mutex<HashMap<Vec<u8>, (Revision, Facts)>>,
 }
 
@@ -128,35 +133,48 @@ impl Tokens {
         Tokens {
             issuer,
             store,
-            verified: Mutex::default(),
+            verified: RwLock::default(),
             facts: Mutex::default(),
         }
     }
 
     /// The verified token with this digest, if cached and not due for verifying again.
     fn cached(&self, key: &[u8; 32], at: Instant) -> Option<Arc<Verified>> {
-        let mut cache = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
-        match cache.get(key) {
-            Some(found) if found.until > at => Some(found.clone()),
-            Some(_) => {
-                cache.remove(key);
-                None
-            }
-            None => None,
+        // Read-locked: requests of many clients find their tokens side by side.
+        match self
+            .verified
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+        {
+            Some(found) if found.until > at => return Some(found.clone()),
+            Some(_) => {}
+            None => return None,
         }
+        let mut cache = self
+            .verified
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if cache.get(key).is_some_and(|found| found.until <= at) {
+            cache.remove(key);
+        }
+        None
     }
 
     /// How many verified tokens are cached.
     #[cfg(test)]
     pub(super) fn cached_count(&self) -> usize {
         self.verified
-            .lock()
+            .read()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
     }
 
     pub(super) fn remember(&self, key: [u8; 32], verified: Arc<Verified>, at: Instant) {
-        let mut cache = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = self
+            .verified
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         if cache.len() >= CACHE_ENTRIES {
             cache.retain(|_, v| v.until > at);
             if cache.len() >= CACHE_ENTRIES {
@@ -192,7 +210,7 @@ impl Tokens {
     }
 
     /// Whether every object `verified` depends on still exists as the token names it.
-    async fn check(&self, verified: &Verified, now: i64) -> Result<(), Refusal> {
+    pub(super) async fn check(&self, verified: &Verified, now: i64) -> Result<(), Refusal> {
         for reference in &verified.references {
             let revision = self
                 .store
@@ -200,6 +218,10 @@ impl Tokens {
                 .await
                 .map_err(|e| Refusal::Revoked(format!("{} cannot be read: {e}", reference.what)))?
                 .ok_or_else(|| Refusal::Revoked(format!("{} does not exist", reference.what)))?;
+            // Unchanged since it last passed, and not being deleted then: it still passes.
+            if reference.passed.load(Ordering::Relaxed) == revision.get() {
+                continue;
+            }
             let facts = self.facts(&reference.key, revision).await?;
             if !reference.uid.is_empty() && *facts.uid != *reference.uid {
                 return Err(Refusal::Revoked(format!(
@@ -228,6 +250,10 @@ impl Tokens {
                         reference.what
                     )));
                 }
+            }
+            // A deletion under way is judged again on each request: the leeway runs out.
+            if facts.deleted_at.is_none() {
+                reference.passed.store(revision.get(), Ordering::Relaxed);
             }
         }
         Ok(())
@@ -323,6 +349,7 @@ fn reference(
         },
         uid: uid.to_owned(),
         token: None,
+        passed: AtomicU64::new(0),
     }
 }
 

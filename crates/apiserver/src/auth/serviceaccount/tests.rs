@@ -234,6 +234,35 @@ async fn a_token_names_its_service_account_until_it_is_deleted_or_recreated() {
 }
 
 #[tokio::test]
+async fn an_account_being_deleted_is_judged_again_on_each_request_until_the_leeway_runs_out() {
+    let world = World::new().await;
+    let (token, _) = world.issuer.issue(&grant(), now()).unwrap();
+    let at = std::time::Instant::now();
+    let verified = world.tokens.verify(&token, now(), at).unwrap();
+    // Passed once: the same revision passes again without its facts being read.
+    world.tokens.check(&verified, now()).await.unwrap();
+    world.tokens.check(&verified, now()).await.unwrap();
+    // Its deletion starts: within the leeway the token still works…
+    let since = jiff::Timestamp::from_second(now()).unwrap().to_string();
+    world
+        .put(
+            "serviceaccounts",
+            "ci",
+            "uid-ci",
+            json!({"metadata": {"name": "ci", "namespace": "shop", "uid": "uid-ci",
+                "deletionTimestamp": since}}),
+        )
+        .await;
+    world.tokens.check(&verified, now()).await.unwrap();
+    // …and once it ran out the same revision is refused: passing it was not remembered.
+    let later = now() + LEEWAY_SECONDS + 1;
+    assert!(matches!(
+        world.tokens.check(&verified, later).await,
+        Err(Refusal::Revoked(why)) if why.contains("being deleted")
+    ));
+}
+
+#[tokio::test]
 async fn a_bound_token_dies_with_its_secret_or_pod_and_names_the_pod() {
     let world = World::new().await;
     world.put("secrets", "s", "uid-s", json!({})).await;
