@@ -409,7 +409,7 @@ impl EtcdStore {
     /// After an endpoint could not be reached: the endpoints are checked (in the
     /// background), so that the balancer stops picking a member that is down.
     fn check_members(&self, e: &etcd_client::Error) {
-        if members::unreachable(e) {
+        if self.members.len() > 1 && members::unreachable(e) {
             debug!(store = %self.name, error = %e, "an etcd endpoint did not answer; checking them");
             let members = self.members.clone();
             tokio::spawn(async move { members.check().await });

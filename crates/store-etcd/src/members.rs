@@ -19,7 +19,8 @@
 //! A request refused on connecting never reached etcd, so the store sends it again after a
 //! check (see [`refused`]); other failures are only reported.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use etcd_client::Client;
@@ -44,7 +45,7 @@ struct Inner {
     endpoints: Vec<(String, String)>,
     state: tokio::sync::Mutex<State>,
     /// Whether the task re-checking endpoints out of the balancer runs.
-    rechecking: Mutex<bool>,
+    rechecking: AtomicBool,
 }
 
 struct State {
@@ -73,7 +74,7 @@ impl Members {
                     serving,
                     checked: None,
                 }),
-                rechecking: Mutex::new(false),
+                rechecking: AtomicBool::new(false),
             }),
         }
     }
@@ -142,33 +143,26 @@ impl Members {
         }
     }
 
-    /// Starts the task that checks again every second while an endpoint is out.
+    /// Starts the task that checks again every second while an endpoint is out (and the
+    /// store is still open).
     fn recheck(&self) {
-        {
-            let mut running = self
-                .inner
-                .rechecking
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if *running {
-                return;
-            }
-            *running = true;
+        if self.inner.rechecking.swap(true, Ordering::AcqRel) {
+            return;
         }
-        let members = self.clone();
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(RECHECK).await;
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                let members = Members { inner };
                 members.check().await;
                 let state = members.inner.state.lock().await;
                 if state.serving.iter().all(|s| *s) {
                     // Cleared under the state's lock: a check that removes an endpoint
                     // after this sees the task gone and starts another.
-                    *members
-                        .inner
-                        .rechecking
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = false;
+                    members.inner.rechecking.store(false, Ordering::Release);
                     return;
                 }
             }
@@ -210,7 +204,7 @@ pub(crate) fn unreachable(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         etcd_client::Error::GRpcStatus(status) => {
-            status.code() as i32 == crate::tonic_code::UNAVAILABLE || refused(e)
+            status.code() as i32 == crate::tonic_code::UNAVAILABLE
         }
         _ => false,
     }
