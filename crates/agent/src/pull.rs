@@ -3,6 +3,9 @@
 //! status, and shows it is alive with a Lease.
 //!
 //! ```text
+//!  first: GET its Lease until the hub lets it in (401/403 just after registration, while
+//!     the registrar records the certificate and grants the access: again after 50 ms,
+//!     doubling up to 1 s, for at most 10 s)
 //!  watch Works in flotilla-cluster-NAME (its certificate: nothing else is readable)
 //!     Apply ─► generation or deletion changed, or resync due? ─► Member::sync(spec,
 //!              generation, provenance, the status the hub holds: unchanged objects are
@@ -47,7 +50,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::AbortHandle;
-use tracing::{Instrument as _, info, info_span, warn};
+use tracing::{Instrument as _, debug, info, info_span, warn};
 
 use crate::{Error, is_unauthorized};
 
@@ -63,6 +66,14 @@ const RETRY: Duration = Duration::from_secs(10);
 
 /// Heartbeat periods between two reports of the member's facts.
 const FACTS_EVERY: u32 = 6;
+
+/// How long a new agent waits at most for the hub to let it in (see [`Agent::admitted`]).
+const ADMISSION_WAIT: Duration = Duration::from_secs(10);
+
+/// A 401 or a 403: the hub knows of no such identity, or of no such right, yet.
+fn refused(e: &kube::Error) -> bool {
+    is_unauthorized(e) || matches!(e, kube::Error::Api(s) if s.code == 403)
+}
 
 /// How the agent runs.
 #[derive(Clone, Debug)]
@@ -137,6 +148,7 @@ impl Agent {
 
     /// Runs until the hub revokes the agent (an error) or a fatal error.
     pub async fn run(self) -> Result<(), Error> {
+        self.admitted().await;
         let agent = Arc::new(self);
         let heartbeat = tokio::spawn(agent.clone().heartbeat());
         let works = tokio::spawn(agent.clone().works());
@@ -160,6 +172,28 @@ impl Agent {
         }
         agent.stop_watches();
         outcome.unwrap_or_else(|e| Err(Error::Hub(format!("a task of the agent ended: {e}"))))
+    }
+
+    /// Waits until the hub lets this agent in. Just after registration the hub may not
+    /// yet have recorded the new certificate (401) or granted the cluster's access (403):
+    /// the registrar writes both as the certificate is issued, within moments. Asked again
+    /// after 50 ms, doubling up to 1 s, for at most [`ADMISSION_WAIT`]; any other answer
+    /// goes on to the tasks, which deal with it (a hub down, a revocation confirmed), as
+    /// does a refusal that lasts.
+    async fn admitted(&self) {
+        let leases: Api<Lease> = Api::namespaced(self.hub.clone(), &self.namespace());
+        let deadline = Instant::now() + ADMISSION_WAIT;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match Box::pin(leases.get_opt(HEARTBEAT_LEASE)).await {
+                Err(e) if refused(&e) && Instant::now() + pause < deadline => {
+                    debug!(error = %e, "not let in yet; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                _ => return,
+            }
+        }
     }
 
     /// Ends every member-side watch.

@@ -10,7 +10,8 @@
 //!         (409: it exists; the approver decides whether this token may have it)
 //!       create CSR NAME-<key digest> {CN system:flotilla:cluster:NAME,
 //!         O system:flotilla:clusters, signer kube-apiserver-client, client auth}
-//!       GET it every second until status.certificate (Denied/Failed: refused, one line)
+//!       GET it, then watch it by name from there until status.certificate (Denied or
+//!         Failed: refused, one line); a watch that ends is followed by a GET again
 //!  ─► DIR/agent.crt (0600)
 //! ```
 
@@ -25,7 +26,7 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, PostParams, WatchEvent};
 use tracing::info;
 
 use crate::token::BootstrapToken;
@@ -271,35 +272,62 @@ async fn register(
     })
 }
 
-/// The certificate of CSR `name` once issued; an error once it is denied or failed.
+/// The certificate of CSR `name` once issued; an error once it is denied or failed. Waits
+/// on a watch of the request by name (the approval is seen as it is written, not at the
+/// next poll), read again with a GET whenever a watch ends.
 async fn signed(csrs: &Api<CertificateSigningRequest>, name: &str) -> Result<String, Error> {
-    let mut waited = 0u32;
+    use futures_util::StreamExt as _;
+    /// How long one watch lasts before the request is read again (and the wait logged).
+    const WATCH_SECONDS: u32 = 60;
     loop {
         let csr = csrs.get(name).await?;
-        let status = csr.status.unwrap_or_default();
-        for condition in status.conditions.unwrap_or_default() {
-            let outcome = match condition.type_.as_str() {
-                "Denied" => "denied",
-                "Failed" => "failed",
-                _ => continue,
-            };
-            if condition.status == "True" {
-                return Err(Error::NotApproved {
-                    name: name.to_owned(),
-                    outcome: outcome.to_owned(),
-                    message: condition.message.unwrap_or_default(),
-                });
+        let revision = csr.metadata.resource_version.clone().unwrap_or_default();
+        if let Some(outcome) = outcome(name, csr)? {
+            return Ok(outcome);
+        }
+        info!(csr = %name, "waiting for approval (flotilla approve, or kubectl certificate approve {name})");
+        let params = kube::api::WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(WATCH_SECONDS);
+        let mut events = std::pin::pin!(csrs.watch(&params, &revision).await?);
+        while let Some(event) = events.next().await {
+            match event? {
+                WatchEvent::Added(csr) | WatchEvent::Modified(csr) => {
+                    if let Some(outcome) = outcome(name, csr)? {
+                        return Ok(outcome);
+                    }
+                }
+                // Deleted, or the watch expired: read it again.
+                WatchEvent::Deleted(_) | WatchEvent::Error(_) => break,
+                WatchEvent::Bookmark(_) => {}
             }
         }
-        if let Some(cert) = status.certificate.filter(|c| !c.0.is_empty()) {
-            return String::from_utf8(cert.0)
-                .map_err(|_| Error::Hub(format!("the certificate of {name} is not PEM")));
+    }
+}
+
+/// What request `csr` (named `name`) has come to: its certificate once issued, an error
+/// once denied or failed, none while pending.
+fn outcome(name: &str, csr: CertificateSigningRequest) -> Result<Option<String>, Error> {
+    let status = csr.status.unwrap_or_default();
+    for condition in status.conditions.unwrap_or_default() {
+        let outcome = match condition.type_.as_str() {
+            "Denied" => "denied",
+            "Failed" => "failed",
+            _ => continue,
+        };
+        if condition.status == "True" {
+            return Err(Error::NotApproved {
+                name: name.to_owned(),
+                outcome: outcome.to_owned(),
+                message: condition.message.unwrap_or_default(),
+            });
         }
-        if waited.is_multiple_of(60) {
-            info!(csr = %name, "waiting for approval (flotilla approve, or kubectl certificate approve {name})");
-        }
-        waited += 1;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    match status.certificate.filter(|c| !c.0.is_empty()) {
+        Some(cert) => String::from_utf8(cert.0)
+            .map(Some)
+            .map_err(|_| Error::Hub(format!("the certificate of {name} is not PEM"))),
+        None => Ok(None),
     }
 }
 

@@ -45,7 +45,7 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use kube::{Api, ResourceExt as _};
 use tracing::{Instrument as _, info, info_span, warn};
 
@@ -300,7 +300,16 @@ fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
 /// the kube-apiserver-client signer, patch Clusters and write RBAC objects.
 pub async fn run(client: kube::Client) {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
-    Controller::new(csrs, watcher::Config::default())
+    let (cache, writer) = reflector::store();
+    // A request's managed fields are never read here, and they are most of what it holds
+    // beside the request and the certificate: the controller's cache keeps it without them
+    // (a hub with many pull clusters keeps a request per cluster for an hour).
+    let requests = watcher(csrs, watcher::Config::default())
+        .default_backoff()
+        .modify(|csr| csr.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(requests, cache)
         .run(reconcile, error_policy, Arc::new(client))
         .for_each(|_| async {})
         .await;

@@ -367,11 +367,11 @@ impl Report {
         if !self.pull.is_empty() {
             out.push_str(
                 "propagation on pull clusters (an agent per member in the simulator)\n\
-                 clusters  register s  place s   p50/p99/max ms       hub KiB/cluster  sim KiB/agent  agent process MiB\n",
+                 clusters  register s  place s   p50/p99/max ms       hub KiB/cluster ready/idle (floor)  sim KiB/agent  agent process MiB\n",
             );
             for p in &self.pull {
                 out.push_str(&format!(
-                    "{:>8} {:>11.1} {:>8.1}   {:>5.0} /{:>5.0} /{:>5.0}   {:>15.1} {:>14.1} {:>18.1}\n",
+                    "{:>8} {:>11.1} {:>8.1}   {:>5.0} /{:>5.0} /{:>5.0}   {:>17.1} /{:>6.1} ({:>5.1}) {:>14.1} {:>18.1}\n",
                     p.clusters,
                     p.register.as_secs_f64(),
                     p.place.as_secs_f64(),
@@ -379,6 +379,8 @@ impl Report {
                     p.latency.p99_ms,
                     p.latency.max_ms,
                     p.hub_kib_per_cluster(),
+                    p.hub_kib_per_idle_cluster(),
+                    p.hub_kib_floor_per_cluster(),
                     p.sim_kib_per_agent(),
                     p.agent_rss_mib,
                 ));
@@ -553,8 +555,10 @@ impl Report {
                 "propagation",
                 format!("N={}: pull memory", p.clusters),
                 format!(
-                    "hub {:.1} KiB/cluster, sim {:.1} KiB/agent, one agent process {:.1} MiB",
+                    "hub {:.1} KiB/cluster just Ready, {:.1} idle (its agent's two connections alone: {:.1}), sim {:.1} KiB/agent, one agent process {:.1} MiB",
                     p.hub_kib_per_cluster(),
+                    p.hub_kib_per_idle_cluster(),
+                    p.hub_kib_floor_per_cluster(),
                     p.sim_kib_per_agent(),
                     p.agent_rss_mib
                 ),
@@ -1327,6 +1331,8 @@ mod tests {
             },
             hub_rss_empty_mib: 20.0,
             hub_rss_pull_mib: 20.25,
+            hub_rss_idle_mib: 20.125,
+            hub_rss_floor_mib: 20.0625,
             sim_rss_plain_mib: 30.0,
             sim_rss_agents_mib: 31.0,
             agent_rss_mib: 12.0,
@@ -1334,6 +1340,8 @@ mod tests {
         };
         assert!((pull.hub_kib_per_cluster() - 25.6).abs() < 1e-9);
         assert!((pull.sim_kib_per_agent() - 102.4).abs() < 1e-9);
+        assert!((pull.hub_kib_per_idle_cluster() - 12.8).abs() < 1e-9);
+        assert!((pull.hub_kib_floor_per_cluster() - 6.4).abs() < 1e-9);
         let push = Point {
             clusters: 10,
             hub: Latency {
@@ -1361,6 +1369,15 @@ mod tests {
         let json = report.json();
         assert_eq!(json["pull"][0]["hub_kib_per_pull_cluster"], 25.6);
         assert_eq!(json["pull"][0]["agent_process_rss_mib"], 12.0);
+        assert_eq!(json["pull"][0]["hub_kib_per_idle_pull_cluster"], 12.8);
+        assert_eq!(json["pull"][0]["hub_kib_floor_per_pull_cluster"], 6.4);
+        let memory = rows.iter().find(|r| r.what == "N=10: pull memory").unwrap();
+        assert!(
+            memory
+                .value
+                .contains("12.8 idle (its agent's two connections alone: 6.4)"),
+            "{memory:?}"
+        );
         assert!(report.table().contains("on pull clusters"));
     }
 

@@ -4,16 +4,22 @@
 //!
 //! ```text
 //!  flotilla hub (empty) ─ settle ─► hub RSS empty
+//!  N stand-ins for agents' connections, each a client of its own: a watch held open and
+//!     a request answered on a second connection kept alive ─ settle ─► hub RSS with
+//!     them (the floor: what an agent's two connections cost the hub) ─► closed
 //!  flotilla sim --clusters N (no agents; DIR/plain) ─ settle ─► sim RSS without agents
 //!  flotilla sim --clusters N --agents --hub-kubeconfig … (DIR/agents; an auto-approve
 //!     token the simulator makes) ─► registration time: its start → N Clusters Ready
-//!     ─ settle ─► hub RSS with N idle pull clusters, sim RSS with agents
+//!     ─ settle ─► hub RSS with N pull clusters just Ready, sim RSS with agents
+//!     ─ IDLE (the watch cache's history of the registrations past) ─► hub RSS with N
+//!     idle pull clusters
 //!  Deployment bench/web + Placement (every cluster) ─► ready everywhere (status back at
 //!     the agents' resync)
 //!  rounds: image nginx:2.r on the template at t0 ─► each member's watch sees it (p50, p99)
 //!  flotilla agent (its own process) for cluster `solo` on member-1 of DIR/plain
 //!     ─ Ready, settle ─► its RSS
-//!  per pull cluster on the hub = (hub RSS with N − empty) / N
+//!  per pull cluster on the hub = (hub RSS with N just Ready, or idle − empty) / N
+//!  the connections' floor per agent = (hub RSS with the stand-ins − empty) / N
 //!  per agent in the simulator = (sim RSS with agents − without) / N
 //! ```
 
@@ -37,6 +43,11 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 /// statuses then (the placement reads ready once they have).
 const RESYNC: &str = "10s";
 
+/// How long the pull clusters stay idle after registering before the hub's memory is
+/// read again: past the watch cache's history (75 s) of the registrations' writes, which
+/// it keeps for watchers that resume.
+const IDLE: Duration = Duration::from_secs(90);
+
 /// One fleet size on pull clusters.
 #[derive(Debug, Clone, Default)]
 pub struct PullPoint {
@@ -53,8 +64,13 @@ pub struct PullPoint {
     pub rounds: Vec<Latency>,
     /// The hub's RSS empty, in MiB.
     pub hub_rss_empty_mib: f64,
-    /// The hub's RSS with N idle pull clusters, in MiB.
+    /// The hub's RSS with N pull clusters just Ready, in MiB.
     pub hub_rss_pull_mib: f64,
+    /// The hub's RSS with N pull clusters idle for [`IDLE`], in MiB.
+    pub hub_rss_idle_mib: f64,
+    /// The hub's RSS with N stand-ins for agents' connections open (a watch and a request
+    /// connection kept alive each), in MiB.
+    pub hub_rss_floor_mib: f64,
     /// The simulator's RSS without agents, in MiB.
     pub sim_rss_plain_mib: f64,
     /// The simulator's RSS with N agents registered and idle, in MiB.
@@ -68,6 +84,23 @@ impl PullPoint {
     pub fn hub_kib_per_cluster(&self) -> f64 {
         ratio(
             (self.hub_rss_pull_mib - self.hub_rss_empty_mib) * 1024.0,
+            self.clusters as f64,
+        )
+    }
+
+    /// The hub's memory per pull cluster once idle, in KiB.
+    pub fn hub_kib_per_idle_cluster(&self) -> f64 {
+        ratio(
+            (self.hub_rss_idle_mib - self.hub_rss_empty_mib) * 1024.0,
+            self.clusters as f64,
+        )
+    }
+
+    /// The hub's memory per agent's two connections alone, in KiB: the floor under its
+    /// memory per pull cluster.
+    pub fn hub_kib_floor_per_cluster(&self) -> f64 {
+        ratio(
+            (self.hub_rss_floor_mib - self.hub_rss_empty_mib) * 1024.0,
             self.clusters as f64,
         )
     }
@@ -87,6 +120,10 @@ impl PullPoint {
             "rounds": self.rounds.iter().map(Latency::json).collect::<Vec<_>>(),
             "hub_rss_empty_mib": self.hub_rss_empty_mib, "hub_rss_pull_mib": self.hub_rss_pull_mib,
             "hub_kib_per_pull_cluster": self.hub_kib_per_cluster(),
+            "hub_rss_idle_mib": self.hub_rss_idle_mib,
+            "hub_kib_per_idle_pull_cluster": self.hub_kib_per_idle_cluster(),
+            "hub_rss_floor_mib": self.hub_rss_floor_mib,
+            "hub_kib_floor_per_pull_cluster": self.hub_kib_floor_per_cluster(),
             "sim_rss_plain_mib": self.sim_rss_plain_mib, "sim_rss_agents_mib": self.sim_rss_agents_mib,
             "sim_kib_per_agent": self.sim_kib_per_agent(), "agent_process_rss_mib": self.agent_rss_mib})
     }
@@ -205,6 +242,12 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
     settle(&[hub_pid], SETTLE_LIMIT).await;
     let hub_rss_empty_mib = rss_mib(hub_pid)?;
 
+    progress.step("stand-ins for the agents' connections");
+    let stand_ins = StandIns::open(&hub_kubeconfig, n).await?;
+    settle(&[hub_pid], SETTLE_LIMIT).await;
+    let hub_rss_floor_mib = rss_mib(hub_pid)?;
+    drop(stand_ins);
+
     progress.step("a simulator without agents");
     running.children.push(sim(binary, &dir, "plain", n, &[])?);
     let plain_pid = pid(&running.children[1])?;
@@ -230,6 +273,9 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
     settle(&[hub_pid, agents_pid], SETTLE_LIMIT).await;
     let hub_rss_pull_mib = rss_mib(hub_pid)?;
     let sim_rss_agents_mib = rss_mib(agents_pid)?;
+    progress.step(&format!("{} s idle", IDLE.as_secs()));
+    tokio::time::sleep(IDLE).await;
+    let hub_rss_idle_mib = rss_mib(hub_pid)?;
 
     progress.step("placing bench/web on every pull member");
     let apply = PatchParams::apply(FIELD_MANAGER).force();
@@ -305,10 +351,49 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
         rounds,
         hub_rss_empty_mib,
         hub_rss_pull_mib,
+        hub_rss_idle_mib,
+        hub_rss_floor_mib,
         sim_rss_plain_mib,
         sim_rss_agents_mib,
         agent_rss_mib,
     })
+}
+
+/// Stand-ins for N agents' connections to the hub, open while it lives: each a client of
+/// its own (its own pool) holding a watch open, as an agent watches its Works, and a
+/// request's connection kept alive, as an agent's requests keep theirs. What the hub
+/// holds for them is what it holds per agent before any state of a cluster.
+struct StandIns {
+    _held: Vec<(Client, Box<dyn std::any::Any + Send>)>,
+}
+
+impl StandIns {
+    async fn open(hub_kubeconfig: &Path, n: usize) -> Result<Self, Error> {
+        use futures_util::{StreamExt as _, TryStreamExt as _};
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let opened = futures_util::stream::iter(0..n)
+            .map(|i| async move {
+                let pools = flotilla_fleet::runtime::Pools::default();
+                let client = client(hub_kubeconfig, &pools).await?;
+                let api = Api::<ConfigMap>::namespaced(client.clone(), &format!("stand-in-{i}"));
+                let watch = api
+                    .watch(&kube::api::WatchParams::default(), "0")
+                    .await
+                    .map_err(|e| check("a stand-in's watch", e))?;
+                // The watch holds the first connection: this goes over a second one.
+                api.get_opt("none")
+                    .await
+                    .map_err(|e| check("a stand-in's request", e))?;
+                Ok::<_, Error>((
+                    client,
+                    Box::new(watch.boxed()) as Box<dyn std::any::Any + Send>,
+                ))
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        Ok(Self { _held: opened })
+    }
 }
 
 /// Runs `flotilla agent` for cluster `solo` on member-1 of the simulator without agents,
