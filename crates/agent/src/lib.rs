@@ -143,8 +143,15 @@ pub async fn hub_client(url: &str, ca_pem: &str, auth: HubAuth<'_>) -> Result<ku
     )
     .await
     .map_err(|e| Error::Input(format!("a client of the hub at {url}: {e}")))?;
-    lean_client(&config)
+    client(&config, Some(HUB_READ_BUFFER))
 }
+
+/// The most a connection of an agent's hub client buffers of what it reads: hyper's
+/// smallest, 8 KiB. Its default lets the buffer grow to 400 KiB as reads fill it, and a
+/// watch's connection kept the 16 KiB one burst had grown it to (a thousand agents in a
+/// simulator: 8 MiB). The hub's answers have small headers; bodies stream through in
+/// pieces of this size.
+const HUB_READ_BUFFER: usize = 8 * 1024;
 
 /// TLS sessions an agent's hub client keeps for resumption: it talks to one server.
 /// (rustls' default keeps 256, allocated up front: ~25 KiB per client.)
@@ -171,6 +178,12 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 ///     RESUMED_SESSIONS sessions) ─► TCP (no Nagle delay, CONNECT_TIMEOUT)
 /// ```
 pub fn lean_client(config: &kube::Config) -> Result<kube::Client, Error> {
+    client(config, None)
+}
+
+/// [`lean_client`], its connections' read buffers at most `read_buffer` bytes (hyper's
+/// default, 400 KiB, if none).
+fn client(config: &kube::Config, read_buffer: Option<usize>) -> Result<kube::Client, Error> {
     use kube::client::ConfigExt as _;
     let mut tls = config.rustls_client_config()?;
     tls.resumption = rustls::client::Resumption::in_memory_sessions(RESUMED_SESSIONS);
@@ -184,10 +197,13 @@ pub fn lean_client(config: &kube::Config) -> Result<kube::Client, Error> {
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    let pool: hyper_util::client::legacy::Client<_, kube::client::Body> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_max_idle_per_host(IDLE_CONNECTIONS)
-            .build(https);
+    let mut builder =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+    builder.pool_max_idle_per_host(IDLE_CONNECTIONS);
+    if let Some(most) = read_buffer {
+        builder.http1_max_buf_size(most);
+    }
+    let pool: hyper_util::client::legacy::Client<_, kube::client::Body> = builder.build(https);
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)

@@ -9,8 +9,8 @@
 //!     pending, from system:bootstrap:ID in system:bootstrappers:flotilla:auto-approve
 //!        ─► Cluster NAME exists, created with token ID (annotation), pull identity = CN,
 //!           O = system:flotilla:clusters, in the token's set if it names one
-//!           ─► Approved (AutoApproved) | else Denied (why) — a token for another
-//!           cluster's name is refused
+//!           ─► the agent's RBAC applied, then Approved (AutoApproved) | else Denied
+//!           (why) — a token for another cluster's name is refused
 //!           (a Cluster the token registered and that never had a certificate is
 //!           deleted with the refusal: nothing half-registered stays)
 //!     pending, from system:flotilla:cluster:NAME itself (its agent renewing, with its
@@ -354,6 +354,9 @@ async fn reconcile(
                 Decision::Approve => {
                         if let Some(cluster) = &cluster {
                             name_request(&clusters, cluster, &csr).await?;
+                            // Its access before its certificate: the agent's first
+                            // request, as soon as the certificate is issued, is allowed.
+                            grant(&client, cluster).await?;
                         }
                     set_condition(&client, &csr, "Approved", "AutoApproved",
                         "approved by the hub: a bootstrap token made with --auto-approve, for the cluster it registered").await?;

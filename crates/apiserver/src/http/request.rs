@@ -107,15 +107,6 @@ pub(crate) fn delete_options(body: Bytes, headers: &HeaderMap) -> ApiResult<Byte
     ))
 }
 
-/// Whether delete options carry preconditions (then a conflict is the client's answer).
-pub(crate) fn has_preconditions(body: &Bytes) -> bool {
-    serde_json::from_slice::<Value>(body).is_ok_and(|options| {
-        options["preconditions"]
-            .as_object()
-            .is_some_and(|p| p.values().any(|v| !v.is_null()))
-    })
-}
-
 /// Whether a patch leaves `metadata.resourceVersion` alone (then a conflict is retried).
 pub(crate) fn patch_keeps_version(patch: &Value) -> bool {
     match patch {

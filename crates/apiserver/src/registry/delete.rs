@@ -1,6 +1,8 @@
 //! DELETE and deletecollection: finalizers, preconditions, garbage collection, and
 //! stored objects that cannot be read.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::http::StatusCode;
 use bytes::Bytes;
 use flotilla_store::Revision;
@@ -15,13 +17,16 @@ use crate::registry::resources::ResourceType;
 
 use crate::api::Api;
 use crate::gc::collector::{Cleanup, Owner};
-use crate::http::request::{Query, has_preconditions, parse_resource_version};
+use crate::http::request::{Query, parse_resource_version};
 use crate::http::route::Target;
 use crate::registry::store::{Unreadable, conflicted, decode_stored, retrying};
 
 impl Api {
     /// Deletes an object (or marks it for deletion while finalizers remain). A write that
-    /// races with it is retried, unless the client gave preconditions.
+    /// races with it is retried: each try reads the object again and checks the client's
+    /// preconditions against what it read, so a precondition that no longer holds ends it
+    /// (409) and one that still does — a uid, after a write to the object's status — lets
+    /// it through, as in Kubernetes' store.
     pub(crate) async fn delete(
         &self,
         target: &Target,
@@ -30,22 +35,25 @@ impl Api {
         body: &Bytes,
         collect: bool,
     ) -> ApiResult<(StatusCode, Value)> {
-        let raced = |e: &ApiError| conflicted(e) && !has_preconditions(body);
-        retrying(raced, || async move {
-            self.delete_once(target, name, query, body, collect).await
+        let refused = AtomicBool::new(false);
+        let raced = |e: &ApiError| conflicted(e) && !refused.load(Ordering::Relaxed);
+        retrying(raced, || {
+            self.delete_once(target, name, query, body, collect, &refused)
         })
         .await
     }
 
     /// One try of a delete; `collect` runs garbage collection of the object's dependents
-    /// (off when a whole namespace is being emptied anyway).
-    pub(crate) async fn delete_once(
+    /// (off when a whole namespace is being emptied anyway). `refused` is set when the
+    /// client's preconditions do not hold (a conflict not to be tried again).
+    async fn delete_once(
         &self,
         target: &Target,
         name: &str,
         query: &Query,
         body: &Bytes,
         collect: bool,
+        refused: &AtomicBool,
     ) -> ApiResult<(StatusCode, Value)> {
         let rt = &target.rt;
         let namespace = target.namespace.clone().unwrap_or_default();
@@ -66,14 +74,16 @@ impl Api {
                     .await;
             }
         };
-        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
-            && parse_resource_version(rv)? != revision.get()
-        {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-        }
-        if let Some(uid) = options["preconditions"]["uid"].as_str()
-            && uid != meta_str(&current, "uid")
-        {
+        let holds = options["preconditions"]["resourceVersion"]
+            .as_str()
+            .map_or(Ok(true), |rv| {
+                parse_resource_version(rv).map(|rv| rv == revision.get())
+            })?
+            && options["preconditions"]["uid"]
+                .as_str()
+                .is_none_or(|uid| uid == meta_str(&current, "uid"));
+        if !holds {
+            refused.store(true, Ordering::Relaxed);
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
         let dry_run = query.dry_run()?;
