@@ -10,7 +10,9 @@
 //!     Apply ─► generation or deletion changed, or resync due? ─► Member::sync(spec,
 //!              generation, provenance, the status the hub holds: unchanged objects are
 //!              not applied again) ─► works/status (only if it changed)
-//!     Delete ─► Member::remove(what its last status lists, its deletion policy)
+//!     Delete ─► Member::remove(what its last status lists, its deletion policy); a
+//!        release that fails is tried again every retry period (below) until it works or
+//!        the Work comes back
 //!     after either: the kinds the Works deliver ─► start / stop member-side watches
 //!  member-side watches: one per kind delivered (Member::changes, selecting this hub's
 //!     provenance labels: every Work's objects of the kind in one watch; the objects
@@ -121,6 +123,10 @@ pub struct Agent {
     one_at_a_time: Mutex<()>,
     /// One member-side watch per kind the synced Works deliver, by kind.
     watches: std::sync::Mutex<HashMap<KindKey, AbortHandle>>,
+    /// Works deleted on the hub whose objects the member did not all let go of (a release
+    /// failed), with when to try again: released again by [`Agent::resync`] until they
+    /// are, or until the Work comes back.
+    unreleased: std::sync::Mutex<HashMap<String, (Work, Instant)>>,
     /// Where the watches send what they saw; [`Agent::changes`] takes the receiver.
     pokes: mpsc::UnboundedSender<Poke>,
     poked: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Poke>>>,
@@ -137,6 +143,7 @@ impl Agent {
             synced: Mutex::default(),
             one_at_a_time: Mutex::default(),
             watches: std::sync::Mutex::default(),
+            unreleased: std::sync::Mutex::default(),
             pokes,
             poked: std::sync::Mutex::new(Some(poked)),
         }
@@ -447,6 +454,17 @@ impl Agent {
             for name in due {
                 Box::pin(self.sync_again(&name)).await?;
             }
+            let unreleased: Vec<Work> = self
+                .unreleased
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .filter(|(_, due)| *due <= now)
+                .map(|(work, _)| work.clone())
+                .collect();
+            for work in unreleased {
+                Box::pin(self.remove(&work)).await;
+            }
         }
     }
 
@@ -487,6 +505,11 @@ impl Agent {
     /// [`Agent::sync`], its caller holding `one_at_a_time`.
     async fn sync_one(self: &Arc<Self>, work: Work, again: bool) -> Result<(), Error> {
         let name = work.name_any();
+        // Back on the hub: what it delivers is synced, not released.
+        self.unreleased
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&name);
         let uid = work.uid().unwrap_or_default();
         let generation = work.metadata.generation;
         {
@@ -610,8 +633,21 @@ impl Agent {
             )
             .await
         {
-            Ok(()) => info!(work = %name, "Work removed"),
-            Err(e) => warn!(work = %name, error = %e, "Work not fully removed"),
+            Ok(()) => {
+                self.unreleased
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&name);
+                info!(work = %name, "Work removed");
+            }
+            Err(e) => {
+                let again = Instant::now() + self.retry_after();
+                self.unreleased
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(name.clone(), (work, again));
+                warn!(work = %name, error = %e, "Work not fully removed; trying again later");
+            }
         }
     }
 }

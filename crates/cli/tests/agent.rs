@@ -1175,6 +1175,55 @@ fn a_placement_applies_as_the_members_service_account_on_pull_and_push_clusters(
         "{}",
         stderr(&out)
     );
+
+    // A release the member refuses is tried again until it goes through: deployer loses
+    // the right to delete Deployments on member-1, the placement goes, the Deployment
+    // stays; deployer gets it back, and the agent releases it then.
+    hub.ok(&[
+        "patch",
+        "clusterplacement",
+        "web",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"apply":{"serviceAccountName":"shop/deployer"}}}"#,
+    ]);
+    eventually("the Deployment is applied as deployer again", || {
+        let web = manifest_of(&hub, "pulled", "Deployment")?;
+        match manifest_condition(&web, "Applied") {
+            Some(c) if c["status"] == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let no_delete = DEPLOYER.replace(
+        "verbs: [get, list, watch, create, update, patch, delete]",
+        "verbs: [get, list, watch, create, update, patch]",
+    );
+    assert_ne!(no_delete, DEPLOYER);
+    let applied = sim.kubectl("member-1", &["apply", "-f", "-"], Some(&no_delete));
+    assert!(applied.status.success(), "{}", text(&applied));
+    hub.ok(&["delete", "clusterplacement", "web"]);
+    eventually("the release is refused and said so", || {
+        let log = agent.log();
+        match log.contains("Work not fully removed") {
+            true => Ok(()),
+            false => Err(log),
+        }
+    });
+    assert!(member_web(&sim, "member-1").is_ok(), "released already");
+    let applied = sim.kubectl("member-1", &["apply", "-f", "-"], Some(DEPLOYER));
+    assert!(applied.status.success(), "{}", text(&applied));
+    eventually(
+        "the release is tried again and goes through",
+        || match member_web(&sim, "member-1") {
+            Err(e) if e.contains("NotFound") || e.contains("not found") => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Err(format!(
+                "the Deployment is still there; agent: {}",
+                agent.log()
+            )),
+        },
+    );
 }
 
 #[test]
