@@ -1,23 +1,14 @@
 //! Requests without preconditions never fail because another write raced with them.
 
-use std::sync::Arc;
-
 use axum::http::Method;
-use flotilla_apiserver::Api;
-use flotilla_apiserver::Registry;
-use flotilla_apiserver::client::Client;
-use flotilla_store::Store;
-use flotilla_store_sqlite::SqliteStore;
 use serde_json::json;
+
+mod support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unconditional_replaces_and_deletes_retry_their_races() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(dir.path().join("hub.db")).await.unwrap());
-    let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1:6443");
-    api.bootstrap().await.unwrap();
-    let client = Client::new(api);
+    let server = support::Server::new().await;
+    let client = server.client.clone();
     let path = "/api/v1/namespaces/default/configmaps/raced";
     let object = |writer: usize, n: usize| json!({"metadata": {"name": "raced", "finalizers": ["example.com/keep"]}, "data": {format!("w{writer}"): n.to_string()}});
     let created = client
@@ -78,12 +69,8 @@ async fn unconditional_replaces_and_deletes_retry_their_races() {
 /// Kubernetes' store: an agent releasing an object the member's controllers keep writing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_whose_uid_precondition_holds_retries_its_races() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(dir.path().join("hub.db")).await.unwrap());
-    let api = Api::new(store, Arc::new(Registry::builtin()), "127.0.0.1:6443");
-    api.bootstrap().await.unwrap();
-    let client = Client::new(api);
+    let server = support::Server::new().await;
+    let client = server.client.clone();
     for round in 0..20 {
         let name = format!("raced-{round}");
         let path = format!("/api/v1/namespaces/default/configmaps/{name}");

@@ -934,6 +934,22 @@ spec:
   apply: {serviceAccountName: shop/deployer}
 ";
 
+/// kubectl's arguments that set ClusterPlacement `web`'s `apply.serviceAccountName`.
+fn service_account_patch(name: &str) -> Vec<String> {
+    let patch = json!({"spec": {"apply": {"serviceAccountName": name}}}).to_string();
+    [
+        "patch",
+        "clusterplacement",
+        "web",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// The manifest status of `kind` in the only Work of `cluster`, once it has one.
 fn manifest_of(hub: &Hub, cluster: &str, kind: &str) -> Result<Value, String> {
     let works = get(
@@ -1143,15 +1159,7 @@ fn a_placement_applies_as_the_members_service_account_on_pull_and_push_clusters(
 
     // A bare name in a ClusterPlacement names no namespace: every manifest says why,
     // nothing is applied as anyone else.
-    hub.ok(&[
-        "patch",
-        "clusterplacement",
-        "web",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"apply":{"serviceAccountName":"deployer"}}}"#,
-    ]);
+    hub.ok(&strs(&service_account_patch("deployer")));
     eventually("a bare name in a ClusterPlacement is refused", || {
         let web = manifest_of(&hub, "member-2", "Deployment")?;
         match manifest_condition(&web, "Applied") {
@@ -1160,15 +1168,7 @@ fn a_placement_applies_as_the_members_service_account_on_pull_and_push_clusters(
         }
     });
     // A name that is not one is refused by the API.
-    let out = hub.kubectl(&[
-        "patch",
-        "clusterplacement",
-        "web",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"apply":{"serviceAccountName":"Shop/Deployer"}}}"#,
-    ]);
+    let out = hub.kubectl(&strs(&service_account_patch("Shop/Deployer")));
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("serviceAccountName"),
@@ -1179,15 +1179,7 @@ fn a_placement_applies_as_the_members_service_account_on_pull_and_push_clusters(
     // A release the member refuses is tried again until it goes through: deployer loses
     // the right to delete Deployments on member-1, the placement goes, the Deployment
     // stays; deployer gets it back, and the agent releases it then.
-    hub.ok(&[
-        "patch",
-        "clusterplacement",
-        "web",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"apply":{"serviceAccountName":"shop/deployer"}}}"#,
-    ]);
+    hub.ok(&strs(&service_account_patch("shop/deployer")));
     eventually("the Deployment is applied as deployer again", || {
         let web = manifest_of(&hub, "pulled", "Deployment")?;
         match manifest_condition(&web, "Applied") {
