@@ -275,14 +275,17 @@ async fn register(
 /// The certificate of CSR `name` once issued; an error once it is denied or failed. Waits
 /// on a watch of the request by name (the approval is seen as it is written, not at the
 /// next poll), read again with a GET whenever a watch ends.
-async fn signed(csrs: &Api<CertificateSigningRequest>, name: &str) -> Result<String, Error> {
+pub(crate) async fn signed(
+    csrs: &Api<CertificateSigningRequest>,
+    name: &str,
+) -> Result<String, Error> {
     use futures_util::StreamExt as _;
     /// How long one watch lasts before the request is read again (and the wait logged).
     const WATCH_SECONDS: u32 = 60;
     loop {
         let csr = csrs.get(name).await?;
         let revision = csr.metadata.resource_version.clone().unwrap_or_default();
-        if let Some(outcome) = outcome(name, csr)? {
+        if let Some(outcome) = issued(name, csr)? {
             return Ok(outcome);
         }
         info!(csr = %name, "waiting for approval (flotilla approve, or kubectl certificate approve {name})");
@@ -293,7 +296,7 @@ async fn signed(csrs: &Api<CertificateSigningRequest>, name: &str) -> Result<Str
         while let Some(event) = events.next().await {
             match event? {
                 WatchEvent::Added(csr) | WatchEvent::Modified(csr) => {
-                    if let Some(outcome) = outcome(name, csr)? {
+                    if let Some(outcome) = issued(name, csr)? {
                         return Ok(outcome);
                     }
                 }
@@ -305,23 +308,21 @@ async fn signed(csrs: &Api<CertificateSigningRequest>, name: &str) -> Result<Str
     }
 }
 
-/// What request `csr` (named `name`) has come to: its certificate once issued, an error
-/// once denied or failed, none while pending.
-fn outcome(name: &str, csr: CertificateSigningRequest) -> Result<Option<String>, Error> {
+/// The certificate `csr` (named `name`) holds once signed; an error once denied or
+/// failed; none while pending.
+fn issued(name: &str, csr: CertificateSigningRequest) -> Result<Option<String>, Error> {
     let status = csr.status.unwrap_or_default();
-    for condition in status.conditions.unwrap_or_default() {
-        let outcome = match condition.type_.as_str() {
-            "Denied" => "denied",
-            "Failed" => "failed",
-            _ => continue,
-        };
-        if condition.status == "True" {
-            return Err(Error::NotApproved {
-                name: name.to_owned(),
-                outcome: outcome.to_owned(),
-                message: condition.message.unwrap_or_default(),
-            });
-        }
+    if let Some(c) = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| (c.type_ == "Denied" || c.type_ == "Failed") && c.status == "True")
+    {
+        return Err(Error::NotApproved {
+            name: name.to_owned(),
+            outcome: c.type_.to_lowercase(),
+            message: c.message.unwrap_or_default(),
+        });
     }
     match status.certificate.filter(|c| !c.0.is_empty()) {
         Some(cert) => String::from_utf8(cert.0)

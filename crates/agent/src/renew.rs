@@ -9,7 +9,7 @@
 //!     hub: registrar approves (AutoApprovedRenewal: requester = CN = a Cluster's pull
 //!          identity whose certificate is recorded), signer signs, registrar records the
 //!          new serial ─► the old certificate gets 401 from then on
-//!  ─► watch the CSR by name from its creation (one authenticated stream: the old
+//!  ─► read the CSR, then watch it by name (register::signed; one authenticated stream: the old
 //!     certificate's replacement does not cut it) until signed ─► agent.key, agent.crt (0600) ─► the hub client swapped
 //!  failures: tried again with backoff (5 s … 5 min) while the certificate lasts
 //! ```
@@ -22,16 +22,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
 use kube::Api;
-use kube::api::{ObjectMeta, PostParams, WatchEvent, WatchParams};
+use kube::api::{ObjectMeta, PostParams};
 use tracing::{Instrument as _, info, info_span, warn};
 
-use crate::register::{Credentials, Files, SIGNER, csr_name, write_private};
+use crate::register::{Credentials, Files, SIGNER, csr_name, signed, write_private};
 use crate::{Error, HubAuth, hub_client};
 
 /// The share of a certificate's lifetime after which it is renewed.
@@ -204,30 +203,13 @@ async fn renew(
         status: None,
     };
     let csrs: Api<CertificateSigningRequest> = Api::all(hub.clone());
-    let created = csrs.create(&PostParams::default(), &csr).await?;
+    csrs.create(&PostParams::default(), &csr).await?;
     info!(csr = %name, "renewal requested");
-    // Watched by name from its creation on (the agent may get, create and watch CSRs,
-    // not list them): the approval and the signature come as changes.
-    let version = created.metadata.resource_version.unwrap_or_default();
-    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
-    let cert_pem = tokio::time::timeout(Duration::from_secs(120), async {
-        let mut events = std::pin::pin!(csrs.watch(&params, &version).await?);
-        while let Some(event) = events.next().await {
-            let csr = match event? {
-                WatchEvent::Added(csr) | WatchEvent::Modified(csr) => csr,
-                WatchEvent::Error(e) => {
-                    return Err(Error::Hub(format!("watching {name}: {}", e.message)));
-                }
-                _ => continue,
-            };
-            if let Some(cert) = issued(&name, csr)? {
-                return Ok(cert);
-            }
-        }
-        Err(Error::Hub(format!("the watch of {name} ended")))
-    })
-    .await
-    .map_err(|_| Error::Hub(format!("{name} not signed within 120 s")))??;
+    // Watched by name (the agent may get, create and watch CSRs, not list them): the
+    // approval and the signature come as changes.
+    let cert_pem = tokio::time::timeout(Duration::from_secs(120), signed(&csrs, &name))
+        .await
+        .map_err(|_| Error::Hub(format!("{name} not signed within 120 s")))??;
     // The key first: a certificate is never kept without its key.
     write_private(&files.key, &key_pem)?;
     write_private(&files.cert, &cert_pem)?;
@@ -237,29 +219,6 @@ async fn renew(
         cert_pem,
         key_pem,
     })
-}
-
-/// The certificate `csr` holds, if signed; an error once denied or failed.
-fn issued(name: &str, csr: CertificateSigningRequest) -> Result<Option<String>, Error> {
-    let status = csr.status.unwrap_or_default();
-    if let Some(c) = status
-        .conditions
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| (c.type_ == "Denied" || c.type_ == "Failed") && c.status == "True")
-    {
-        return Err(Error::NotApproved {
-            name: name.to_owned(),
-            outcome: c.type_.to_lowercase(),
-            message: c.message.unwrap_or_default(),
-        });
-    }
-    match status.certificate.filter(|c| !c.0.is_empty()) {
-        Some(cert) => String::from_utf8(cert.0)
-            .map(Some)
-            .map_err(|_| Error::Hub(format!("the certificate of {name} is not PEM"))),
-        None => Ok(None),
-    }
 }
 
 #[cfg(test)]

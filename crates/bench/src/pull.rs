@@ -364,8 +364,14 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
 /// request's connection kept alive, as an agent's requests keep theirs. What the hub
 /// holds for them is what it holds per agent before any state of a cluster.
 struct StandIns {
-    _held: Vec<(Client, Box<dyn std::any::Any + Send>)>,
+    _held: Vec<(Client, Watch)>,
 }
+
+/// A stand-in's open watch (held, never read).
+type Watch = futures_util::stream::BoxStream<
+    'static,
+    kube::Result<kube::api::WatchEvent<k8s_openapi::api::core::v1::ConfigMap>>,
+>;
 
 impl StandIns {
     async fn open(hub_kubeconfig: &Path, n: usize) -> Result<Self, Error> {
@@ -384,10 +390,7 @@ impl StandIns {
                 api.get_opt("none")
                     .await
                     .map_err(|e| check("a stand-in's request", e))?;
-                Ok::<_, Error>((
-                    client,
-                    Box::new(watch.boxed()) as Box<dyn std::any::Any + Send>,
-                ))
+                Ok::<_, Error>((client, watch.boxed() as Watch))
             })
             .buffer_unordered(16)
             .try_collect()

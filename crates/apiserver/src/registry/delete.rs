@@ -65,27 +65,30 @@ impl Api {
             })?
         };
         let (value, revision) = self.get_stored(rt, &namespace, name).await?;
-        let mut current = match decode_stored(rt, name, &value) {
-            Ok(object) => object::with_resource_version(object, revision.get()),
-            Err(e) => {
-                let stored = (&value[..], revision);
-                return self
-                    .delete_unreadable(rt, &namespace, name, &options, query, stored, &e)
-                    .await;
-            }
+        let decoded = decode_stored(rt, name, &value);
+        let stale = match options["preconditions"]["resourceVersion"].as_str() {
+            Some(rv) => parse_resource_version(rv)? != revision.get(),
+            None => false,
         };
-        let holds = options["preconditions"]["resourceVersion"]
+        // An object that cannot be read must at least hold the uid in its stored bytes.
+        let other = options["preconditions"]["uid"]
             .as_str()
-            .map_or(Ok(true), |rv| {
-                parse_resource_version(rv).map(|rv| rv == revision.get())
-            })?
-            && options["preconditions"]["uid"]
-                .as_str()
-                .is_none_or(|uid| uid == meta_str(&current, "uid"));
-        if !holds {
+            .is_some_and(|uid| match &decoded {
+                Ok(object) => uid != meta_str(object, "uid"),
+                Err(_) => memchr::memmem::find(&value, uid.as_bytes()).is_none(),
+            });
+        if stale || other {
             refused.store(true, Ordering::Relaxed);
             return Err(ApiError::conflict(&rt.group, &rt.plural, name));
         }
+        let mut current = match decoded {
+            Ok(object) => object::with_resource_version(object, revision.get()),
+            Err(e) => {
+                return self
+                    .delete_unreadable(rt, &namespace, name, query, revision, &e)
+                    .await;
+            }
+        };
         let dry_run = query.dry_run()?;
         let sent = (!body.is_empty()).then_some(&options);
         self.admit_with(
@@ -174,29 +177,17 @@ impl Api {
 
     /// Deletes a stored object that cannot be decoded ([`decode_stored`]): at once, without
     /// its finalizers or garbage collection, which need the object (a namespace is still
-    /// emptied after it). Answers a `Status` of success.
-    #[allow(clippy::too_many_arguments)]
+    /// emptied after it). Answers a `Status` of success. The caller has checked the
+    /// client's preconditions.
     pub(crate) async fn delete_unreadable(
         &self,
         rt: &ResourceType,
         namespace: &str,
         name: &str,
-        options: &Value,
         query: &Query,
-        (value, revision): (&[u8], Revision),
+        revision: Revision,
         why: &ApiError,
     ) -> ApiResult<(StatusCode, Value)> {
-        if let Some(rv) = options["preconditions"]["resourceVersion"].as_str()
-            && parse_resource_version(rv)? != revision.get()
-        {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-        }
-        // The uid cannot be read: it must at least be in the stored bytes.
-        if let Some(uid) = options["preconditions"]["uid"].as_str()
-            && memchr::memmem::find(value, uid.as_bytes()).is_none()
-        {
-            return Err(ApiError::conflict(&rt.group, &rt.plural, name));
-        }
         let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
             "status": "Success", "details": {"name": name, "group": rt.group, "kind": rt.plural}});
         if query.dry_run()? {
