@@ -240,23 +240,29 @@ fn services_get_cluster_ips_of_the_service_range() {
     assert_eq!(service["spec"]["ipFamilies"], serde_json::json!(["IPv4"]));
     assert_eq!(service["spec"]["ipFamilyPolicy"], "SingleStack");
 
-    // Asked for: kept when free; refused when taken or outside the range.
+    // Asked for: kept when free; refused when taken or outside the range. (An address
+    // the random allocation above did not take.)
+    let fixed = (50..60)
+        .map(|i| format!("10.100.0.{i}"))
+        .find(|ip| *ip != web && *ip != edge)
+        .unwrap();
+    let fixed_flag = format!("--clusterip={fixed}");
     hub.ok(&[
         "create",
         "service",
         "clusterip",
         "fixed",
         "--tcp=80",
-        "--clusterip=10.100.0.50",
+        &fixed_flag,
     ]);
-    assert_eq!(cluster_ip(&hub, "fixed"), "10.100.0.50");
+    assert_eq!(cluster_ip(&hub, "fixed"), fixed);
     let taken = hub.fails(&[
         "create",
         "service",
         "clusterip",
         "again",
         "--tcp=80",
-        "--clusterip=10.100.0.50",
+        &fixed_flag,
     ]);
     assert!(
         taken.contains("spec.clusterIPs[0]") && taken.contains("provided IP is already allocated"),
@@ -313,7 +319,7 @@ fn services_get_cluster_ips_of_the_service_range() {
     // After a restart, a new Service gets none of the addresses held; a deleted Service's
     // address can be had again.
     hub.restart(false);
-    let held = [web, edge, "10.100.0.50".to_owned(), applied];
+    let held = [web, edge, fixed.clone(), applied];
     for i in 0..5 {
         let name = format!("after-{i}");
         hub.ok(&["create", "service", "clusterip", &name, "--tcp=80"]);
@@ -327,9 +333,9 @@ fn services_get_cluster_ips_of_the_service_range() {
         "clusterip",
         "again",
         "--tcp=80",
-        "--clusterip=10.100.0.50",
+        &fixed_flag,
     ]);
-    assert_eq!(cluster_ip(&hub, "again"), "10.100.0.50");
+    assert_eq!(cluster_ip(&hub, "again"), fixed);
 }
 
 fn args(v: &[String]) -> Vec<&str> {
@@ -359,10 +365,18 @@ fn services_get_node_ports_of_the_node_port_range() {
             format!("--node-port={port}"),
         ]
     };
-    let fixed = create("fixed", "31080");
+    // (A port the random allocation above did not take.)
+    let asked = (31080..31090)
+        .find(|p| Some(*p) != edge)
+        .unwrap()
+        .to_string();
+    let fixed = create("fixed", &asked);
     hub.ok(&args(&fixed));
-    assert_eq!(node_port(&hub, "fixed"), Some(31080));
-    let taken = hub.fails(&args(&create("taken", "31080")));
+    assert_eq!(
+        node_port(&hub, "fixed").map(|p| p.to_string()),
+        Some(asked.clone())
+    );
+    let taken = hub.fails(&args(&create("taken", &asked)));
     assert!(
         taken.contains("spec.ports[0].nodePort")
             && taken.contains("provided port is already allocated"),
@@ -401,8 +415,8 @@ fn services_get_node_ports_of_the_node_port_range() {
         r#"{"spec":{"type":"ClusterIP"}}"#,
     ]);
     assert_eq!(node_port(&hub, "fixed"), None);
-    hub.ok(&args(&create("again", "31080")));
-    assert_eq!(node_port(&hub, "again"), Some(31080));
+    hub.ok(&args(&create("again", &asked)));
+    assert_eq!(node_port(&hub, "again").map(|p| p.to_string()), Some(asked));
     hub.ok(&["delete", "service", "edge"]);
     let edge = edge.unwrap().to_string();
     hub.ok(&args(&create("edge2", &edge)));

@@ -1019,26 +1019,29 @@ async fn node_ports_are_allocated_from_the_range_and_freed() {
     assert_eq!(node_port(&dns, 0), node_port(&dns, 1));
     assert_ne!(node_port(&dns, 0), node_port(&dns, 2));
 
-    // Asked for: kept; then held.
+    // Asked for: kept; then held. (A port the random allocation above did not take.)
+    let asked = (31080..31100)
+        .find(|p| (0..3).all(|i| node_port(&dns, i) != *p))
+        .unwrap();
     let web = |name: &str, port: u64| {
         service(
             name,
             json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}),
         )
     };
-    let (status, body) = post(&api, SERVICES, web("web", 31080)).await;
+    let (status, body) = post(&api, SERVICES, web("web", asked)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(node_port(&body, 0), 31080);
+    assert_eq!(node_port(&body, 0), asked);
     for (name, port, message) in [
         (
             "taken",
-            31080,
-            "Invalid value: 31080: provided port is already allocated",
+            asked,
+            format!("Invalid value: {asked}: provided port is already allocated"),
         ),
         (
             "outside",
             30080,
-            "Invalid value: 30080: provided port is not in the valid range. The range of valid ports is 31000-31099",
+            "Invalid value: 30080: provided port is not in the valid range. The range of valid ports is 31000-31099".to_string(),
         ),
     ] {
         let (status, body) = post(&api, SERVICES, web(name, port)).await;
@@ -1048,7 +1051,7 @@ async fn node_ports_are_allocated_from_the_range_and_freed() {
             "spec.ports[0].nodePort"
         );
         assert!(
-            body["message"].as_str().unwrap().contains(message),
+            body["message"].as_str().unwrap().contains(&message),
             "{body}"
         );
         let (status, _) = get(&api, &format!("{SERVICES}/{name}")).await;
@@ -1105,7 +1108,7 @@ async fn node_ports_are_allocated_from_the_range_and_freed() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = post(&api, SERVICES, web("web2", 31080)).await;
+    let (status, body) = post(&api, SERVICES, web("web2", asked)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 
     // To ClusterIP (a merge patch of the type: the ports sent back with their node
@@ -1122,7 +1125,7 @@ async fn node_ports_are_allocated_from_the_range_and_freed() {
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(body["spec"]["ports"][0].get("nodePort").is_none(), "{body}");
-    let (status, body) = post(&api, SERVICES, web("web3", 31080)).await;
+    let (status, body) = post(&api, SERVICES, web("web3", asked)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     // A ClusterIP Service asking for one is refused by validation.
     let plain = service("plain", json!({"ports": [{"port": 80, "nodePort": 31090}]}));
