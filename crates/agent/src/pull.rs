@@ -9,7 +9,9 @@
 //!  watch Works in flotilla-cluster-NAME (its certificate: nothing else is readable)
 //!     Apply ─► generation or deletion changed, or resync due? ─► Member::sync(spec,
 //!              generation, provenance, the status the hub holds: unchanged objects are
-//!              not applied again) ─► works/status (only if it changed)
+//!              not applied again) ─► works/status (only if it changed; a new
+//!              generation's held until the member's rollout reports back, at most
+//!              SETTLING: one write per change, as push)
 //!     Delete ─► Member::remove(what its last status lists, its deletion policy); a
 //!        release that fails is tried again every retry period (below) until it works or
 //!        the Work comes back
@@ -95,8 +97,13 @@ struct Synced {
     uid: String,
     generation: Option<i64>,
     /// When it is synced again unless something happens before: a resync period after
-    /// a sync that applied and wrote its status, sooner after a failure.
+    /// a sync that applied and wrote its status, sooner after a failure, at the end of
+    /// `settling` while its status is held.
     due: Instant,
+    /// Until when its status is held for the member's rollout to report back (a new
+    /// generation just applied; see [`flotilla_delivery::settles_until`]).
+    settling: Option<Instant>,
+    /// The Work with the status the hub holds (as written, or held back).
     work: Work,
 }
 
@@ -512,11 +519,13 @@ impl Agent {
             .remove(&name);
         let uid = work.uid().unwrap_or_default();
         let generation = work.metadata.generation;
+        let waiting;
         {
             let mut synced = self.synced.lock().await;
             let same = synced
                 .get(&name)
                 .is_some_and(|s| s.uid == uid && s.generation == generation);
+            waiting = synced.get(&name).filter(|_| same).and_then(|s| s.settling);
             if same && !again {
                 // A change of its status or metadata: keep the newest copy. A status that
                 // is not the last one written (a write that failed, or another writer's)
@@ -550,26 +559,35 @@ impl Agent {
             .conditions
             .iter()
             .any(|c| c.type_ == flotilla_api::condition::APPLIED && c.status == "True");
-        let written =
-            work.status.as_ref() == Some(&status) || self.write_status(&work, &status).await?;
+        // A new generation rolling out: its status is written once the member's rollout
+        // reports back (a member-side watch pokes this Work) or the wait is over, not now
+        // and again then (as push does).
+        let now = Instant::now();
+        let settling =
+            flotilla_delivery::settles_until(work.status.as_ref(), &status, applied, waiting, now);
+        let written = settling.is_none()
+            && (work.status.as_ref() == Some(&status) || self.write_status(&work, &status).await?);
         if !again {
-            info!(work = %name, ?generation, applied, "Work synced");
+            info!(work = %name, ?generation, applied, held = settling.is_some(), "Work synced");
         }
         let mut synced = self.synced.lock().await;
         let mut work = work;
-        work.status = Some(status);
+        if settling.is_none() {
+            work.status = Some(status);
+        }
+        let due = match settling {
+            Some(until) => until,
+            None if applied && written => now + self.config.resync_period,
+            None => now + self.retry_after(),
+        };
         let new = synced
             .insert(
                 name,
                 Synced {
                     uid: uid.clone(),
                     generation,
-                    due: Instant::now()
-                        + if applied && written {
-                            self.config.resync_period
-                        } else {
-                            self.retry_after()
-                        },
+                    due,
+                    settling,
                     work,
                 },
             )

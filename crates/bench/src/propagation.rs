@@ -256,13 +256,13 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         json!({"hub": self.hub, "sim": self.sim, "bench": self.bench})
     }
 }
 
 /// CPU ticks of the hub, the simulator and this process, now.
-fn ticks(hub: u32, sims: &[u32]) -> Result<[u64; 3], Error> {
+pub(crate) fn ticks(hub: u32, sims: &[u32]) -> Result<[u64; 3], Error> {
     let mut sim = 0;
     for pid in sims {
         sim += cpu_ticks(*pid)?;
@@ -271,7 +271,7 @@ fn ticks(hub: u32, sims: &[u32]) -> Result<[u64; 3], Error> {
 }
 
 /// The CPU seconds used since `before` (ticks of 1/100 s, the Linux USER_HZ).
-fn used(before: [u64; 3], after: [u64; 3]) -> Cpu {
+pub(crate) fn used(before: [u64; 3], after: [u64; 3]) -> Cpu {
     let seconds = |i: usize| after[i].saturating_sub(before[i]) as f64 / 100.0;
     Cpu {
         hub: seconds(0),

@@ -32,7 +32,9 @@ use serde_json::{Value, json};
 use tokio::process::Child;
 
 use crate::harness::{client, free_port, spawn, wait_for, wait_until_serving};
-use crate::propagation::{FIELD_MANAGER, Options, Watchers, place_web, ready_everywhere, web};
+use crate::propagation::{
+    Cpu, FIELD_MANAGER, Options, Watchers, place_web, ready_everywhere, ticks, used, web,
+};
 use crate::system::{rss_mib, settle};
 use crate::{Error, Latency, Progress, check, ratio};
 
@@ -62,6 +64,9 @@ pub struct PullPoint {
     pub latency: Latency,
     /// Every round's latency.
     pub rounds: Vec<Latency>,
+    /// Every round's CPU seconds, from the change to the last member seeing it: the
+    /// hub's, the agents' simulator's (agents and members) and the bench's watchers'.
+    pub rounds_cpu: Vec<Cpu>,
     /// The hub's RSS empty, in MiB.
     pub hub_rss_empty_mib: f64,
     /// The hub's RSS with N pull clusters just Ready, in MiB.
@@ -118,6 +123,7 @@ impl PullPoint {
         json!({"clusters": self.clusters, "register_s": self.register.as_secs_f64(),
             "place_s": self.place.as_secs_f64(), "latency": self.latency.json(),
             "rounds": self.rounds.iter().map(Latency::json).collect::<Vec<_>>(),
+            "rounds_cpu_s": self.rounds_cpu.iter().map(Cpu::json).collect::<Vec<_>>(),
             "hub_rss_empty_mib": self.hub_rss_empty_mib, "hub_rss_pull_mib": self.hub_rss_pull_mib,
             "hub_kib_per_pull_cluster": self.hub_kib_per_cluster(),
             "hub_rss_idle_mib": self.hub_rss_idle_mib,
@@ -313,24 +319,28 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
     };
     let all = [hub_pid, agents_pid];
     let mut rounds = Vec::new();
+    let mut rounds_cpu = Vec::new();
     for round in 0..=options.rounds.max(1) {
         // Round 0 is a warm-up, as the push side's.
         let image = format!("nginx:2.{round}");
         settle(&all, SETTLE_LIMIT).await;
         progress.step(&format!("round {round}: template change through the hub"));
         let watchers = Watchers::start_with(members().await?, "web", &image).await?;
+        let before = ticks(hub_pid, &[agents_pid])?;
         let t0 = Instant::now();
         deployments
             .patch("web", &apply, &Patch::Apply(deployment(&image)))
             .await
             .map_err(|e| check("image change", e))?;
         let latency = watchers.collect(t0).await?;
+        let cpu = used(before, ticks(hub_pid, &[agents_pid])?);
         if round > 0 {
             progress.step(&format!(
-                "round {round}: p50 {:.0} ms, p99 {:.0} ms",
-                latency.p50_ms, latency.p99_ms
+                "round {round}: p50 {:.0} ms, p99 {:.0} ms; CPU s hub {:.2}, sim {:.2}, bench {:.2}",
+                latency.p50_ms, latency.p99_ms, cpu.hub, cpu.sim, cpu.bench
             ));
             rounds.push(latency);
+            rounds_cpu.push(cpu);
         }
     }
     let mut sorted = rounds.clone();
@@ -349,6 +359,7 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
         place,
         latency,
         rounds,
+        rounds_cpu,
         hub_rss_empty_mib,
         hub_rss_pull_mib,
         hub_rss_idle_mib,

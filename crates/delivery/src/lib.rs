@@ -24,6 +24,8 @@
 //!   Member::probe   ─► /version + Σ Nodes' allocatable + ClusterProperties ─► Health
 //!                      (probe_within: the last two reused while younger than an age)
 //!   Member::remove  ─► every applied object deleted | provenance off
+//!   settles_until   ─► a new generation's status held until its rollout reports back
+//!                      (at most SETTLING): one status write per change, push and pull
 //! ```
 //!
 //! With `apply.serviceAccountName`, every request about a placement's objects acts as
@@ -72,12 +74,14 @@ pub mod impersonate;
 mod kinds;
 mod live;
 pub mod provenance;
+mod settle;
 mod sync;
 
 pub use changes::Change;
 pub use health::Health;
 pub use impersonate::ServiceAccount;
 pub use provenance::Provenance;
+pub use settle::{SETTLING, settles_until};
 
 use crate::conditions::{describe, summary};
 use crate::sync::{Context, NAMESPACE_MISSING, same_object};

@@ -144,6 +144,13 @@ pub fn cluster_part_of(key: &[u8]) -> Option<&[u8]> {
     through_slash(key, 4)
 }
 
+/// The part of a namespaced key that names its namespace's share of a resource:
+/// `/{group}/{plural}/{cluster}/{namespace}/` (`None` for a cluster-scoped key, or a
+/// prefix shorter than that).
+pub fn namespace_part_of(key: &[u8]) -> Option<&[u8]> {
+    through_slash(key, 5)
+}
+
 /// `key` up to and including its `n`th slash, if it has that many.
 fn through_slash(key: &[u8], n: usize) -> Option<&[u8]> {
     key.iter()
@@ -301,6 +308,15 @@ mod tests {
             Some(&b"/apps/deployments/c1/"[..])
         );
         assert_eq!(cluster_part_of(b"/apps/deployments/c1"), None);
+        assert_eq!(
+            namespace_part_of(b"/apps/deployments/c1/ns/web"),
+            Some(&b"/apps/deployments/c1/ns/"[..])
+        );
+        assert_eq!(
+            namespace_part_of(b"/apps/deployments/c1/ns/"),
+            Some(&b"/apps/deployments/c1/ns/"[..])
+        );
+        assert_eq!(namespace_part_of(b"/core/namespaces/c1/web"), None);
     }
 
     #[test]

@@ -62,7 +62,7 @@ use serde_json::Value;
 use tokio::sync::broadcast::{self, error::TryRecvError};
 use tracing::{Instrument, info_span, warn};
 
-use crate::registry::keys::{cluster_part_of, resource_of};
+use crate::registry::keys::{cluster_part_of, namespace_part_of, resource_of};
 
 /// Sizes of the cache.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +85,10 @@ pub struct Config {
     /// is woken only by its own cluster's changes); a watcher further behind is caught up
     /// from the history, or ended with Expired.
     pub buffer: usize,
+    /// Events buffered per namespace's live feed (the watches of one namespace): fewer,
+    /// as there may be a feed for each of thousands of namespaces (every pull agent
+    /// watches its own).
+    pub namespace_buffer: usize,
 }
 
 impl Default for Config {
@@ -95,6 +99,7 @@ impl Default for Config {
             history_fresh: Duration::from_secs(75),
             history_floor: 100,
             buffer: 256,
+            namespace_buffer: 16,
         }
     }
 }
@@ -281,41 +286,57 @@ pub enum Next {
 }
 
 /// The live feeds of one resource, made by the first watch of each (a feed's buffer is
-/// allocated whole). A change goes to the feed of its logical cluster and to the feed of
-/// watches wider than one cluster, so that a watch is not woken by other clusters' changes.
+/// allocated whole). A change goes to the feed of its namespace, to that of its logical
+/// cluster and to the feed of watches wider than one cluster, so that a watch is woken
+/// only by changes of its own share: a thousand agents each watching the Works of its own
+/// namespace are not all woken by every Work written.
 #[derive(Default)]
 struct Feeds {
     /// For watches of a prefix wider than one logical cluster.
     all: Option<broadcast::Sender<Arc<Change>>>,
-    /// Per `/{group}/{plural}/{cluster}/`.
+    /// Per `/{group}/{plural}/{cluster}/`, and per `/{group}/{plural}/{cluster}/{namespace}/`
+    /// (one map: the two never spell the same bytes).
     parts: HashMap<Box<[u8]>, broadcast::Sender<Arc<Change>>>,
 }
 
 impl Feeds {
-    /// A receiver of every change under `prefix` (and possibly more) from now on.
-    fn subscribe(&mut self, prefix: &[u8], buffer: usize) -> broadcast::Receiver<Arc<Change>> {
-        let sender = match cluster_part_of(prefix) {
-            Some(part) => self
+    /// A receiver of every change under `prefix` (and possibly more) from now on; a
+    /// namespace's feed buffers `namespace_buffer` changes, the others `buffer`.
+    fn subscribe(
+        &mut self,
+        prefix: &[u8],
+        buffer: usize,
+        namespace_buffer: usize,
+    ) -> broadcast::Receiver<Arc<Change>> {
+        let part = namespace_part_of(prefix)
+            .map(|part| (part, namespace_buffer))
+            .or_else(|| cluster_part_of(prefix).map(|part| (part, buffer)));
+        let sender = match part {
+            Some((part, buffer)) => self
                 .parts
                 .entry(part.into())
-                .or_insert_with(|| broadcast::channel(buffer).0),
+                .or_insert_with(|| broadcast::channel(buffer.max(1)).0),
             None => self.all.get_or_insert_with(|| broadcast::channel(buffer).0),
         };
         sender.subscribe()
     }
 
-    /// Sends `change` to the feeds it concerns; a cluster's feed nobody receives any more
-    /// is dropped.
+    /// Sends `change` to the feeds it concerns; a feed nobody receives any more is
+    /// dropped.
     fn send(&mut self, change: &Arc<Change>) {
         if let Some(all) = &self.all {
             // No receivers is fine: nobody is watching right now.
             let _ = all.send(change.clone());
         }
-        if let Some(part) = cluster_part_of(&change.key)
-            && let Some(sender) = self.parts.get(part)
-            && sender.send(change.clone()).is_err()
+        for part in [cluster_part_of(&change.key), namespace_part_of(&change.key)]
+            .into_iter()
+            .flatten()
         {
-            self.parts.remove(part);
+            if let Some(sender) = self.parts.get(part)
+                && sender.send(change.clone()).is_err()
+            {
+                self.parts.remove(part);
+            }
         }
     }
 
@@ -794,7 +815,11 @@ impl WatchCache {
                 });
             }
             state.watched = true;
-            let rx = state.feeds.subscribe(prefix, self.config.buffer.max(1));
+            let rx = state.feeds.subscribe(
+                prefix,
+                self.config.buffer.max(1),
+                self.config.namespace_buffer,
+            );
             let backlog: VecDeque<Arc<Change>> = state
                 .history
                 .iter()
@@ -2000,11 +2025,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_watch_is_fed_only_its_own_logical_clusters_changes() {
+    async fn a_watch_is_fed_only_its_own_logical_clusters_or_namespaces_changes() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         let cache = WatchCache::new(store.clone(), Config::default());
         let head = store.current_revision().await.unwrap();
         let mut a = cache.watch(b"/core/configmaps/a/", head).await.unwrap();
+        let mut a_ns = cache.watch(b"/core/configmaps/a/ns/", head).await.unwrap();
+        let a_other = cache
+            .watch(b"/core/configmaps/a/other/", head)
+            .await
+            .unwrap();
         let mut b = cache.watch(b"/core/configmaps/b/ns/", head).await.unwrap();
         let mut every = cache.watch(b"/core/configmaps/", head).await.unwrap();
         let mut last = head;
@@ -2012,10 +2042,12 @@ mod tests {
             let key = format!("/core/configmaps/a/ns/k{i}");
             last = store.create(key.as_bytes(), value("k", i)).await.unwrap();
             assert_eq!(next_change(&mut a).await.revision, last);
+            assert_eq!(next_change(&mut a_ns).await.revision, last);
             assert_eq!(next_change(&mut every).await.revision, last);
         }
-        // Nothing of cluster a reached b's feed: it was never woken.
+        // Nothing of cluster a reached b's feed, nor namespace ns other's: never woken.
         assert!(b.rx.is_empty());
+        assert!(a_other.rx.is_empty());
         let written = store
             .create(b"/core/configmaps/b/ns/x", value("x", 0))
             .await
@@ -2023,8 +2055,8 @@ mod tests {
         assert_eq!(next_change(&mut b).await.revision, written);
         assert_eq!(next_change(&mut every).await.revision, written);
         assert!(written > last);
-        // A cluster's feed goes once nobody watches it.
-        drop(a);
+        // A feed goes once nobody watches it.
+        drop((a, a_ns, a_other));
         let after = store
             .create(b"/core/configmaps/a/ns/y", value("y", 0))
             .await
@@ -2032,8 +2064,55 @@ mod tests {
         assert_eq!(next_change(&mut every).await.revision, after);
         let resource = cache.resource(b"/core/configmaps/");
         let state = resource.state.lock().unwrap();
-        let parts: Vec<&[u8]> = state.feeds.parts.keys().map(|k| &k[..]).collect();
-        assert_eq!(parts, vec![&b"/core/configmaps/b/"[..]]);
+        let mut parts: Vec<&[u8]> = state.feeds.parts.keys().map(|k| &k[..]).collect();
+        parts.sort();
+        // (a/other/ had no change to find it gone by.)
+        assert_eq!(
+            parts,
+            vec![
+                &b"/core/configmaps/a/other/"[..],
+                &b"/core/configmaps/b/ns/"[..]
+            ]
+        );
+    }
+
+    /// A namespace's feed is small: a watcher that falls behind it is caught up from the
+    /// history, in order, missing nothing.
+    #[tokio::test]
+    async fn a_watcher_behind_its_namespaces_small_feed_is_caught_up_from_the_history() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(
+            store.clone(),
+            Config {
+                namespace_buffer: 2,
+                ..Config::default()
+            },
+        );
+        let head = store.current_revision().await.unwrap();
+        let mut watch = cache.watch(b"/core/configmaps/a/ns/", head).await.unwrap();
+        let mut written = Vec::new();
+        for i in 0..6 {
+            let key = format!("/core/configmaps/a/ns/k{i}");
+            written.push(store.create(key.as_bytes(), value("k", i)).await.unwrap());
+            // Another namespace's changes in between: never delivered.
+            let key = format!("/core/configmaps/a/elsewhere/k{i}");
+            store.create(key.as_bytes(), value("k", i)).await.unwrap();
+        }
+        let last = *written.last().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while cache.processed() < last {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            let change = next_change(&mut watch).await;
+            assert!(change.key.starts_with(b"/core/configmaps/a/ns/"));
+            seen.push(change.revision);
+        }
+        assert_eq!(seen, written);
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use flotilla_api::{DeletionPolicy, Work, WorkStatus};
-use flotilla_delivery::{Change, Provenance};
+use flotilla_delivery::{Change, Provenance, settles_until};
 use futures_util::{Stream, StreamExt};
 use kube::api::PatchParams;
 use kube::runtime::controller::{Action, Controller};
@@ -29,10 +29,6 @@ pub const FINALIZER: &str = "flotilla.io/delivery";
 
 /// The longest a Work's sync (or removal) may take on its member.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The longest a Work's status waits for its member's rollout to report back after a new
-/// generation was applied (twice the time the member's changes are gathered).
-const SETTLING: Duration = Duration::from_secs(2);
 
 /// How many Works are synced to their members at once, over all members (and at most
 /// [`MEMBER_CONCURRENCY`](super::MEMBER_CONCURRENCY) on one member).
@@ -353,7 +349,7 @@ async fn deliver(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
     // back within moments (its changes reach this Work after FEEDBACK_EVERY), so the status
     // is written once then, with its availability, not now and again then; a report of
     // the rollout still under way (its first counters) is waited past too. At the latest
-    // it is written by the first sync SETTLING after the apply.
+    // it is written by the first sync [`SETTLING`] after the apply.
     let key = key(work);
     let now = Instant::now();
     let waiting = fleet.push.settling(&key, work, &status, applied, now);
@@ -481,25 +477,6 @@ fn record(fleet: &Fleet, work: &Work, status: &WorkStatus, applied: bool, correc
             &format!("on cluster {cluster}, the objects are as the hub has them again"),
         );
     }
-}
-
-/// Until when a sync's `status` is better left unwritten, for the member's rollout to
-/// report back: a new generation was just `applied` (the `previous` status is of another)
-/// and is not available yet. The wait starts at the first such sync (`now`, or the end of
-/// a wait already under way, `waiting`) and lasts SETTLING; `None` once it is over, or
-/// when the status is to be written now.
-fn settles_until(
-    previous: Option<&WorkStatus>,
-    status: &WorkStatus,
-    applied: bool,
-    waiting: Option<Instant>,
-    now: Instant,
-) -> Option<Instant> {
-    let rolling_out = applied
-        && !model::is_true(&status.conditions, flotilla_api::condition::AVAILABLE)
-        && previous.and_then(|s| s.observed_generation) != status.observed_generation;
-    let until = waiting.unwrap_or(now + SETTLING);
-    (rolling_out && now < until).then_some(until)
 }
 
 /// Makes sure a watch of `cluster`'s delivered objects covers every kind its Works hold
@@ -668,6 +645,7 @@ async fn withdraw(fleet: &Arc<Fleet>, work: &Work) -> Result<Action, Error> {
 #[cfg(test)]
 mod tests {
     use flotilla_api::WorkSpec;
+    use flotilla_delivery::SETTLING;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -845,59 +823,5 @@ mod tests {
         assert!(state.retries().failed(key) < Duration::from_secs(2));
         // (its second failure in a row)
         assert!(state.retries().failed(other) >= Duration::from_secs(2));
-    }
-
-    #[test]
-    fn a_new_generation_rolling_out_waits_for_its_availability_a_while() {
-        let condition = |type_: &str, status: &str| Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: "R".into(),
-            message: String::new(),
-            last_transition_time: Time(Default::default()),
-            observed_generation: None,
-        };
-        let status = |generation: i64, available: &str| WorkStatus {
-            observed_generation: Some(generation),
-            conditions: vec![
-                condition(flotilla_api::condition::APPLIED, "True"),
-                condition(flotilla_api::condition::AVAILABLE, available),
-            ],
-            ..WorkStatus::default()
-        };
-        let before = status(1, "True");
-        let now = Instant::now();
-        let later = now + SETTLING / 2;
-        let over = now + SETTLING;
-        // Generation 2 applied, rolling out: wait SETTLING from the first sync that saw it,
-        // whatever syncs come in between (a report of the rollout still under way).
-        let until = settles_until(Some(&before), &status(2, "False"), true, None, now);
-        assert_eq!(until, Some(now + SETTLING));
-        assert_eq!(
-            settles_until(Some(&before), &status(2, "False"), true, until, later),
-            until
-        );
-        assert_eq!(
-            settles_until(Some(&before), &status(2, "False"), true, until, over),
-            None
-        );
-        // First delivery alike.
-        assert!(settles_until(None, &status(1, "Unknown"), true, None, now).is_some());
-        // Available (at once, or while waiting), not applied, or the same generation:
-        // written now.
-        for (status, applied) in [
-            (status(2, "True"), true),
-            (status(2, "False"), false),
-            (status(1, "False"), true),
-        ] {
-            assert_eq!(
-                settles_until(Some(&before), &status, applied, None, now),
-                None
-            );
-            assert_eq!(
-                settles_until(Some(&before), &status, applied, until, later),
-                None
-            );
-        }
     }
 }
