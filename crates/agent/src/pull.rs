@@ -98,12 +98,13 @@ struct Synced {
     generation: Option<i64>,
     /// When it is synced again unless something happens before: a resync period after
     /// a sync that applied and wrote its status, sooner after a failure, at the end of
-    /// `settling` while its status is held.
+    /// the wait while its status is held.
     due: Instant,
-    /// Until when its status is held for the member's rollout to report back (a new
-    /// generation just applied; see [`flotilla_delivery::settles_until`]).
-    settling: Option<Instant>,
-    /// The Work with the status the hub holds (as written, or held back).
+    /// The status its last sync gave and until when it is held back, for the member's
+    /// rollout to report back (a new generation just applied; see
+    /// [`flotilla_delivery::settles_until`]). What it lists is what a removal releases.
+    held: Option<(Instant, WorkStatus)>,
+    /// The Work with the status the hub holds (as written; the one before while held).
     work: Work,
 }
 
@@ -525,7 +526,10 @@ impl Agent {
             let same = synced
                 .get(&name)
                 .is_some_and(|s| s.uid == uid && s.generation == generation);
-            waiting = synced.get(&name).filter(|_| same).and_then(|s| s.settling);
+            waiting = synced
+                .get(&name)
+                .filter(|_| same)
+                .and_then(|s| s.held.as_ref().map(|(until, _)| *until));
             if same && !again {
                 // A change of its status or metadata: keep the newest copy. A status that
                 // is not the last one written (a write that failed, or another writer's)
@@ -572,13 +576,17 @@ impl Agent {
         }
         let mut synced = self.synced.lock().await;
         let mut work = work;
-        if settling.is_none() {
-            work.status = Some(status);
-        }
         let due = match settling {
             Some(until) => until,
             None if applied && written => now + self.config.resync_period,
             None => now + self.retry_after(),
+        };
+        let held = match settling {
+            Some(until) => Some((until, status)),
+            None => {
+                work.status = Some(status);
+                None
+            }
         };
         let new = synced
             .insert(
@@ -587,7 +595,7 @@ impl Agent {
                     uid: uid.clone(),
                     generation,
                     due,
-                    settling,
+                    held,
                     work,
                 },
             )
@@ -634,7 +642,20 @@ impl Agent {
         let name = work.name_any();
         let known = self.synced.lock().await.remove(&name);
         self.follow_kinds().await;
-        let work = known.map(|s| s.work).unwrap_or_else(|| work.clone());
+        // What the last sync applied: its status, written or still held (a release tried
+        // again later keeps it).
+        let work = match known {
+            Some(Synced {
+                mut work,
+                held: Some((_, status)),
+                ..
+            }) => {
+                work.status = Some(status);
+                work
+            }
+            Some(s) => s.work,
+            None => work.clone(),
+        };
         let applied = work
             .status
             .as_ref()

@@ -328,3 +328,83 @@ fn the_fleet_scenario_passes_on_pull_clusters() {
     fleet_scenario::deliver(&hub, &members);
     fleet_scenario::release(&hub, &members);
 }
+
+/// A Work deleted while its agent holds back the new generation's status (the member's
+/// rollout has not reported back: here it never does) releases what that generation
+/// added, not only what the status the hub holds lists.
+#[test]
+fn a_work_deleted_while_its_status_is_held_releases_what_the_new_generation_added() {
+    let hub = Hub::start();
+    let kubeconfig = hub.kubeconfig();
+    let sim = support::Sim::start(&[
+        "--clusters",
+        "1",
+        "--prefix",
+        "hold-",
+        "--ready-delay",
+        "1h",
+        "--agents",
+        "--hub-kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--heartbeat-period",
+        "1s",
+        "--labels",
+        "mode=pull",
+    ]);
+    wait_ready_pull_clusters(&hub, &BTreeSet::from(["hold-1".to_owned()]));
+    hub.create(WORKLOAD);
+    // The first generation's status written (at the end of its wait): it lists the
+    // Namespace and the Deployment.
+    eventually("the Work's status lists the Deployment", || {
+        let works = hub.json(&["get", "works", "-n", "flotilla-cluster-hold-1"]);
+        let work = &works["items"][0];
+        let kinds: Vec<&str> = work["status"]["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["kind"].as_str())
+            .collect();
+        (kinds == ["Namespace", "Deployment"])
+            .then_some(())
+            .ok_or_else(|| work.to_string())
+    });
+    // A second generation adds a ConfigMap; deleted as soon as the member has it, while
+    // its status is held.
+    hub.create(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-config, namespace: shop}
+data: {k: v}
+",
+    );
+    hub.ok(&[
+        "patch",
+        "placement",
+        "web",
+        "-n",
+        "shop",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "add", "path": "/spec/resourceSelectors/-",
+             "value": {"apiVersion": "v1", "kind": "ConfigMap", "name": "web-config"}}]"#,
+    ]);
+    sim.wait_for(
+        "hold-1",
+        &["get", "configmap", "web-config", "-n", "shop"],
+        |_| true,
+    );
+    hub.ok(&["delete", "placement", "web", "-n", "shop", "--wait=false"]);
+    eventually("both objects are released", || {
+        let mut left = Vec::new();
+        for kind in ["deployment/web", "configmap/web-config"] {
+            let out = sim.kubectl("hold-1", &["get", kind, "-n", "shop"], None);
+            if out.status.success() {
+                left.push(kind);
+            }
+        }
+        left.is_empty()
+            .then_some(())
+            .ok_or_else(|| format!("still there: {left:?}"))
+    });
+}
