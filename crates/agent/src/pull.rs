@@ -520,26 +520,26 @@ impl Agent {
             .remove(&name);
         let uid = work.uid().unwrap_or_default();
         let generation = work.metadata.generation;
+        // The wait for this generation's rollout already under way, if any.
         let waiting;
         {
             let mut synced = self.synced.lock().await;
             let same = synced
-                .get(&name)
-                .is_some_and(|s| s.uid == uid && s.generation == generation);
-            waiting = synced
-                .get(&name)
-                .filter(|_| same)
+                .get_mut(&name)
+                .filter(|s| s.uid == uid && s.generation == generation);
+            waiting = same
+                .as_ref()
                 .and_then(|s| s.held.as_ref().map(|(until, _)| *until));
-            if same && !again {
+            if let Some(s) = same
+                && !again
+            {
                 // A change of its status or metadata: keep the newest copy. A status that
                 // is not the last one written (a write that failed, or another writer's)
                 // is written again by a sync now.
-                if let Some(s) = synced.get_mut(&name) {
-                    let stale = s.work.status != work.status;
-                    s.work = work.clone();
-                    if !stale {
-                        return Ok(());
-                    }
+                let stale = s.work.status != work.status;
+                s.work = work.clone();
+                if !stale {
+                    return Ok(());
                 }
             }
         }

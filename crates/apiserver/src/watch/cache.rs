@@ -316,7 +316,9 @@ impl Feeds {
                 .parts
                 .entry(part.into())
                 .or_insert_with(|| broadcast::channel(buffer.max(1)).0),
-            None => self.all.get_or_insert_with(|| broadcast::channel(buffer).0),
+            None => self
+                .all
+                .get_or_insert_with(|| broadcast::channel(buffer.max(1)).0),
         };
         sender.subscribe()
     }
@@ -815,11 +817,10 @@ impl WatchCache {
                 });
             }
             state.watched = true;
-            let rx = state.feeds.subscribe(
-                prefix,
-                self.config.buffer.max(1),
-                self.config.namespace_buffer,
-            );
+            let rx =
+                state
+                    .feeds
+                    .subscribe(prefix, self.config.buffer, self.config.namespace_buffer);
             let backlog: VecDeque<Arc<Change>> = state
                 .history
                 .iter()
