@@ -608,8 +608,10 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
     ));
     // Works: their status is the placements' status. A Work gone pokes its placement at
     // once (it may be waiting to finish); changes are gathered and poke each placement at
-    // most once per STATUS_EVERY, so that a thousand Works reporting in one second cost a
-    // few plans and status writes, not a thousand.
+    // most once per STATUS_EVERY, and no sooner than its last reconcile's length allows
+    // (`PlacementState::status_due`), so that a thousand Works reporting in one second
+    // cost a few plans and status writes, not a thousand, and a placement over thousands
+    // of clusters is not planned and its large status written four times a second.
     let weak = Arc::downgrade(&fleet);
     let changed: Arc<Mutex<BTreeSet<PlacementKey>>> = Arc::default();
     let gathered = changed.clone();
@@ -650,8 +652,21 @@ pub async fn run(client: Client, config: Config, metrics: Metrics) {
         loop {
             every.tick().await;
             let Some(fleet) = weak.upgrade() else { return };
-            let keys = std::mem::take(&mut *changed.lock().unwrap_or_else(PoisonError::into_inner));
-            for key in &keys {
+            // A placement whose last reconcile was lately waits (the others are poked).
+            let now = std::time::Instant::now();
+            let due: Vec<PlacementKey> = {
+                let mut pending = changed.lock().unwrap_or_else(PoisonError::into_inner);
+                let due: Vec<PlacementKey> = pending
+                    .iter()
+                    .filter(|key| fleet.placement.status_due(key, now))
+                    .cloned()
+                    .collect();
+                for key in &due {
+                    pending.remove(key);
+                }
+                due
+            };
+            for key in &due {
                 fleet.pokes.placement(key);
             }
         }

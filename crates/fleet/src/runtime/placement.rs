@@ -64,7 +64,21 @@ pub(super) struct PlacementState {
     failures: Mutex<HashMap<PlacementKey, flotilla_api::FailedRevision>>,
     /// The plans of each rolling placement's revisions, kept between its steps.
     renders: rollout::Renders,
+    /// When each placement's last reconcile ended and how long it took, its Works'
+    /// writes aside: what spaces the reconciles its Works' status asks for
+    /// ([`PlacementState::status_due`]).
+    costs: Mutex<HashMap<PlacementKey, (Instant, Duration)>>,
 }
+
+/// How many times its own length a placement's reconcile waits before its Works' status
+/// alone makes it run again: status work takes at most a fifth of the time, however
+/// many clusters the placement spans (the reconcile and its status are as large as
+/// that), and less when the hub is busy (its reconciles take longer).
+const STATUS_SPACING: u32 = 4;
+
+/// The longest a placement's Works' status waits for its reconcile
+/// ([`STATUS_SPACING`] aside).
+const STATUS_WAIT_MAX: Duration = Duration::from_secs(5);
 
 impl PlacementState {
     /// Notes that what plans are made from changed (clusters or overrides).
@@ -176,8 +190,35 @@ impl PlacementState {
             .unwrap_or_default()
     }
 
+    /// Notes that a reconcile of `key` ended at `ended` and took `cost`, its Works'
+    /// writes aside.
+    fn note_cost(&self, key: &PlacementKey, ended: Instant, cost: Duration) {
+        self.costs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), (ended, cost));
+    }
+
+    /// Whether `key` may be reconciled `now` for its Works' status: its last reconcile
+    /// ended at least [`STATUS_SPACING`] times its length ago (at most
+    /// [`STATUS_WAIT_MAX`]).
+    pub(super) fn status_due(&self, key: &PlacementKey, now: Instant) -> bool {
+        self.costs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .is_none_or(|(ended, cost)| {
+                now.saturating_duration_since(*ended)
+                    >= (*cost * STATUS_SPACING).min(STATUS_WAIT_MAX)
+            })
+    }
+
     /// Forgets the plan and decision of `key` (it is going).
     fn forget(&self, key: &PlacementKey) {
+        self.costs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
         self.decisions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -246,12 +287,54 @@ pub(super) async fn run<P: PlacementObject>(
     changed: impl Stream<Item = Arc<P>> + Send + 'static,
     pokes: impl Stream<Item = ObjectRef<P>> + Send + 'static,
 ) {
-    Controller::for_shared_stream(changed, P::store(&fleet))
+    Controller::for_shared_stream(acted_on(changed), P::store(&fleet))
         .with_config(kube::runtime::controller::Config::default().concurrency(PLACEMENTS_AT_ONCE))
         .reconcile_on(pokes)
         .run(reconcile::<P>, error_policy::<P>, fleet)
         .for_each(|_| async {})
         .await;
+}
+
+/// What of a placement its reconcile acts on, hashed: its identity, spec (by
+/// generation), annotations (undo, approvals), labels, finalizers and whether it is
+/// being deleted — all but its status.
+fn acted_on_stamp<P: PlacementObject>(p: &P) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let meta = p.meta();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        &meta.uid,
+        meta.generation,
+        &meta.annotations,
+        &meta.labels,
+        &meta.finalizers,
+        meta.deletion_timestamp.is_some(),
+    )
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The placements of `changed` that changed in what the reconcile acts on: a change of
+/// status alone (the controller's own status write, coming back through the watch) does
+/// not reconcile again. Its Works' status pokes it ([`PlacementState::status_due`]); its
+/// reconcile reads the placement from the cache, status and all.
+fn acted_on<P: PlacementObject>(
+    changed: impl Stream<Item = Arc<P>> + Send + 'static,
+) -> impl Stream<Item = Arc<P>> + Send + 'static {
+    let mut seen: HashMap<(Option<String>, String), u64> = HashMap::new();
+    changed.filter(move |p| {
+        let key = (p.meta().namespace.clone(), p.name_any());
+        let gone = p.meta().deletion_timestamp.is_some()
+            && p.meta().finalizers.as_ref().is_none_or(Vec::is_empty);
+        let moved = if gone {
+            seen.remove(&key);
+            true
+        } else {
+            let stamp = acted_on_stamp(&**p);
+            seen.insert(key, stamp) != Some(stamp)
+        };
+        std::future::ready(moved)
+    })
 }
 
 fn error_policy<P: PlacementObject>(p: Arc<P>, error: &Error, _: Arc<Fleet>) -> Action {
@@ -352,6 +435,9 @@ async fn place<P: PlacementObject>(
     p: &P,
     key: &PlacementKey,
 ) -> Result<Action, Error> {
+    let started = Instant::now();
+    // The time spent writing its Works, which its cost leaves out.
+    let mut writing = Duration::ZERO;
     let spec = p.spec();
     // Read before the inputs: a change after this makes the next reconcile plan again.
     let epoch = fleet.placement.epoch();
@@ -452,9 +538,10 @@ async fn place<P: PlacementObject>(
             let as_planned = Arc::new(as_planned);
             run_writes(writes).await?;
             rollout::prune(fleet, key, spec, &revisions, &step.in_use).await?;
+            writing = timer.elapsed();
             fleet.metrics.rollout_step(super::metrics::StepTime {
                 compute: compute.as_secs_f64(),
-                writes: timer.elapsed().as_secs_f64(),
+                writes: writing.as_secs_f64(),
             });
             fleet
                 .placement
@@ -575,6 +662,12 @@ async fn place<P: PlacementObject>(
     }
     // Noted once each dropped one is done (a failure tries them again).
     fleet.placement.delivers(key, now_delivered);
+    let ended = Instant::now();
+    fleet.placement.note_cost(
+        key,
+        ended,
+        ended.duration_since(started).saturating_sub(writing),
+    );
     Ok(Action::requeue(
         step.recheck.unwrap_or(Duration::from_secs(300)),
     ))
@@ -1031,14 +1124,18 @@ mod tests {
 
     use super::*;
 
+    /// The key of placement `name` in namespace `shop`.
+    fn shop(name: &str) -> PlacementKey {
+        PlacementKey {
+            namespace: Some("shop".into()),
+            name: name.into(),
+        }
+    }
+
     #[test]
     fn the_placement_controllers_state_is_kept_per_placement_and_forgotten_with_it() {
         let state = PlacementState::default();
-        let key = |name: &str| PlacementKey {
-            namespace: Some("shop".into()),
-            name: name.into(),
-        };
-        let (web, db) = (key("web"), key("db"));
+        let (web, db) = (shop("web"), shop("db"));
         // The epoch moves with every change of the inputs.
         let epoch = state.epoch();
         state.inputs_changed();
@@ -1097,6 +1194,81 @@ mod tests {
         assert_eq!(state.decided(&web), None);
         assert_eq!(state.take_delivered(&web).len(), 2);
         assert!(state.take_delivered(&web).is_empty());
+    }
+
+    #[test]
+    fn a_placements_works_status_waits_for_four_times_its_last_reconciles_length() {
+        let state = PlacementState::default();
+        let (web, db) = (shop("web"), shop("db"));
+        let ended = Instant::now();
+        // Never reconciled: due at once.
+        assert!(state.status_due(&web, ended));
+        // A reconcile of 100 ms: due 400 ms after it ended, not before.
+        state.note_cost(&web, ended, Duration::from_millis(100));
+        assert!(!state.status_due(&web, ended));
+        assert!(!state.status_due(&web, ended + Duration::from_millis(399)));
+        assert!(state.status_due(&web, ended + Duration::from_millis(400)));
+        assert!(state.status_due(&db, ended));
+        // However long the reconcile, the status waits at most STATUS_WAIT_MAX.
+        state.note_cost(&web, ended, Duration::from_secs(60));
+        assert!(!state.status_due(&web, ended + STATUS_WAIT_MAX - Duration::from_millis(1)));
+        assert!(state.status_due(&web, ended + STATUS_WAIT_MAX));
+        // A placement going forgets its cost.
+        state.forget(&web);
+        assert!(state.status_due(&web, ended));
+    }
+
+    #[tokio::test]
+    async fn a_placements_own_status_coming_back_does_not_reconcile_it_again() {
+        let mut placement = Placement::new("web", PlacementSpec::default());
+        placement.metadata.namespace = Some("shop".into());
+        placement.metadata.generation = Some(1);
+        placement.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        let mut reported = placement.clone();
+        reported.status = Some(PlacementStatus {
+            observed_generation: Some(1),
+            ..PlacementStatus::default()
+        });
+        let mut respecified = reported.clone();
+        respecified.metadata.generation = Some(2);
+        let mut undone = respecified.clone();
+        undone.metadata.annotations = Some(BTreeMap::from([(
+            flotilla_api::revision::UNDO_ANNOTATION.to_owned(),
+            "1".to_owned(),
+        )]));
+        let mut deleting = undone.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let mut released = deleting.clone();
+        released.metadata.finalizers = None;
+        // The same placement again in another namespace is another placement.
+        let mut elsewhere = placement.clone();
+        elsewhere.metadata.namespace = Some("other".into());
+        // Each version as the watch brings it, and whether it reconciles the placement.
+        let versions = [
+            (&placement, true),
+            (&reported, false),
+            (&respecified, true),
+            (&respecified, false),
+            (&undone, true),
+            (&deleting, true),
+            (&released, true),
+            (&placement, true),
+            (&elsewhere, true),
+        ];
+        let changed: Vec<Arc<Placement>> = versions
+            .iter()
+            .map(|(p, _)| Arc::new((*p).clone()))
+            .collect();
+        let passed: Vec<Placement> = acted_on(futures_util::stream::iter(changed))
+            .map(|p| (*p).clone())
+            .collect()
+            .await;
+        let expected: Vec<Placement> = versions
+            .iter()
+            .filter(|(_, passes)| *passes)
+            .map(|(p, _)| (*p).clone())
+            .collect();
+        assert_eq!(passed, expected);
     }
 
     #[test]
