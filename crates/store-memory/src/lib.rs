@@ -230,6 +230,10 @@ impl Store for MemoryStore {
             .cloned())
     }
 
+    fn mod_revision_now(&self, key: &[u8]) -> Option<Result<Option<Revision>>> {
+        Some(check_key(key).map(|()| self.inner.lock().latest(key).map(|kv| kv.mod_revision)))
+    }
+
     async fn list(&self, prefix: &[u8], options: ListOptions) -> Result<ListPage> {
         let state = self.inner.lock();
         let revision = state.read_revision(options.revision)?;

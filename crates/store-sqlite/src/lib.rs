@@ -358,6 +358,17 @@ impl History for Inner {
     }
 }
 
+impl SqliteStore {
+    /// The key's `mod_revision` at the head, from the index alone: no value is read, no
+    /// reader is waited for.
+    fn indexed_revision(&self, key: &[u8]) -> Result<Option<Revision>> {
+        check_key(key)?;
+        let at = self.inner.progress.head();
+        let version = read::read_index(&self.inner.index).live_at(key, at);
+        Ok(version.map(|v| v.revision))
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn get(&self, key: &[u8], revision: Option<Revision>) -> Result<Option<KeyValue>> {
@@ -389,11 +400,11 @@ impl Store for SqliteStore {
     }
 
     async fn mod_revision(&self, key: &[u8]) -> Result<Option<Revision>> {
-        check_key(key)?;
-        // The index alone: no value is read, no reader is waited for.
-        let at = self.inner.progress.head();
-        let version = read::read_index(&self.inner.index).live_at(key, at);
-        Ok(version.map(|v| v.revision))
+        self.indexed_revision(key)
+    }
+
+    fn mod_revision_now(&self, key: &[u8]) -> Option<Result<Option<Revision>>> {
+        Some(self.indexed_revision(key))
     }
 
     async fn count(&self, prefix: &[u8]) -> Result<u64> {

@@ -6,6 +6,10 @@ use flotilla_store_sqlite::SqliteStore;
 
 async fn agree(store: &SqliteStore, key: &[u8]) -> Option<Revision> {
     let from_index = store.mod_revision(key).await.unwrap();
+    let at_once = store
+        .mod_revision_now(key)
+        .expect("the index answers at once");
+    assert_eq!(at_once.unwrap(), from_index);
     let from_get = store
         .get(key, None)
         .await
@@ -21,6 +25,7 @@ async fn mod_revision_is_what_get_reports() {
     let store = SqliteStore::open(dir.path().join("hub.db")).await.unwrap();
     assert_eq!(agree(&store, b"/a").await, None);
     assert!(store.mod_revision(b"").await.is_err());
+    assert!(store.mod_revision_now(b"").unwrap().is_err());
     let created = store.create(b"/a", Bytes::from("1")).await.unwrap();
     assert_eq!(agree(&store, b"/a").await, Some(created));
     assert_eq!(agree(&store, b"/a/b").await, None);

@@ -167,6 +167,15 @@ pub trait Store: Send + Sync + 'static {
         Ok(self.get(key, None).await?.map(|kv| kv.mod_revision))
     }
 
+    /// [`Store::mod_revision`] answered at once, by a backend whose index of keys is in
+    /// this process's memory; `None` from one that must read to answer (the default), whose
+    /// callers await [`Store::mod_revision`] instead. What a caller on every request asks
+    /// (is this object still there, unchanged?) then costs no future.
+    fn mod_revision_now(&self, key: &[u8]) -> Option<Result<Option<Revision>>> {
+        let _ = key;
+        None
+    }
+
     /// The keys starting with `prefix`, in ascending byte order, read at one revision.
     ///
     /// `options.after` is a lower bound (exclusive); one that sorts before `prefix` has no

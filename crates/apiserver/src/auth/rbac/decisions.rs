@@ -4,7 +4,7 @@
 //! ```text
 //!  authorize(attributes) ─► memo: hash of (cluster, user, groups, verb, group, resource,
 //!                                  subresource, namespace, name, path)
-//!        hit (same question, compared field by field) ─► the decision
+//!        hit (same question: its fields written out in a row, compared at once) ─► the decision
 //!        miss ─► Index::allows under the index's read lock ─► remembered, unless the
 //!                index changed since the memo was asked (its epoch moved on)
 //!  any change of the index (under its write lock) ─► the memo is emptied, epoch + 1
@@ -22,7 +22,7 @@
 //! for objects. The memo holds at most [`CAPACITY`] questions; a full memo starts over.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::{PoisonError, RwLock};
 
 use smallvec::SmallVec;
@@ -32,57 +32,45 @@ use crate::auth::Attributes;
 /// The most questions remembered at once.
 pub(crate) const CAPACITY: usize = 16_384;
 
-/// A question as remembered: what [`Attributes`] holds that RBAC decides on.
-#[derive(Debug)]
-struct Question {
-    cluster: Box<str>,
-    user: Box<str>,
-    groups: Box<[Box<str>]>,
-    verb: Box<str>,
-    resource_request: bool,
-    group: Box<str>,
-    resource: Box<str>,
-    subresource: Box<str>,
-    namespace: Box<str>,
-    name: Box<str>,
-    path: Box<str>,
-}
+/// A question as remembered: what [`Attributes`] holds that RBAC decides on, written out
+/// as one run of bytes ([`Question::write`]), so that it is hashed in one pass and told
+/// apart from another by one comparison of memory that sits together.
+type Question = Box<[u8]>;
 
-impl Question {
-    fn of(a: &Attributes<'_>) -> Self {
-        Question {
-            cluster: a.cluster.into(),
-            user: a.user.name.as_str().into(),
-            groups: a.user.groups.iter().map(|g| g.as_str().into()).collect(),
-            verb: a.verb.into(),
-            resource_request: a.resource_request,
-            group: a.group.into(),
-            resource: a.resource.into(),
-            subresource: a.subresource.into(),
-            namespace: a.namespace.into(),
-            name: a.name.into(),
-            path: path_of(a).into(),
-        }
-    }
+/// Ends each field of a question's bytes; it never occurs in UTF-8.
+const FIELD_END: u8 = 0xff;
+/// Ends each of the user's groups; it never occurs in UTF-8 either.
+const GROUP_END: u8 = 0xfe;
 
-    fn is(&self, a: &Attributes<'_>) -> bool {
-        *self.cluster == *a.cluster
-            && *self.user == *a.user.name
-            && self.groups.len() == a.user.groups.len()
-            && self
-                .groups
-                .iter()
-                .zip(&a.user.groups)
-                .all(|(x, y)| **x == **y)
-            && *self.verb == *a.verb
-            && self.resource_request == a.resource_request
-            && *self.group == *a.group
-            && *self.resource == *a.resource
-            && *self.subresource == *a.subresource
-            && *self.namespace == *a.namespace
-            && *self.name == *a.name
-            && *self.path == *path_of(a)
+/// `a` as a question's bytes: the fields RBAC decides on, in a fixed order, each ended by
+/// a byte no string holds, so that two questions have the same bytes only when they are
+/// the same question. One allocation of the exact length, then copies.
+fn write(a: &Attributes<'_>) -> Vec<u8> {
+    let fields = [
+        a.cluster,
+        &a.user.name,
+        a.verb,
+        if a.resource_request { "r" } else { "p" },
+        a.group,
+        a.resource,
+        a.subresource,
+        a.namespace,
+        a.name,
+        path_of(a),
+    ];
+    let groups = &a.user.groups;
+    let len = fields.iter().map(|f| f.len() + 1).sum::<usize>()
+        + groups.iter().map(|g| g.len() + 1).sum::<usize>();
+    let mut out = Vec::with_capacity(len);
+    for field in fields {
+        out.extend_from_slice(field.as_bytes());
+        out.push(FIELD_END);
     }
+    for group in groups {
+        out.extend_from_slice(group.as_bytes());
+        out.push(GROUP_END);
+    }
+    out
 }
 
 /// The path as RBAC sees it: only a request that is not for objects is decided by it.
@@ -103,6 +91,7 @@ struct Memo {
 pub(crate) struct Recalled {
     hash: u64,
     epoch: u64,
+    question: Vec<u8>,
     /// The decision remembered, if any.
     pub(crate) allowed: Option<bool>,
 }
@@ -116,41 +105,27 @@ pub(crate) struct Decisions {
 }
 
 impl Decisions {
-    fn hash(&self, a: &Attributes<'_>) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        a.cluster.hash(&mut h);
-        a.user.name.hash(&mut h);
-        a.user.groups.hash(&mut h);
-        a.verb.hash(&mut h);
-        a.resource_request.hash(&mut h);
-        a.group.hash(&mut h);
-        a.resource.hash(&mut h);
-        a.subresource.hash(&mut h);
-        a.namespace.hash(&mut h);
-        a.name.hash(&mut h);
-        path_of(a).hash(&mut h);
-        h.finish()
-    }
-
     /// The decision remembered for `a`, if any, and what [`Decisions::remember`] needs.
     pub(crate) fn recall(&self, a: &Attributes<'_>) -> Recalled {
-        let hash = self.hash(a);
+        let question = write(a);
+        let hash = self.hasher.hash_one(&question[..]);
         let memo = self.memo.read().unwrap_or_else(PoisonError::into_inner);
         let allowed = memo
             .questions
             .get(&hash)
-            .and_then(|found| found.iter().find(|(q, _)| q.is(a)))
+            .and_then(|found| found.iter().find(|(q, _)| **q == question[..]))
             .map(|(_, allowed)| *allowed);
         Recalled {
             hash,
             epoch: memo.epoch,
+            question,
             allowed,
         }
     }
 
     /// Remembers that `a` was decided `allowed` from an index read after `recalled` — unless
     /// the index changed since.
-    pub(crate) fn remember(&self, recalled: &Recalled, a: &Attributes<'_>, allowed: bool) {
+    pub(crate) fn remember(&self, recalled: Recalled, allowed: bool) {
         let mut memo = self.memo.write().unwrap_or_else(PoisonError::into_inner);
         if memo.epoch != recalled.epoch {
             return;
@@ -160,8 +135,8 @@ impl Decisions {
             memo.len = 0;
         }
         let found = memo.questions.entry(recalled.hash).or_default();
-        if !found.iter().any(|(q, _)| q.is(a)) {
-            found.push((Question::of(a), allowed));
+        if !found.iter().any(|(q, _)| **q == recalled.question[..]) {
+            found.push((recalled.question.into_boxed_slice(), allowed));
             memo.len += 1;
         }
     }
@@ -209,7 +184,7 @@ mod tests {
         let get = asks(&alice, "get", "web");
         let recalled = decisions.recall(&get);
         assert_eq!(recalled.allowed, None);
-        decisions.remember(&recalled, &get, true);
+        decisions.remember(recalled, true);
         assert_eq!(decisions.recall(&get).allowed, Some(true));
 
         // Another name, verb, user or group set is another question.
@@ -224,7 +199,7 @@ mod tests {
         let other = asks(&alice_elsewhere, "get", "web");
         assert_eq!(decisions.recall(&other).allowed, None);
         let recalled = decisions.recall(&other);
-        decisions.remember(&recalled, &other, false);
+        decisions.remember(recalled, false);
         assert_eq!(decisions.recall(&other).allowed, Some(false));
         assert_eq!(decisions.recall(&get).allowed, Some(true));
 
@@ -233,7 +208,7 @@ mod tests {
         discovery.resource_request = false;
         discovery.path = "/apis";
         let recalled = decisions.recall(&discovery);
-        decisions.remember(&recalled, &discovery, true);
+        decisions.remember(recalled, true);
         discovery.path = "/metrics";
         assert_eq!(decisions.recall(&discovery).allowed, None);
         let mut get_elsewhere = asks(&alice, "get", "web");
@@ -243,12 +218,35 @@ mod tests {
     }
 
     #[test]
+    fn questions_whose_fields_run_together_alike_are_told_apart() {
+        let decisions = Decisions::default();
+        let two = UserInfo::new("alice", &["a", "b"]);
+        let one = UserInfo::new("alice", &["ab"]);
+        let none = UserInfo::new("alice", &[]);
+        let mut get = asks(&two, "get", "web");
+        let recalled = decisions.recall(&get);
+        decisions.remember(recalled, true);
+        // The same characters in another split between groups, or between fields.
+        assert_eq!(decisions.recall(&asks(&one, "get", "web")).allowed, None);
+        assert_eq!(decisions.recall(&asks(&none, "get", "web")).allowed, None);
+        get.namespace = "shopw";
+        get.name = "eb";
+        assert_eq!(decisions.recall(&get).allowed, None);
+        get.namespace = "shop";
+        get.name = "web";
+        get.resource_request = false;
+        assert_eq!(decisions.recall(&get).allowed, None);
+        get.resource_request = true;
+        assert_eq!(decisions.recall(&get).allowed, Some(true));
+    }
+
+    #[test]
     fn a_change_of_the_index_forgets_and_a_decision_made_before_it_is_not_kept() {
         let decisions = Decisions::default();
         let alice = UserInfo::new("alice", &[]);
         let get = asks(&alice, "get", "web");
         let recalled = decisions.recall(&get);
-        decisions.remember(&recalled, &get, true);
+        decisions.remember(recalled, true);
         decisions.forget();
         assert_eq!(decisions.recall(&get).allowed, None);
 
@@ -256,7 +254,7 @@ mod tests {
         // not kept, as the decision may be the old policy's.
         let before = decisions.recall(&get);
         decisions.forget();
-        decisions.remember(&before, &get, true);
+        decisions.remember(before, true);
         assert_eq!(decisions.recall(&get).allowed, None);
         assert_eq!(decisions.len(), 0);
     }
@@ -269,7 +267,7 @@ mod tests {
         for name in &names {
             let get = asks(&alice, "get", name);
             let recalled = decisions.recall(&get);
-            decisions.remember(&recalled, &get, true);
+            decisions.remember(recalled, true);
         }
         assert_eq!(decisions.len(), 1, "the last one, in a memo started over");
         let last = asks(&alice, "get", &names[CAPACITY]);

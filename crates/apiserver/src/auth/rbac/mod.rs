@@ -190,7 +190,7 @@ impl Authorizer for Rbac {
             Some(allowed) => allowed,
             None => {
                 let allowed = self.read().allows(attributes);
-                self.decisions.remember(&recalled, attributes, allowed);
+                self.decisions.remember(recalled, allowed);
                 allowed
             }
         };

@@ -2,13 +2,15 @@
 //! refer to checked on every request.
 //!
 //! ```text
-//!  Bearer T ─► SHA-256(T) in the cache? (bounded; an entry lives ≤ TTL and never past
-//!     the token's exp) ──no──► Issuer::is_ours(T)? (else Missing: another
-//!     authenticator's token) ─► Issuer::verify (signature, iss, exp/nbf, aud) ─► cache
+//!  Bearer T ─► T in the cache? (bounded; an entry lives ≤ TTL and never past the
+//!     token's exp; found by a hash of T's last bytes, T compared in full)
+//!     ──no──► Issuer::is_ours(T)? (else Missing: another authenticator's token)
+//!     ─► Issuer::verify (signature, iss, exp/nbf, aud) ─► cache
 //!  ─► the token's references, each: store.mod_revision(key) (the store's key index, no
-//!     value read) ─► None: revoked; R = the revision it last passed at (and no deletion
-//!     was under way) ─► passes; another R ─► its facts at R (uid, deletion, the token
-//!     a legacy Secret holds), memoised by (key, R): read once per write of the object
+//!     value read; answered at once where that index is in memory) ─► None: revoked;
+//!     R = the revision it last passed at (and no deletion was under way) ─► passes;
+//!     another R ─► its facts at R (uid, deletion, the token a legacy Secret holds),
+//!     memoised by (key, R): read once per write of the object
 //!  ─► User, or Invalid(Revoked)
 //! ```
 //!
@@ -17,6 +19,7 @@
 //! would deliver the delete a moment later, and a TTL much later.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -38,6 +41,10 @@ pub const CACHE_TTL: Duration = Duration::from_secs(60);
 
 /// The most verified tokens kept.
 pub const CACHE_ENTRIES: usize = 10_000;
+
+/// How many of a token's last bytes the cache hashes: a JWT ends in its signature, which
+/// no two tokens share. The whole token is compared on a hit.
+const HASHED_TAIL: usize = 32;
 
 /// The most objects' facts kept (one per ServiceAccount, Secret or Pod tokens name).
 const FACTS_ENTRIES: usize = 100_000;
@@ -123,8 +130,38 @@ fn unix_now() -> i64 {
 pub struct Tokens {
     issuer: Arc<Issuer>,
     store: Arc<dyn Store>,
-    verified: RwLock<HashMap<[u8; 32], Arc<Verified>>>,
+    /// Verified tokens, each kept whole (at most [`CACHE_ENTRIES`], most of a kilobyte
+    /// each): a hit hashes a few bytes and compares the rest, where a digest of each
+    /// request's token would read all of it through SHA-256.
+    verified: RwLock<HashMap<Box<str>, Arc<Verified>, Tail>>,
     facts: Mutex<HashMap<Vec<u8>, (Revision, Facts)>>,
+}
+
+/// Hashes a token's last [`HASHED_TAIL`] bytes with a per-process random key (SipHash,
+/// as `HashMap`'s default): which bucket a token falls in cannot be foretold, and only
+/// verified tokens are kept, so no one can fill one bucket.
+#[derive(Default)]
+struct Tail(RandomState);
+
+impl BuildHasher for Tail {
+    type Hasher = TailHasher;
+
+    fn build_hasher(&self) -> TailHasher {
+        TailHasher(self.0.build_hasher())
+    }
+}
+
+struct TailHasher(std::hash::DefaultHasher);
+
+impl Hasher for TailHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0
+            .write(&bytes[bytes.len().saturating_sub(HASHED_TAIL)..]);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
 }
 
 impl Tokens {
@@ -138,8 +175,8 @@ impl Tokens {
         }
     }
 
-    /// The verified token with this digest, if cached and not due for verifying again.
-    fn cached(&self, key: &[u8; 32], at: Instant) -> Option<Arc<Verified>> {
+    /// The verified token `key`, if cached and not due for verifying again.
+    fn cached(&self, key: &str, at: Instant) -> Option<Arc<Verified>> {
         // Read-locked: requests of many clients find their tokens side by side.
         match self
             .verified
@@ -170,7 +207,7 @@ impl Tokens {
             .len()
     }
 
-    pub(super) fn remember(&self, key: [u8; 32], verified: Arc<Verified>, at: Instant) {
+    pub(super) fn remember(&self, key: &str, verified: Arc<Verified>, at: Instant) {
         let mut cache = self
             .verified
             .write()
@@ -182,7 +219,7 @@ impl Tokens {
                 cache.clear();
             }
         }
-        cache.insert(key, verified);
+        cache.insert(key.into(), verified);
     }
 
     /// Verifies `token` at `now` into the user it names and what it depends on.
@@ -206,6 +243,19 @@ impl Tokens {
             exp: claims.exp,
             references,
             until: at + ttl,
+        })
+    }
+
+    /// Whether every object `verified` depends on is known at once to be as it was when it
+    /// last passed: at that revision, as the store's index in memory says
+    /// ([`Store::mod_revision_now`]). When not (changed, gone, or a store that must be
+    /// read), [`Tokens::check`] decides.
+    fn passes_now(&self, verified: &Verified) -> bool {
+        verified.references.iter().all(|reference| {
+            matches!(
+                self.store.mod_revision_now(&reference.key),
+                Some(Ok(Some(revision))) if reference.passed.load(Ordering::Relaxed) == revision.get()
+            )
         })
     }
 
@@ -296,8 +346,7 @@ impl Authenticator for Tokens {
         };
         let at = Instant::now();
         let now = unix_now();
-        let key = digest(token.as_bytes());
-        let verified = match self.cached(&key, at) {
+        let verified = match self.cached(token, at) {
             Some(verified) => verified,
             None => {
                 if !self.issuer.is_ours(token) {
@@ -306,7 +355,7 @@ impl Authenticator for Tokens {
                 match self.verify(token, now, at) {
                     Ok(verified) => {
                         let verified = Arc::new(verified);
-                        self.remember(key, verified.clone(), at);
+                        self.remember(token, verified.clone(), at);
                         verified
                     }
                     Err(refusal) => return Verdict::Now(Credentials::Invalid(refusal)),
@@ -315,6 +364,10 @@ impl Authenticator for Tokens {
         };
         if verified.exp.is_some_and(|exp| now > exp + LEEWAY_SECONDS) {
             return Verdict::Now(Credentials::Invalid(Refusal::Expired));
+        }
+        // The usual request: its token's objects unchanged since they last passed.
+        if self.passes_now(&verified) {
+            return Verdict::Now(Credentials::User(verified.user.clone()));
         }
         Verdict::Later(Box::pin(async move {
             match self.check(&verified, now).await {

@@ -234,6 +234,69 @@ async fn a_token_names_its_service_account_until_it_is_deleted_or_recreated() {
 }
 
 #[tokio::test]
+async fn a_token_whose_account_is_unchanged_is_answered_at_once_and_a_deleted_ones_is_not() {
+    let world = World::new().await;
+    let (token, _) = world.issuer.issue(&grant(), now()).unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    let presented = Presented::headers(&headers);
+    let at_once = |verdict: crate::api::Verdict<'_, Credentials>| match verdict {
+        crate::api::Verdict::Now(credentials) => Some(credentials),
+        crate::api::Verdict::Later(_) => None,
+    };
+    // First seen: its account is read.
+    assert!(at_once(world.tokens.authenticate(&presented)).is_none());
+    user(world.ask(&token).await);
+    // Unchanged since: the store's index answers without a read or a wait.
+    let found = at_once(world.tokens.authenticate(&presented)).expect("answered at once");
+    assert_eq!(user(found).name, "system:serviceaccount:shop:ci");
+    // Changed: read again. Deleted: refused, not answered from what passed before.
+    world
+        .put("serviceaccounts", "ci", "uid-ci", json!({"secrets": []}))
+        .await;
+    assert!(at_once(world.tokens.authenticate(&presented)).is_none());
+    user(world.ask(&token).await);
+    world.delete("serviceaccounts", "ci").await;
+    assert!(at_once(world.tokens.authenticate(&presented)).is_none());
+    assert!(matches!(
+        world.ask(&token).await,
+        Credentials::Invalid(Refusal::Revoked(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_token_ending_as_a_cached_one_does_is_not_taken_for_it() {
+    let world = World::new().await;
+    let (token, _) = world.issuer.issue(&grant(), now()).unwrap();
+    user(world.ask(&token).await);
+    assert_eq!(world.tokens.cached_count(), 1);
+    // The cached token's signature under another payload (another account's name): the
+    // cache finds its bucket by the token's last bytes, and must still compare the rest.
+    let (header, rest) = token.split_once('.').unwrap();
+    let (payload, signature) = rest.split_once('.').unwrap();
+    use base64::Engine as _;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let mut claims: serde_json::Value =
+        serde_json::from_slice(&engine.decode(payload).unwrap()).unwrap();
+    claims["sub"] = json!("system:serviceaccount:shop:admin");
+    claims["kubernetes.io"]["serviceaccount"]["name"] = json!("admin");
+    let forged = format!("{header}.{}.{signature}", engine.encode(claims.to_string()));
+    assert_eq!(forged[forged.len() - 32..], token[token.len() - 32..]);
+    assert_eq!(
+        world.ask(&forged).await,
+        Credentials::Invalid(Refusal::Signature)
+    );
+    // The real one is still found.
+    assert_eq!(
+        user(world.ask(&token).await).name,
+        "system:serviceaccount:shop:ci"
+    );
+}
+
+#[tokio::test]
 async fn an_account_being_deleted_is_judged_again_on_each_request_until_the_leeway_runs_out() {
     let world = World::new().await;
     let (token, _) = world.issuer.issue(&grant(), now()).unwrap();
@@ -409,10 +472,8 @@ async fn the_cache_is_bounded_and_never_keeps_a_token_past_its_expiry() {
     assert!(verified.until - at <= std::time::Duration::from_secs(30 + LEEWAY_SECONDS as u64));
     // Full: entries are dropped, never more than the bound kept.
     for i in 0..authenticator::CACHE_ENTRIES + 10 {
-        let mut key = [0u8; 32];
-        key[..8].copy_from_slice(&(i as u64).to_be_bytes());
         world.tokens.remember(
-            key,
+            &format!("token-{i}"),
             Arc::new(world.tokens.verify(&token, now(), at).unwrap()),
             at,
         );
