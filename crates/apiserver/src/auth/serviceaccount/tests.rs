@@ -175,14 +175,20 @@ impl World {
     }
 
     async fn ask(&self, token: &str) -> Credentials {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-        );
+        let headers = bearing(token);
         let presented = Presented::headers(&headers);
         self.tokens.authenticate(&presented).await
     }
+}
+
+/// Request headers presenting `token`.
+fn bearing(token: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    headers
 }
 
 fn user(credentials: Credentials) -> Arc<crate::auth::UserInfo> {
@@ -237,11 +243,7 @@ async fn a_token_names_its_service_account_until_it_is_deleted_or_recreated() {
 async fn a_token_whose_account_is_unchanged_is_answered_at_once_and_a_deleted_ones_is_not() {
     let world = World::new().await;
     let (token, _) = world.issuer.issue(&grant(), now()).unwrap();
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::AUTHORIZATION,
-        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-    );
+    let headers = bearing(&token);
     let presented = Presented::headers(&headers);
     let at_once = |verdict: crate::api::Verdict<'_, Credentials>| match verdict {
         crate::api::Verdict::Now(credentials) => Some(credentials),
