@@ -310,6 +310,15 @@ impl SqliteStore {
         }
         answer.await.map_err(|_| Error::Closed)?
     }
+
+    /// The key's `mod_revision` at the head, from the index alone: no value is read, no
+    /// reader is waited for.
+    fn indexed_revision(&self, key: &[u8]) -> Result<Option<Revision>> {
+        check_key(key)?;
+        let at = self.inner.progress.head();
+        let version = read::read_index(&self.inner.index).live_at(key, at);
+        Ok(version.map(|v| v.revision))
+    }
 }
 
 /// The empty key is not a key (as a prefix, it covers every key).
@@ -355,17 +364,6 @@ impl History for Inner {
             .await?;
         progress.recheck_compacted(after)?;
         Ok(events)
-    }
-}
-
-impl SqliteStore {
-    /// The key's `mod_revision` at the head, from the index alone: no value is read, no
-    /// reader is waited for.
-    fn indexed_revision(&self, key: &[u8]) -> Result<Option<Revision>> {
-        check_key(key)?;
-        let at = self.inner.progress.head();
-        let version = read::read_index(&self.inner.index).live_at(key, at);
-        Ok(version.map(|v| v.revision))
     }
 }
 

@@ -33,7 +33,7 @@ use crate::auth::Attributes;
 pub(crate) const CAPACITY: usize = 16_384;
 
 /// A question as remembered: what [`Attributes`] holds that RBAC decides on, written out
-/// as one run of bytes ([`Question::write`]), so that it is hashed in one pass and told
+/// as one run of bytes ([`write`]), so that it is hashed in one pass and told
 /// apart from another by one comparison of memory that sits together.
 type Question = Box<[u8]>;
 
