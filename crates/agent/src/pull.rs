@@ -6,7 +6,9 @@
 //!  first: GET its Lease until the hub lets it in (401/403 just after registration, while
 //!     the registrar records the certificate and grants the access: again after 50 ms,
 //!     doubling up to 1 s, for at most 10 s)
-//!  watch Works in flotilla-cluster-NAME (its certificate: nothing else is readable)
+//!  watch Works in flotilla-cluster-NAME (its certificate: nothing else is readable;
+//!     after a failure tried again in 0.5 s, doubling to 10 s, each pause with a random
+//!     part up to its length, so agents meeting a hub's outage do not return in step)
 //!     Apply ─► generation or deletion changed, or resync due? ─► Member::sync(spec,
 //!              generation, provenance, the status the hub holds: unchanged objects are
 //!              not applied again) ─► works/status (only if it changed; a new
@@ -50,6 +52,7 @@ use futures_util::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::utils::StreamBackoff;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 use tokio::sync::{Mutex, mpsc};
@@ -73,6 +76,27 @@ const FACTS_EVERY: u32 = 6;
 
 /// How long a new agent waits at most for the hub to let it in (see [`Agent::admitted`]).
 const ADMISSION_WAIT: Duration = Duration::from_secs(10);
+
+/// The first pause after the Works watch fails; each failure in a row doubles it.
+const WATCH_RETRY_FIRST: Duration = Duration::from_millis(500);
+
+/// The longest pause between the Works watch's attempts, before its jitter.
+const WATCH_RETRY_MOST: Duration = Duration::from_secs(10);
+
+/// The pauses between the Works watch's attempts while it keeps failing (a hub down or
+/// restarting): from [`WATCH_RETRY_FIRST`], doubling up to [`WATCH_RETRY_MOST`], each
+/// with a random part up to its own length, so that a thousand agents meeting the same
+/// outage neither try every second nor come back in step when the hub does. Any event
+/// received starts it over.
+fn watch_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(WATCH_RETRY_FIRST)
+        .with_max_delay(WATCH_RETRY_MOST)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
 
 /// A 401 or a 403: the hub knows of no such identity, or of no such right, yet.
 fn refused(e: &kube::Error) -> bool {
@@ -414,7 +438,10 @@ impl Agent {
     /// Follows the cluster's Works.
     async fn works(self: Arc<Self>) -> Result<(), Error> {
         let api: Api<Work> = Api::namespaced(self.hub.clone(), &self.namespace());
-        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+        let mut events = std::pin::pin!(StreamBackoff::new(
+            watcher(api, watcher::Config::default()),
+            watch_backoff()
+        ));
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(work) | watcher::Event::InitApply(work)) => {
@@ -434,7 +461,6 @@ impl Agent {
                         return Err(Error::Revoked);
                     }
                     warn!(error = %e, "watch of Works failed; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
         }
@@ -703,5 +729,33 @@ async fn forward(stream: impl futures_util::Stream<Item = Change>, agent: Weak<A
         if agent.pokes.send(poke).is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_works_watch_retries_after_pauses_that_double_to_a_bound_each_with_a_random_part() {
+        let mut backoff = watch_backoff();
+        let mut base = WATCH_RETRY_FIRST;
+        let mut total = Duration::ZERO;
+        for attempt in 0..12 {
+            let pause = backoff.next().expect("the watch is retried for ever");
+            assert!(
+                pause >= base && pause < base * 2,
+                "attempt {attempt}: {pause:?} not within [{base:?}, {:?})",
+                base * 2
+            );
+            total += pause;
+            base = (base * 2).min(WATCH_RETRY_MOST);
+        }
+        // Twelve attempts in a row span more than a minute (one a second before).
+        assert!(total >= Duration::from_secs(60), "{total:?}");
+        // Starting over (an event received) begins again at the first pause.
+        kube::runtime::utils::Backoff::reset(&mut backoff);
+        let pause = backoff.next().unwrap();
+        assert!(pause >= WATCH_RETRY_FIRST && pause < WATCH_RETRY_FIRST * 2);
     }
 }
