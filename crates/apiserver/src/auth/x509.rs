@@ -10,7 +10,8 @@
 //!           system:authenticated} (cached, bounded)
 //!  a pull agent's user (CN system:flotilla:cluster:NAME), when the hub checks them
 //!  (`with_cluster_check`), on every request: the Cluster NAME in the store (its key
-//!  index, then its facts memoised by revision) must exist, not be deleting, and record
+//!  index, then its facts memoised by revision; answered at once, with no future, when
+//!  the store's index is in memory and the Cluster is where it last passed) must exist, not be deleting, and record
 //!  this certificate's serial (annotation flotilla.io/certificate-serial), or else be
 //!  the certificate of the request the Cluster names (flotilla.io/certificate-request:
 //!  that CSR in the store, Approved, created after the last recorded certificate's
@@ -115,7 +116,7 @@ impl ClientCertificates {
         serial: &str,
     ) -> Result<(), Refusal> {
         let revoked = |why: String| Refusal::Revoked(format!("cluster {cluster}: {why}"));
-        let key = keys::key_of("flotilla.io", "clusters", ROOT_CLUSTER, None, cluster);
+        let key = cluster_key(cluster);
         let revision = store
             .mod_revision(&key)
             .await
@@ -228,6 +229,25 @@ impl ClientCertificates {
             .is_some_and(|issued| issued == serial)
     }
 
+    /// Whether the Cluster `cluster` is, by the store's in-memory index
+    /// ([`Store::mod_revision_now`]), at the revision its facts were memoised at, and
+    /// those facts record `serial` and no deletion: the check then needs no read. Anything
+    /// else (changed, gone, a store that must be read, a serial not the recorded one) goes
+    /// to [`ClientCertificates::check_cluster`].
+    fn passes_now(&self, store: &dyn Store, cluster: &str, serial: &str) -> bool {
+        let key = cluster_key(cluster);
+        let Some(Ok(Some(revision))) = store.mod_revision_now(&key) else {
+            return false;
+        };
+        self.cluster_facts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(cluster)
+            .is_some_and(|(at, facts)| {
+                *at == revision && !facts.deleting && facts.serial.as_deref() == Some(serial)
+            })
+    }
+
     /// `user` (of a certificate of serial `serial`) as the answer, checked against its
     /// Cluster if it is a pull agent's and clusters are checked.
     fn answer<'a>(&'a self, user: Arc<UserInfo>, serial: String) -> Verdict<'a, Credentials> {
@@ -237,6 +257,9 @@ impl ClientCertificates {
         ) else {
             return Verdict::Now(Credentials::User(user));
         };
+        if self.passes_now(store, cluster, &serial) {
+            return Verdict::Now(Credentials::User(user));
+        }
         let cluster = cluster.to_owned();
         Verdict::Later(Box::pin(async move {
             match self.check_cluster(store, &cluster, &serial).await {
@@ -278,6 +301,11 @@ impl ClientCertificates {
             }
         }
     }
+}
+
+/// The store key of the Cluster `cluster`.
+fn cluster_key(cluster: &str) -> Vec<u8> {
+    keys::key_of("flotilla.io", "clusters", ROOT_CLUSTER, None, cluster)
 }
 
 /// The SHA-256 of a chain, each certificate's length before its bytes.
@@ -437,12 +465,23 @@ mod tests {
             panic!("the agent's recorded certificate is refused");
         };
         assert_eq!(user.name, "system:flotilla:cluster:east");
+        // Asked again, its Cluster unchanged: answered at once, from the store's index and
+        // the facts memoised at that revision.
+        let at_once = |auth: &ClientCertificates| {
+            matches!(
+                auth.authenticate(&presented),
+                Verdict::Now(Credentials::User(_))
+            )
+        };
+        assert!(at_once(&auth));
         // Revoked (the serial emptied): refused on the next request, cache or not.
         let at = store.update(&key, cluster("").into(), at).await.unwrap();
+        assert!(!at_once(&auth));
         assert!(matches!(
             auth.authenticate(&presented).await,
             Credentials::Invalid(Refusal::Revoked(_))
         ));
+        assert!(!at_once(&auth), "a refused certificate passed at once");
         let at = store
             .update(&key, cluster(&serial).into(), at)
             .await
@@ -451,7 +490,9 @@ mod tests {
             auth.authenticate(&presented).await,
             Credentials::User(_)
         ));
+        assert!(at_once(&auth));
         store.delete(&key, Some(at)).await.unwrap();
+        assert!(!at_once(&auth));
         assert!(matches!(
             auth.authenticate(&presented).await,
             Credentials::Invalid(Refusal::Revoked(_))
