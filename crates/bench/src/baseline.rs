@@ -7,6 +7,8 @@
 //!  round r, for each of GET and create at 1, 16, 64 clients:
 //!    r even: ours then theirs; r odd: theirs then ours (the same requests, admin token)
 //!  each figure: the median over the rounds of ours / theirs in the same round
+//!  --split-cpus: both hubs on the machine's last CPU, the clients on the others (taskset),
+//!     so that the clients' scheduling does not land in the hubs' latencies
 //! ```
 //!
 //! A redesign that must not slow the hub is judged by this: two hubs measured minutes apart
@@ -43,6 +45,10 @@ pub struct Options {
     pub get_requests: usize,
     /// Rounds; each measures every phase on both hubs.
     pub rounds: usize,
+    /// Both hubs on the last CPU and this process on the others, for the run. On a small
+    /// machine the clients and the hub take turns on the same cores, and a p99 then moves
+    /// by more from pair to pair of rounds than the few per cent to be shown.
+    pub split_cpus: bool,
 }
 
 impl Options {
@@ -57,6 +63,7 @@ impl Options {
             requests: 2_000,
             get_requests: 10_000,
             rounds: 10,
+            split_cpus: false,
         }
     }
 
@@ -75,7 +82,8 @@ impl Options {
     pub fn json(&self) -> Value {
         json!({"baseline": self.baseline_binary.display().to_string(),
             "clients": self.clients, "requests": self.requests,
-            "get_requests": self.get_requests, "rounds": self.rounds})
+            "get_requests": self.get_requests, "rounds": self.rounds,
+            "split_cpus": self.split_cpus})
     }
 }
 
@@ -131,6 +139,9 @@ pub struct Report {
     pub idle_rss_ours_mib: f64,
     /// The baseline's.
     pub idle_rss_theirs_mib: f64,
+    /// With `--split-cpus`: the CPUs the kernel let this hub, the baseline's and this
+    /// process run on, read from `/proc` while they ran.
+    pub cpus: Option<[String; 3]>,
 }
 
 impl Report {
@@ -147,9 +158,13 @@ impl Report {
                 "p50_change": p.p50_change(), "p99_change": p.p99_change(),
                 "rounds_p50_ms": p.theirs.iter().zip(&p.ours)
                     .map(|(t, o)| (t.p50_ms, o.p50_ms)).collect::<Vec<_>>(),
+                "rounds_p99_ms": p.theirs.iter().zip(&p.ours)
+                    .map(|(t, o)| (t.p99_ms, o.p99_ms)).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "idle_rss_ours_mib": self.idle_rss_ours_mib,
             "idle_rss_theirs_mib": self.idle_rss_theirs_mib,
+            "cpus": self.cpus.as_ref().map(|[ours, theirs, clients]|
+                json!({"ours": ours, "theirs": theirs, "clients": clients})),
         })
     }
 
@@ -208,9 +223,10 @@ impl Report {
     }
 }
 
-/// A hub of `binary` in `dir`, and a client target with its admin token.
-async fn hub(binary: &Path, dir: &Path) -> Result<(LoneHub, Target), Error> {
-    let hub = LoneHub::start(binary, dir).await?;
+/// A hub of `binary` in `dir` (on `cpus` alone if given), and a client target with its
+/// admin token.
+async fn hub(binary: &Path, dir: &Path, cpus: Option<&str>) -> Result<(LoneHub, Target), Error> {
+    let hub = LoneHub::start_on_cpus(binary, dir, cpus).await?;
     let data = hub.data_dir();
     let target = Target {
         address: hub.address(),
@@ -223,16 +239,89 @@ async fn hub(binary: &Path, dir: &Path) -> Result<(LoneHub, Target), Error> {
     Ok((hub, target))
 }
 
+/// This process on every CPU but the last, which the hubs get, until dropped.
+struct CpuSplit {
+    /// The hubs' CPU, as taskset names it.
+    hubs: String,
+    /// Every CPU, to give this process back.
+    all: String,
+}
+
+impl CpuSplit {
+    fn take() -> Result<Self, Error> {
+        let cpus = std::thread::available_parallelism()?.get();
+        if cpus < 2 {
+            return Err(crate::check(
+                "--split-cpus",
+                format!("needs two CPUs or more; this process may use {cpus}"),
+            ));
+        }
+        let split = CpuSplit {
+            hubs: (cpus - 1).to_string(),
+            all: format!("0-{}", cpus - 1),
+        };
+        pin_self(&format!("0-{}", cpus - 2))?;
+        Ok(split)
+    }
+}
+
+impl Drop for CpuSplit {
+    fn drop(&mut self) {
+        let _ = pin_self(&self.all);
+    }
+}
+
+/// The CPUs process `pid` may run on (`Cpus_allowed_list` in its status).
+fn allowed_cpus(pid: u32) -> Result<String, Error> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .map(|cpus| cpus.trim().to_owned())
+        .ok_or_else(|| crate::check("/proc status", format!("no Cpus_allowed_list for {pid}")))
+}
+
+/// Every thread of this process (and those it starts later) on `cpus` (taskset's list).
+fn pin_self(cpus: &str) -> Result<(), Error> {
+    let pid = std::process::id().to_string();
+    let out = std::process::Command::new("taskset")
+        .args(["--all-tasks", "--pid", "--cpu-list", cpus, &pid])
+        .output()
+        .map_err(|e| crate::check("--split-cpus needs taskset (util-linux)", e))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(crate::check(
+            "taskset",
+            String::from_utf8_lossy(&out.stderr).trim(),
+        ))
+    }
+}
+
 /// Runs the scenario.
 pub async fn run(options: &Options) -> Result<Report, Error> {
     let progress = |what: &str| eprintln!("baseline: {what}");
     let dir = options.dir.join("baseline");
     let _ = std::fs::remove_dir_all(&dir);
+    let split = if options.split_cpus {
+        Some(CpuSplit::take()?)
+    } else {
+        None
+    };
+    let hub_cpus = split.as_ref().map(|s| s.hubs.as_str());
     // Started one after the other, each measured idle before the other starts.
-    let (ours_hub, ours) = hub(&options.hub_binary, &dir.join("ours")).await?;
+    let (ours_hub, ours) = hub(&options.hub_binary, &dir.join("ours"), hub_cpus).await?;
     let idle_rss_ours_mib = ours_hub.idle_rss_mib().await?;
-    let (theirs_hub, theirs) = hub(&options.baseline_binary, &dir.join("theirs")).await?;
+    let (theirs_hub, theirs) = hub(&options.baseline_binary, &dir.join("theirs"), hub_cpus).await?;
     let idle_rss_theirs_mib = theirs_hub.idle_rss_mib().await?;
+    let cpus = match split {
+        None => None,
+        Some(_) => Some([
+            allowed_cpus(ours_hub.pid()?)?,
+            allowed_cpus(theirs_hub.pid()?)?,
+            allowed_cpus(std::process::id())?,
+        ]),
+    };
 
     let object = |name: String| {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
@@ -302,12 +391,13 @@ pub async fn run(options: &Options) -> Result<Report, Error> {
             }
         }
     }
-    drop((ours_hub, theirs_hub));
+    drop((ours_hub, theirs_hub, split));
     Ok(Report {
         baseline: options.baseline_binary.display().to_string(),
         phases,
         idle_rss_ours_mib,
         idle_rss_theirs_mib,
+        cpus,
     })
 }
 
@@ -347,6 +437,7 @@ mod tests {
             phases: vec![phase],
             idle_rss_ours_mib: 30.5,
             idle_rss_theirs_mib: 30.0,
+            cpus: None,
         };
         let rows = report.summary();
         assert_eq!(rows.len(), 3);

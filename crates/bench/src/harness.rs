@@ -382,18 +382,43 @@ impl LoneHub {
     /// Starts `flotilla hub` on data directory `dir` (created if missing) and a free port,
     /// and waits until it serves.
     pub(crate) async fn start(binary: &Path, dir: &Path) -> Result<Self, Error> {
+        Self::start_on_cpus(binary, dir, None).await
+    }
+
+    /// As [`LoneHub::start`], the hub run by `taskset` on `cpus` (its CPU list) alone when
+    /// given, restarts too.
+    pub(crate) async fn start_on_cpus(
+        binary: &Path,
+        dir: &Path,
+        cpus: Option<&str>,
+    ) -> Result<Self, Error> {
         std::fs::create_dir_all(dir)?;
         let port = free_port()?;
-        let args: Vec<String> = vec![
+        let hub_args = [
             "hub".into(),
             "--data-dir".into(),
             dir.join("data").to_string_lossy().into_owned(),
             "--listen".into(),
             format!("127.0.0.1:{port}"),
         ];
-        let child = spawn(binary, &args, &dir.join("hub-1.log"))?;
+        // taskset execs the hub: the child's pid is the hub's.
+        let (binary, args): (PathBuf, Vec<String>) = match cpus {
+            None => (binary.to_owned(), hub_args.into()),
+            Some(cpus) => (
+                "taskset".into(),
+                [
+                    "--cpu-list".into(),
+                    cpus.to_owned(),
+                    binary.to_string_lossy().into_owned(),
+                ]
+                .into_iter()
+                .chain(hub_args)
+                .collect(),
+            ),
+        };
+        let child = spawn(&binary, &args, &dir.join("hub-1.log"))?;
         let hub = LoneHub {
-            binary: binary.to_owned(),
+            binary,
             dir: dir.to_owned(),
             args,
             port,

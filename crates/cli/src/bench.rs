@@ -85,6 +85,11 @@ pub struct BenchArgs {
     /// this one), to compare two builds older than the benchmark.
     #[arg(long, value_name = "BINARY", requires = "baseline")]
     pub hub_binary: Option<PathBuf>,
+    /// The baseline scenario's two hubs on the machine's last CPU and its clients on the
+    /// others (with taskset), so that a p99 measures the hubs rather than the clients and
+    /// the hub taking turns on the same cores.
+    #[arg(long, requires = "baseline")]
+    pub split_cpus: bool,
     /// The rounds of the rbac, baseline, failover, propagation and admission scenarios
     /// instead of their defaults (12, 10, 3, 3 and 5): more rounds narrow their medians.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -389,6 +394,7 @@ impl BenchArgs {
                     if let Some(rounds) = self.rounds {
                         options.rounds = rounds as usize;
                     }
+                    options.split_cpus = self.split_cpus;
                     let report = runtime.block_on(baseline::run(&options))?;
                     let output = Output {
                         scenario: "baseline",
@@ -619,6 +625,13 @@ mod tests {
         );
         // Another binary may be measured in this one's place, against a baseline only.
         assert!(parse(&["--hub-binary", binary]).is_err());
+        // The CPUs split between the hubs and their clients: for the baseline only.
+        assert!(parse(&["--split-cpus"]).is_err());
+        assert!(
+            parse(&["--baseline", binary, "--split-cpus"])
+                .unwrap()
+                .split_cpus
+        );
         let args = parse(&["--baseline", binary, "--hub-binary", "/nonexistent/new"]).unwrap();
         let err = args.chosen().unwrap_err().to_string();
         assert!(

@@ -298,3 +298,50 @@ fn the_memory_scenario_alone_runs_its_own_series() {
     chart(out.path(), "memory-fit", 4);
     assert!(!out.path().join("propagation.json").exists());
 }
+
+#[test]
+fn the_baseline_scenario_can_give_the_hubs_a_cpu_of_their_own() {
+    // This binary against itself, both hubs on the last CPU and the clients on the others.
+    let out = tempfile::tempdir().unwrap();
+    let binary = env!("CARGO_BIN_EXE_flotilla");
+    let run = Command::new(binary)
+        .args([
+            "bench",
+            "--quick",
+            "--scenario",
+            "baseline",
+            "--baseline",
+            binary,
+        ])
+        .args(["--split-cpus", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    if cpus < 2 {
+        assert!(!run.status.success());
+        assert!(stderr.contains("needs two CPUs or more"), "{stderr}");
+        return;
+    }
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    let baseline = results(out.path(), "baseline");
+    assert_eq!(baseline["options"]["split_cpus"], true, "{baseline}");
+    let last = (cpus - 1).to_string();
+    let split = &baseline["cpus"];
+    assert_eq!(split["ours"], last.as_str(), "{split}");
+    assert_eq!(split["theirs"], last.as_str(), "{split}");
+    let clients = split["clients"].as_str().unwrap();
+    assert!(
+        !clients.is_empty() && !clients.split([',', '-']).any(|cpu| cpu == last),
+        "{split}"
+    );
+    for phase in baseline["phases"].as_array().unwrap() {
+        for side in ["ours", "theirs"] {
+            assert!(positive(&phase[side]["p50_ms"]), "{phase}");
+        }
+    }
+}
