@@ -256,11 +256,21 @@ impl PgServer {
     /// database server), and waits for the postmaster to be gone.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // Each backend makes itself a process group of its own (PostgreSQL's
+            // InitPostmasterChild calls setsid), so the postmaster's group holds only it:
+            // its children are killed by pid too. Otherwise a backend that has not yet
+            // noticed its postmaster's death may still answer, and commit, a request.
+            let backends = children_of(child.id());
             kill_group(child.id());
+            for &backend in &backends {
+                kill_pid(backend);
+            }
             let _ = child.wait();
-            // The backends are in the group too; wait until none holds the data.
+            // Wait until none of them holds the data.
             let deadline = Instant::now() + START;
-            while group_alive(child.id()) && Instant::now() < deadline {
+            while (group_alive(child.id()) || backends.iter().any(|&b| running(b)))
+                && Instant::now() < deadline
+            {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -305,6 +315,41 @@ fn kill_group(group: u32) {
         .and_then(rustix::process::Pid::from_raw)
     {
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// The processes whose parent is `parent`, read from `/proc`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| stat_fields(pid).is_some_and(|(_, ppid)| ppid == parent))
+        .collect()
+}
+
+/// A process's state letter and parent from `/proc/PID/stat` (the fields after the
+/// command's closing parenthesis); `None` once it is gone.
+fn stat_fields(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut after = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let state = after.next()?.chars().next()?;
+    let ppid = after.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether process `pid` still runs (a zombie, waiting to be reaped, does not).
+fn running(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X'))
+}
+
+fn kill_pid(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
 }
 
