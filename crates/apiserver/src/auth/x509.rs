@@ -11,9 +11,10 @@
 //!  a pull agent's user (CN system:flotilla:cluster:NAME), when the hub checks them
 //!  (`with_cluster_check`), on every request: the Cluster NAME in the store (its key
 //!  index, then its facts memoised by revision; answered at once, with no future, when
-//!  the store's index is in memory and the Cluster is where it last passed) must exist, not be deleting, and record
-//!  this certificate's serial (annotation flotilla.io/certificate-serial), or else be
-//!  the certificate of the request the Cluster names (flotilla.io/certificate-request:
+//!  the store's index is in memory and the Cluster is where it last passed) must exist,
+//!  not be deleting, and record this certificate's serial (annotation
+//!  flotilla.io/certificate-serial), or else be the certificate of the request the
+//!  Cluster names (flotilla.io/certificate-request:
 //!  that CSR in the store, Approved, created after the last recorded certificate's
 //!  request, its status.certificate of this serial) ─► else Invalid(Revoked): revoked,
 //!  unjoined or deleted clusters' agents get 401 at once
