@@ -143,7 +143,13 @@ pub async fn hub_client(url: &str, ca_pem: &str, auth: HubAuth<'_>) -> Result<ku
     )
     .await
     .map_err(|e| Error::Input(format!("a client of the hub at {url}: {e}")))?;
-    client(&config, Some(HUB_READ_BUFFER))
+    hub_client_for(&config)
+}
+
+/// The client [`hub_client`] makes, for a configuration of the hub the caller has (the
+/// bench's stand-ins for agents).
+pub fn hub_client_for(config: &kube::Config) -> Result<kube::Client, Error> {
+    client(config, Some(HUB_READ_BUFFER))
 }
 
 /// The most a connection of an agent's hub client buffers of what it reads: hyper's
@@ -157,10 +163,19 @@ const HUB_READ_BUFFER: usize = 8 * 1024;
 /// (rustls' default keeps 256, allocated up front: ~25 KiB per client.)
 const RESUMED_SESSIONS: usize = 2;
 
-/// Idle connections an agent's hub client keeps: its watch holds one busy, the
-/// heartbeat, status writes and reports take turns on another. More at once (a burst of
-/// status writes) are opened and closed after use.
+/// Idle connections an agent's client keeps for a server that speaks only HTTP/1.1: its
+/// watch holds one busy, the heartbeat, status writes and reports take turns on another.
+/// More at once (a burst of status writes) are opened and closed after use. (Over HTTP/2,
+/// as the hub speaks it, the watch and every request share one connection.)
 const IDLE_CONNECTIONS: usize = 1;
+
+/// How long an HTTP/2 connection may be silent before it is pinged (client-go's
+/// `ReadIdleTimeout`).
+const PING_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a ping may go unanswered before its connection is closed (client-go's
+/// `PingTimeout`).
+const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How long a connection to the hub may take to open.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -174,8 +189,10 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 ///
 /// ```text
 ///  kube::Client ─► base URI ─► auth (a bearer token, exec, …) ─► hyper pool
-///     (≤ IDLE_CONNECTIONS idle) ─► rustls (the pinned CA, the client certificate,
-///     RESUMED_SESSIONS sessions) ─► TCP (no Nagle delay, CONNECT_TIMEOUT)
+///     (HTTP/2 if the server offers it: one connection for the watch and every request,
+///     pinged after PING_AFTER of silence; else HTTP/1.1, ≤ IDLE_CONNECTIONS idle)
+///     ─► rustls (the pinned CA, the client certificate, RESUMED_SESSIONS sessions)
+///     ─► TCP (no Nagle delay, CONNECT_TIMEOUT)
 /// ```
 pub fn lean_client(config: &kube::Config) -> Result<kube::Client, Error> {
     client(config, None)
@@ -196,10 +213,18 @@ fn client(config: &kube::Config, read_buffer: Option<usize>) -> Result<kube::Cli
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
+        .enable_http2()
         .wrap_connector(http);
     let mut builder =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
-    builder.pool_max_idle_per_host(IDLE_CONNECTIONS);
+    builder
+        .pool_max_idle_per_host(IDLE_CONNECTIONS)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        // A connection whose server has gone silent is found out (and its watch
+        // restarted) within a minute, as client-go does.
+        .http2_keep_alive_interval(PING_AFTER)
+        .http2_keep_alive_timeout(PING_TIMEOUT);
     if let Some(most) = read_buffer {
         builder.http1_max_buf_size(most);
     }

@@ -20,7 +20,7 @@ use flotilla_store::Store;
 use flotilla_store_memory::MemoryStore;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -365,6 +365,97 @@ async fn an_idle_connection_is_closed_but_one_answering_a_watch_is_not() {
         (Some("ADDED"), Some("later")),
         "{event}"
     );
+}
+
+/// An HTTP/2 client over a connection of its own that offered only `h2` in its
+/// handshake, and the task driving the connection (it ends when the server closes it).
+async fn http2_client(
+    hub: &Hub,
+) -> (
+    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let dir = hub._dir.path();
+    let identity = flotilla_pki::load_or_create(dir, &["127.0.0.1".to_owned()]).unwrap();
+    let mut config = identity.client_config().unwrap();
+    config.alpn_protocols = vec![flotilla_pki::ALPN_H2.to_vec()];
+    let tcp = TcpStream::connect(hub.address).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(flotilla_pki::ALPN_H2));
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    let driving = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (sender, driving)
+}
+
+#[tokio::test]
+async fn over_http2_a_watch_and_requests_share_one_connection_closed_once_idle() {
+    let hub = Hub::start(Timeouts {
+        headers: Duration::from_secs(1),
+        idle: Duration::from_secs(1),
+        ..patient()
+    })
+    .await;
+    let (mut sender, driving) = http2_client(&hub).await;
+    let watch = sender
+        .send_request(hub.request(
+            Method::GET,
+            "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=600",
+            Some(&hub.bearer()),
+            Value::Null,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    assert_eq!(watch.version(), hyper::Version::HTTP_2);
+    let mut events = watch.into_body();
+    // Requests on the same connection while the watch is open: each answered, and each
+    // change reaches the watch.
+    for name in ["first", "second"] {
+        let request = hub.request(
+            Method::POST,
+            "/api/v1/namespaces/default/configmaps",
+            Some(&hub.bearer()),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}),
+        );
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(status, StatusCode::CREATED, "{body:?}");
+        let frame = tokio::time::timeout(PATIENCE, events.frame())
+            .await
+            .expect("no watch event")
+            .expect("the watch ended")
+            .expect("the watch's stream failed");
+        let event: Value = serde_json::from_slice(frame.data_ref().unwrap()).unwrap();
+        assert_eq!(
+            (
+                event["type"].as_str(),
+                event["object"]["metadata"]["name"].as_str()
+            ),
+            (Some("ADDED"), Some(name)),
+            "{event}"
+        );
+    }
+    assert!(
+        !driving.is_finished(),
+        "the connection ended while a watch was open"
+    );
+    // The watch ends (its stream reset): nothing is under way, and the idle bound closes
+    // the connection.
+    drop(events);
+    tokio::time::timeout(PATIENCE, driving)
+        .await
+        .expect("the server kept an idle HTTP/2 connection open")
+        .unwrap();
 }
 
 #[tokio::test]

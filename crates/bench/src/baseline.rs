@@ -239,28 +239,33 @@ async fn hub(binary: &Path, dir: &Path, cpus: Option<&str>) -> Result<(LoneHub, 
     Ok((hub, target))
 }
 
-/// This process on every CPU but the last, which the hubs get, until dropped.
+/// This process on every CPU it may use but the last, which the hubs get, until dropped
+/// (then on all it could use before).
 struct CpuSplit {
     /// The hubs' CPU, as taskset names it.
     hubs: String,
-    /// Every CPU, to give this process back.
+    /// The CPUs this process could use before, to give them back.
     all: String,
 }
 
 impl CpuSplit {
     fn take() -> Result<Self, Error> {
-        let cpus = std::thread::available_parallelism()?.get();
-        if cpus < 2 {
+        let all = allowed_cpus(std::process::id())?;
+        let cpus = cpu_list(&all).ok_or_else(|| {
+            crate::check("/proc status", format!("a CPU list not understood: {all}"))
+        })?;
+        let Some((hubs, bench)) = cpus.split_last().filter(|(_, rest)| !rest.is_empty()) else {
             return Err(crate::check(
                 "--split-cpus",
-                format!("needs two CPUs or more; this process may use {cpus}"),
+                format!("needs two CPUs or more; this process may use {all}"),
             ));
-        }
-        let split = CpuSplit {
-            hubs: (cpus - 1).to_string(),
-            all: format!("0-{}", cpus - 1),
         };
-        pin_self(&format!("0-{}", cpus - 2))?;
+        let split = CpuSplit {
+            hubs: hubs.to_string(),
+            all,
+        };
+        let bench: Vec<String> = bench.iter().map(usize::to_string).collect();
+        pin_self(&bench.join(","))?;
         Ok(split)
     }
 }
@@ -269,6 +274,28 @@ impl Drop for CpuSplit {
     fn drop(&mut self) {
         let _ = pin_self(&self.all);
     }
+}
+
+/// The CPUs of a list as `/proc` and taskset write it (`0-3,6,8-9`), in order; `None` if
+/// it is not one.
+fn cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (first, last): (usize, usize) = match part.split_once('-') {
+            Some((first, last)) => (first.parse().ok()?, last.parse().ok()?),
+            None => {
+                let cpu = part.parse().ok()?;
+                (cpu, cpu)
+            }
+        };
+        if first > last {
+            return None;
+        }
+        cpus.extend(first..=last);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Some(cpus)
 }
 
 /// The CPUs process `pid` may run on (`Cpus_allowed_list` in its status).
@@ -411,6 +438,16 @@ mod tests {
             p99_ms,
             ..Latency::default()
         }
+    }
+
+    #[test]
+    fn a_cpu_list_is_read_as_proc_writes_it() {
+        assert_eq!(cpu_list("0-1"), Some(vec![0, 1]));
+        assert_eq!(cpu_list("2,4-6,9\n"), Some(vec![2, 4, 5, 6, 9]));
+        assert_eq!(cpu_list("5"), Some(vec![5]));
+        assert_eq!(cpu_list("3-1"), None);
+        assert_eq!(cpu_list("0-x"), None);
+        assert_eq!(cpu_list(""), None);
     }
 
     #[test]

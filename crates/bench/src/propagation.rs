@@ -555,7 +555,7 @@ impl Report {
                 "propagation",
                 format!("N={}: pull memory", p.clusters),
                 format!(
-                    "hub {:.1} KiB/cluster just Ready, {:.1} idle (its agent's two connections alone: {:.1}), sim {:.1} KiB/agent, one agent process {:.1} MiB",
+                    "hub {:.1} KiB/cluster just Ready, {:.1} idle (its agent's connection alone: {:.1}), sim {:.1} KiB/agent, one agent process {:.1} MiB",
                     p.hub_kib_per_cluster(),
                     p.hub_kib_per_idle_cluster(),
                     p.hub_kib_floor_per_cluster(),
@@ -1375,7 +1375,7 @@ mod tests {
         assert!(
             memory
                 .value
-                .contains("12.8 idle (its agent's two connections alone: 6.4)"),
+                .contains("12.8 idle (its agent's connection alone: 6.4)"),
             "{memory:?}"
         );
         assert!(report.table().contains("on pull clusters"));

@@ -4,9 +4,10 @@
 //!
 //! ```text
 //!  flotilla hub (empty) ─ settle ─► hub RSS empty
-//!  N stand-ins for agents' connections, each a client of its own: a watch held open and
-//!     a request answered on a second connection kept alive ─ settle ─► hub RSS with
-//!     them (the floor: what an agent's two connections cost the hub) ─► closed
+//!  N stand-ins for agents' connections, each a client of its own made as an agent's is:
+//!     a watch held open and a request answered (over HTTP/2, on the same connection)
+//!     ─ settle ─► hub RSS with them (the floor: what an agent's connection costs the
+//!     hub) ─► closed
 //!  flotilla sim --clusters N (no agents; DIR/plain) ─ settle ─► sim RSS without agents
 //!  flotilla sim --clusters N --agents --hub-kubeconfig … (DIR/agents; an auto-approve
 //!     token the simulator makes) ─► registration time: its start → N Clusters Ready
@@ -101,7 +102,7 @@ impl PullPoint {
         )
     }
 
-    /// The hub's memory per agent's two connections alone, in KiB: the floor under its
+    /// The hub's memory per agent's connection alone, in KiB: the floor under its
     /// memory per pull cluster.
     pub fn hub_kib_floor_per_cluster(&self) -> f64 {
         ratio(
@@ -371,9 +372,10 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
 }
 
 /// Stand-ins for N agents' connections to the hub, open while it lives: each a client of
-/// its own (its own pool) holding a watch open, as an agent watches its Works, and a
-/// request's connection kept alive, as an agent's requests keep theirs. What the hub
-/// holds for them is what it holds per agent before any state of a cluster.
+/// its own made as an agent's hub client is (`flotilla_agent::hub_client_for`: HTTP/2,
+/// its watch and requests on one connection), holding a watch open, as an agent watches
+/// its Works, and having had a request answered, as an agent's heartbeat has. What the
+/// hub holds for them is what it holds per agent before any state of a cluster.
 struct StandIns {
     _held: Vec<(Client, Watch)>,
 }
@@ -388,16 +390,26 @@ impl StandIns {
     async fn open(hub_kubeconfig: &Path, n: usize) -> Result<Self, Error> {
         use futures_util::{StreamExt as _, TryStreamExt as _};
         use k8s_openapi::api::core::v1::ConfigMap;
+        let kubeconfig = kube::config::Kubeconfig::read_from(hub_kubeconfig)
+            .map_err(|e| check("the hub's kubeconfig", e))?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| check("the hub's kubeconfig", e))?;
+        let config = &config;
         let opened = futures_util::stream::iter(0..n)
             .map(|i| async move {
-                let pools = flotilla_fleet::runtime::Pools::default();
-                let client = client(hub_kubeconfig, &pools).await?;
+                let client = flotilla_agent::hub_client_for(config)
+                    .map_err(|e| check("a stand-in's client", e))?;
                 let api = Api::<ConfigMap>::namespaced(client.clone(), &format!("stand-in-{i}"));
                 let watch = api
                     .watch(&kube::api::WatchParams::default(), "0")
                     .await
                     .map_err(|e| check("a stand-in's watch", e))?;
-                // The watch holds the first connection: this goes over a second one.
+                // Over HTTP/1.1 (a hub without HTTP/2) this would go over a second
+                // connection.
                 api.get_opt("none")
                     .await
                     .map_err(|e| check("a stand-in's request", e))?;

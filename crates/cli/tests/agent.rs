@@ -196,6 +196,36 @@ spec:
   clusters: {labelSelector: {matchLabels: {mode: pull}}}
 ";
 
+/// The TCP connections process `pid` has established to `port` (its sockets, found in
+/// `/proc/PID/net/tcp` and `tcp6` by the inodes of its open descriptors).
+fn connections_to(pid: u32, port: u16) -> usize {
+    let sockets: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+                .filter_map(|link| {
+                    let link = link.to_string_lossy().into_owned();
+                    let inode = link.strip_prefix("socket:[")?.strip_suffix(']')?;
+                    Some(inode.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let port = format!("{port:04X}");
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).ok())
+        .flat_map(|table| table.lines().skip(1).map(str::to_owned).collect::<Vec<_>>())
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // rem_address (HEXIP:HEXPORT), st (01: established), inode.
+            fields.len() > 9
+                && fields[2].rsplit(':').next() == Some(port.as_str())
+                && fields[3] == "01"
+                && sockets.contains(fields[9])
+        })
+        .count()
+}
+
 #[test]
 fn a_member_registers_with_a_token_joins_once_approved_and_is_revoked() {
     let hub = Hub::start_with(&["--health-period", "1s"]);
@@ -618,6 +648,20 @@ fn an_auto_approve_token_joins_at_once_and_bad_tokens_are_refused() {
             )),
         }
     });
+    // Its Works watch, heartbeat and status writes share one HTTP/2 connection to the
+    // hub (over HTTP/1.1 the watch would hold one and the requests need another).
+    let hub_port: u16 = flag(&command, "--hub")
+        .rsplit(':')
+        .next()
+        .and_then(|port| port.parse().ok())
+        .expect("the hub's port in the agent's command");
+    eventually(
+        "the agent holds one connection to the hub",
+        || match connections_to(agent.child.id(), hub_port) {
+            1 => Ok(()),
+            n => Err(format!("{n} connections")),
+        },
+    );
     let approved = hub.json(&["get", "csr"]);
     let west = approved["items"]
         .as_array()

@@ -85,6 +85,8 @@ const SERVER_VALIDITY_DAYS: i64 = 365;
 /// A serving certificate expiring sooner than this is re-issued.
 const RENEW_BEFORE_DAYS: i64 = 30;
 const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// HTTP/2's ALPN name: the hub serves it to clients that offer it.
+pub const ALPN_H2: &[u8] = b"h2";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -255,7 +257,7 @@ impl fmt::Debug for HubIdentity {
 impl HubIdentity {
     /// A rustls server configuration presenting the serving certificate
     /// followed by the CA certificate (a certificate of the user's own: its chain as
-    /// given), offering ALPN `http/1.1`. It asks for a client certificate issued by the
+    /// given), offering ALPN `h2` and `http/1.1`. It asks for a client certificate issued by the
     /// CA without requiring one, and checks in the handshake only that the client holds
     /// the certificate's key: the chain is checked by [`ClientCa::verify`] when a
     /// request is authenticated, so that a certificate that does not verify is a 401
@@ -285,7 +287,8 @@ impl HubIdentity {
             .with_client_cert_verifier(Arc::new(clients))
             .with_single_cert(chain, key)
             .map_err(tls)?;
-        config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+        // HTTP/2 preferred, as kube-apiserver serves it; HTTP/1.1 for clients without it.
+        config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
         Ok(config)
     }
 

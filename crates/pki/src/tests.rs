@@ -250,6 +250,24 @@ fn new_host_reissues_server_cert_with_same_ca() {
 }
 
 #[test]
+fn a_client_offering_http2_is_served_http2_and_one_without_it_http1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let id = load_or_create(tmp.path(), &hosts(&["localhost"])).unwrap();
+    let mut offering_h2 = id.client_config().unwrap();
+    offering_h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let (client, server) =
+        handshake(offering_h2, id.server_config().unwrap(), "localhost").unwrap();
+    assert_eq!(client.alpn_protocol(), Some(ALPN_H2));
+    assert_eq!(server.alpn_protocol(), Some(ALPN_H2));
+    let mut offering_nothing = id.client_config().unwrap();
+    offering_nothing.alpn_protocols.clear();
+    let (client, server) =
+        handshake(offering_nothing, id.server_config().unwrap(), "localhost").unwrap();
+    assert_eq!(client.alpn_protocol(), None);
+    assert_eq!(server.alpn_protocol(), None);
+}
+
+#[test]
 fn tls_handshake_by_name_and_ip() {
     let tmp = tempfile::tempdir().unwrap();
     let id = load_or_create(tmp.path(), &hosts(&["127.0.0.1", "localhost"])).unwrap();

@@ -12,7 +12,8 @@ use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::graceful::GracefulConnection;
 use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
@@ -340,6 +341,7 @@ pub async fn serve_tls_with(
                     return;
                 }
             };
+            let tls_alpn_is_h2 = tls.get_ref().1.alpn_protocol() == Some(flotilla_pki::ALPN_H2);
             let certificates = tls.get_ref().1.peer_certificates().map(|chain| {
                 ClientCertificates(chain.iter().map(|c| c.clone().into_owned()).collect())
             });
@@ -368,29 +370,58 @@ pub async fn serve_tls_with(
                     }
                 },
             );
-            let connection =
-                hyper::server::conn::http1::Builder::new().serve_connection(io, service);
-            tokio::pin!(connection);
-            tokio::select! {
-                result = connection.as_mut() => {
-                    if let Err(e) = result {
-                        debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                }
-                // Dropping the connection closes it: no request is being answered.
-                () = activity.expired(&timeouts) => {
-                    debug!(%peer, "closing a connection idle or slow to send its headers");
-                }
-                _ = stopped.changed() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
-                }
+            // HTTP/2 when the client asked for it in the handshake (client-go does: all
+            // of a process's watches and requests share one connection), HTTP/1.1 otherwise.
+            if tls_alpn_is_h2 {
+                let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                http2.max_concurrent_streams(MAX_STREAMS);
+                let connection = http2.serve_connection(io, service);
+                drive(connection, &activity, &timeouts, &mut stopped, peer).await;
+            } else {
+                let connection =
+                    hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+                drive(connection, &activity, &timeouts, &mut stopped, peer).await;
             }
         });
     }
     info!("shutting down: no new connections; finishing requests in flight");
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
+}
+
+/// The most requests one HTTP/2 connection may have under way at once (Go's server
+/// default); a client that needs more opens another connection.
+const MAX_STREAMS: u32 = 250;
+
+/// Serves `connection` until it ends, it has waited too long for a request's headers or
+/// idled too long (dropped: closed), or the server stops (finished gracefully, for at
+/// most 5 s).
+async fn drive<C>(
+    connection: C,
+    activity: &Activity,
+    timeouts: &Timeouts,
+    stopped: &mut tokio::sync::watch::Receiver<bool>,
+    peer: SocketAddr,
+) where
+    C: GracefulConnection,
+    C::Error: std::fmt::Display,
+{
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(e) = result {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }
+        // Dropping the connection closes it: no request is being answered.
+        () = activity.expired(timeouts) => {
+            debug!(%peer, "closing a connection idle or slow to send its headers");
+        }
+        _ = stopped.changed() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+        }
+    }
 }
 
 /// Where a connection stands between requests, for its [`Timeouts`].
