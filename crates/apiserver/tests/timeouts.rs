@@ -156,6 +156,24 @@ impl Hub {
     }
 }
 
+/// Reads the watch's next event from `events`: it must be the ADDED of `name`.
+async fn next_added(events: &mut hyper::body::Incoming, name: &str) {
+    let frame = tokio::time::timeout(PATIENCE, events.frame())
+        .await
+        .expect("no watch event")
+        .expect("the watch ended")
+        .expect("the watch's connection failed");
+    let event: Value = serde_json::from_slice(frame.data_ref().unwrap()).unwrap();
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some(name)),
+        "{event}"
+    );
+}
+
 /// Reads `stream` until the server closes it (end of stream, or a reset); what it sent
 /// before. Panics if the server keeps it open for [`PATIENCE`].
 async fn closed_by_server(stream: &mut (impl tokio::io::AsyncRead + Unpin), what: &str) -> Vec<u8> {
@@ -351,20 +369,7 @@ async fn an_idle_connection_is_closed_but_one_answering_a_watch_is_not() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body:?}");
-    let frame = tokio::time::timeout(PATIENCE, events.frame())
-        .await
-        .expect("no watch event")
-        .expect("the watch ended")
-        .expect("the watch's connection failed");
-    let event: Value = serde_json::from_slice(frame.data_ref().unwrap()).unwrap();
-    assert_eq!(
-        (
-            event["type"].as_str(),
-            event["object"]["metadata"]["name"].as_str()
-        ),
-        (Some("ADDED"), Some("later")),
-        "{event}"
-    );
+    next_added(&mut events, "later").await;
 }
 
 /// An HTTP/2 client over a connection of its own that offered only `h2` in its
@@ -430,20 +435,7 @@ async fn over_http2_a_watch_and_requests_share_one_connection_closed_once_idle()
         let status = response.status();
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(status, StatusCode::CREATED, "{body:?}");
-        let frame = tokio::time::timeout(PATIENCE, events.frame())
-            .await
-            .expect("no watch event")
-            .expect("the watch ended")
-            .expect("the watch's stream failed");
-        let event: Value = serde_json::from_slice(frame.data_ref().unwrap()).unwrap();
-        assert_eq!(
-            (
-                event["type"].as_str(),
-                event["object"]["metadata"]["name"].as_str()
-            ),
-            (Some("ADDED"), Some(name)),
-            "{event}"
-        );
+        next_added(&mut events, name).await;
     }
     assert!(
         !driving.is_finished(),
