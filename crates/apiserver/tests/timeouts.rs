@@ -151,6 +151,16 @@ impl Hub {
         Hub::send(&mut sender, self.request(method, path, authorization, body)).await
     }
 
+    /// A watch of the default namespace's ConfigMaps, as the admin, lasting 10 minutes.
+    fn configmaps_watch(&self) -> Request<Full<Bytes>> {
+        self.request(
+            Method::GET,
+            "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=600",
+            Some(&self.bearer()),
+            Value::Null,
+        )
+    }
+
     fn bearer(&self) -> String {
         format!("Bearer {}", self.token)
     }
@@ -333,15 +343,7 @@ async fn an_idle_connection_is_closed_but_one_answering_a_watch_is_not() {
     .await;
     // A watch, on a connection of its own.
     let (mut watcher, _watching) = hub.client().await;
-    let response = watcher
-        .send_request(hub.request(
-            Method::GET,
-            "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=600",
-            Some(&hub.bearer()),
-            Value::Null,
-        ))
-        .await
-        .unwrap();
+    let response = watcher.send_request(hub.configmaps_watch()).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let mut events = response.into_body();
 
@@ -410,15 +412,7 @@ async fn over_http2_a_watch_and_requests_share_one_connection_closed_once_idle()
     })
     .await;
     let (mut sender, driving) = http2_client(&hub).await;
-    let watch = sender
-        .send_request(hub.request(
-            Method::GET,
-            "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=600",
-            Some(&hub.bearer()),
-            Value::Null,
-        ))
-        .await
-        .unwrap();
+    let watch = sender.send_request(hub.configmaps_watch()).await.unwrap();
     assert_eq!(watch.status(), StatusCode::OK);
     assert_eq!(watch.version(), hyper::Version::HTTP_2);
     let mut events = watch.into_body();
