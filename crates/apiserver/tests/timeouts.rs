@@ -375,12 +375,13 @@ async fn an_idle_connection_is_closed_but_one_answering_a_watch_is_not() {
 }
 
 /// An HTTP/2 client over a connection of its own that offered only `h2` in its
-/// handshake, and the task driving the connection (it ends when the server closes it).
+/// handshake, and the task driving the connection (it ends when the server closes it,
+/// with what the connection ended with).
 async fn http2_client(
     hub: &Hub,
 ) -> (
     hyper::client::conn::http2::SendRequest<Full<Bytes>>,
-    tokio::task::JoinHandle<()>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
 ) {
     let dir = hub._dir.path();
     let identity = flotilla_pki::load_or_create(dir, &["127.0.0.1".to_owned()]).unwrap();
@@ -397,14 +398,12 @@ async fn http2_client(
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
             .await
             .unwrap();
-    let driving = tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let driving = tokio::spawn(connection);
     (sender, driving)
 }
 
 #[tokio::test]
-async fn over_http2_a_watch_and_requests_share_one_connection_closed_once_idle() {
+async fn over_http2_a_watch_and_requests_share_one_connection_told_to_go_away_once_idle() {
     let hub = Hub::start(Timeouts {
         headers: Duration::from_secs(1),
         idle: Duration::from_secs(1),
@@ -435,13 +434,15 @@ async fn over_http2_a_watch_and_requests_share_one_connection_closed_once_idle()
         !driving.is_finished(),
         "the connection ended while a watch was open"
     );
-    // The watch ends (its stream reset): nothing is under way, and the idle bound closes
-    // the connection.
+    // The watch ends (its stream reset): nothing is under way, and at the idle bound the
+    // server tells the client to go away, then closes the connection: the client's
+    // connection ends cleanly, not cut.
     drop(events);
-    tokio::time::timeout(PATIENCE, driving)
+    let ended = tokio::time::timeout(PATIENCE, driving)
         .await
         .expect("the server kept an idle HTTP/2 connection open")
         .unwrap();
+    assert!(ended.is_ok(), "the connection was cut: {ended:?}");
 }
 
 #[tokio::test]

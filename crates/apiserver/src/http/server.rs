@@ -376,11 +376,11 @@ pub async fn serve_tls_with(
                 let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
                 http2.max_concurrent_streams(MAX_STREAMS);
                 let connection = http2.serve_connection(io, service);
-                drive(connection, &activity, &timeouts, &mut stopped, peer).await;
+                drive(connection, true, &activity, &timeouts, &mut stopped, peer).await;
             } else {
                 let connection =
                     hyper::server::conn::http1::Builder::new().serve_connection(io, service);
-                drive(connection, &activity, &timeouts, &mut stopped, peer).await;
+                drive(connection, false, &activity, &timeouts, &mut stopped, peer).await;
             }
         });
     }
@@ -393,11 +393,19 @@ pub async fn serve_tls_with(
 /// default); a client that needs more opens another connection.
 const MAX_STREAMS: u32 = 250;
 
+/// How long a connection told to finish (the server stopping, or an HTTP/2 connection's
+/// bound reached) may take over what it has under way before it is closed.
+const FINISHING: Duration = Duration::from_secs(5);
+
 /// Serves `connection` until it ends, it has waited too long for a request's headers or
-/// idled too long (dropped: closed), or the server stops (finished gracefully, for at
-/// most 5 s).
+/// idled too long, or the server stops (finished gracefully, for at most [`FINISHING`]).
+/// At a bound an HTTP/1.1 connection is dropped (closed: no request is under way), and an
+/// HTTP/2 one (`goaway`) is told to go away first, as Go's server does: a client that
+/// opens a stream as the bound ends learns that the server never took it (and sends it
+/// again on a new connection) instead of losing it to the close.
 async fn drive<C>(
     connection: C,
+    goaway: bool,
     activity: &Activity,
     timeouts: &Timeouts,
     stopped: &mut tokio::sync::watch::Receiver<bool>,
@@ -407,20 +415,22 @@ async fn drive<C>(
     C::Error: std::fmt::Display,
 {
     tokio::pin!(connection);
-    tokio::select! {
+    let finish = tokio::select! {
         result = connection.as_mut() => {
             if let Err(e) = result {
                 debug!(%peer, error = %e, "connection ended with an error");
             }
+            false
         }
-        // Dropping the connection closes it: no request is being answered.
         () = activity.expired(timeouts) => {
             debug!(%peer, "closing a connection idle or slow to send its headers");
+            goaway
         }
-        _ = stopped.changed() => {
-            connection.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
-        }
+        _ = stopped.changed() => true,
+    };
+    if finish {
+        connection.as_mut().graceful_shutdown();
+        let _ = tokio::time::timeout(FINISHING, connection).await;
     }
 }
 
