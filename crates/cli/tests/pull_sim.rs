@@ -408,3 +408,99 @@ data: {k: v}
             .ok_or_else(|| format!("still there: {left:?}"))
     });
 }
+
+/// An agent renews its heartbeat Lease as the kubelet renews its node's: by updating the
+/// Lease it last wrote, with no read before each update (read from the hub's audit log:
+/// its reads all come before it creates the Lease). When someone else changes the
+/// Lease, the agent's next update conflicts (409); it reads the Lease again and goes on
+/// renewing it.
+#[test]
+fn an_agent_renews_its_lease_without_reading_it_first_and_reads_it_after_a_conflict() {
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("audit.log");
+    let hub = Hub::start_with(&["--audit-log-path", log.to_str().unwrap()]);
+    let _sim = pull_sim(&hub, 1, "beat-", &[]);
+    wait_ready_pull_clusters(&hub, &BTreeSet::from(["beat-1".to_owned()]));
+    let namespace = "flotilla-cluster-beat-1";
+    // The agent's answered requests on its Lease, in order: (verb, code).
+    let lease_requests = || -> Vec<(String, i64)> {
+        support::audit::events(&log)
+            .iter()
+            .filter(|e| {
+                e["stage"] == "ResponseComplete"
+                    && e["user"]["username"] == "system:flotilla:cluster:beat-1"
+            })
+            .map(support::audit::summary)
+            .filter(|(_, resource, ns, name, _)| {
+                resource == "leases" && ns == namespace && name == "flotilla-agent"
+            })
+            .map(|(verb, _, _, _, code)| (verb, code))
+            .collect()
+    };
+    let updates = |requests: &[(String, i64)]| {
+        requests
+            .iter()
+            .filter(|r| *r == &("update".to_owned(), 200))
+            .count()
+    };
+    let renewed = eventually("five renewals of the Lease", || {
+        let requests = lease_requests();
+        (updates(&requests) >= 5)
+            .then_some(requests.clone())
+            .ok_or_else(|| format!("{requests:?}"))
+    });
+    // Read (404) as the agent starts (whether it is let in yet) and before its create;
+    // after the create, nothing but updates.
+    let created = renewed
+        .iter()
+        .position(|r| *r == ("create".to_owned(), 201))
+        .unwrap_or_else(|| panic!("no create: {renewed:?}"));
+    assert!(
+        renewed[..created]
+            .iter()
+            .all(|r| *r == ("get".to_owned(), 404)),
+        "{renewed:?}"
+    );
+    assert!(
+        renewed[created + 1..]
+            .iter()
+            .all(|r| *r == ("update".to_owned(), 200)),
+        "renewed without reading: {renewed:?}"
+    );
+
+    // Someone else writes the Lease: the agent's next update conflicts, it reads the
+    // Lease again, and its updates succeed again.
+    hub.ok(&[
+        "annotate",
+        "lease",
+        "flotilla-agent",
+        "-n",
+        namespace,
+        "touched=yes",
+    ]);
+    let before = renewed.len();
+    let after = eventually("a conflict, a read, then renewals again", || {
+        let requests = lease_requests();
+        let since = requests.get(before..).unwrap_or_default().to_vec();
+        let conflict = since.iter().position(|r| *r == ("update".to_owned(), 409));
+        match conflict {
+            Some(at) if updates(&since[at..]) >= 2 => Ok(since[at..].to_vec()),
+            _ => Err(format!("{since:?}")),
+        }
+    });
+    assert_eq!(
+        after[1],
+        ("get".to_owned(), 200),
+        "read after the conflict: {after:?}"
+    );
+    assert_eq!(
+        after.iter().filter(|(verb, _)| verb == "get").count(),
+        1,
+        "one read for the conflict: {after:?}"
+    );
+    let lease = hub.json(&["get", "lease", "flotilla-agent", "-n", namespace]);
+    assert_eq!(
+        lease["metadata"]["annotations"]["touched"], "yes",
+        "{lease}"
+    );
+}
