@@ -94,6 +94,67 @@ pub(crate) async fn client(kubeconfig: &Path, pools: &Pools) -> Result<Client, E
         .map_err(|e| check("client", e))
 }
 
+/// How many of the bench's member watches share one HTTP/2 connection to a simulator:
+/// under the 250 streams a connection that the simulator (the hub's server) allows.
+const WATCHES_PER_CONNECTION: usize = 200;
+
+/// The bench's clients for the members whose kubeconfigs these are, for its watches.
+/// The members of a simulator are one server's logical clusters and each authenticates
+/// by a bearer token in its requests' headers, so every [`WATCHES_PER_CONNECTION`] of
+/// them share one HTTP/2 connection (one per simulator among them): N watches hold about
+/// N / 200 of the simulators' sockets, not N. At N = 10,000 pull clusters, one socket
+/// per watch beside the agents' 10,000 connections to the hub would pass this machine's
+/// 20,000 open files in the agents' simulator.
+pub(crate) async fn watch_clients(kubeconfigs: &[PathBuf]) -> Result<Vec<Client>, Error> {
+    use kube::client::ConfigExt as _;
+    let mut clients = Vec::with_capacity(kubeconfigs.len());
+    for group in kubeconfigs.chunks(WATCHES_PER_CONNECTION) {
+        let mut shared = None;
+        for kubeconfig in group {
+            let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
+                .map_err(|e| check("a member's kubeconfig", e))?;
+            let config = kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| check("a member's kubeconfig", e))?;
+            let connection = match &shared {
+                Some(connection) => Clone::clone(connection),
+                None => {
+                    let tls = config
+                        .rustls_client_config()
+                        .map_err(|e| check("a member's TLS", e))?;
+                    let https = hyper_rustls::HttpsConnectorBuilder::new()
+                        .with_tls_config(tls)
+                        .https_only()
+                        .enable_http2()
+                        .build();
+                    let connection: hyper_util::client::legacy::Client<_, kube::client::Body> =
+                        hyper_util::client::legacy::Client::builder(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .http2_only(true)
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .build(https);
+                    shared.insert(connection).clone()
+                }
+            };
+            let service = tower::ServiceBuilder::new()
+                .layer(config.base_uri_layer())
+                .option_layer(
+                    config
+                        .auth_layer()
+                        .map_err(|e| check("a member's credentials", e))?,
+                )
+                .map_err(tower::BoxError::from)
+                .service(connection);
+            clients.push(Client::new(service, config.default_namespace));
+        }
+    }
+    Ok(clients)
+}
+
 /// Waits until `client`'s server answers.
 pub(crate) async fn wait_until_serving(client: &Client, what: &str) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -40,7 +40,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::harness::{MEMBERS_PER_SIM, Processes};
+use crate::harness::{MEMBERS_PER_SIM, Processes, watch_clients};
 use crate::plot::Chart;
 use crate::resync::metrics_text;
 use crate::room::Room;
@@ -731,11 +731,8 @@ impl Watchers {
         name: &str,
         image: &str,
     ) -> Result<Self, Error> {
-        let mut clients = Vec::with_capacity(n);
-        for i in 1..=n {
-            clients.push(processes.member_client(i).await?);
-        }
-        Self::start_with(clients, name, image).await
+        let kubeconfigs: Vec<_> = (1..=n).map(|i| processes.member_kubeconfig(i)).collect();
+        Self::start_with(watch_clients(&kubeconfigs).await?, name, image).await
     }
 
     /// [`Watchers::start`] through `clients`, one per member.
