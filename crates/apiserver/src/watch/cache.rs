@@ -10,6 +10,7 @@
 //!
 //!  client watch from N: subscribe, then history (N, …] ─► live events (> last seen)
 //!                       N older than the history ─► its own store watch (catch-up from the log)
+//!                       N more than `catch_up` revisions older ─► Expired (410): relist
 //!                       fell behind the broadcast and the history ─► Expired (410): relist
 //! ```
 //!
@@ -89,6 +90,14 @@ pub struct Config {
     /// as there may be a feed for each of thousands of namespaces (every pull agent
     /// watches its own).
     pub namespace_buffer: usize,
+    /// The most revisions a watch that starts before the history is caught up over from
+    /// the store's log. The catch-up reads every change in between, whatever its key:
+    /// a Works watch of one agent resuming a minute back on a hub with 10,000 pull
+    /// clusters (1,000 heartbeats a second) would read 60,000, and 10,000 agents resuming
+    /// after a round of Work writes had overflowed the history read them all. A watch from
+    /// further back is told to relist (410 Expired), as kube-apiserver tells every watch
+    /// older than its cache: an agent then lists its own namespace, a few objects.
+    pub catch_up: u64,
 }
 
 impl Default for Config {
@@ -100,6 +109,7 @@ impl Default for Config {
             history_floor: 100,
             buffer: 256,
             namespace_buffer: 16,
+            catch_up: 10_000,
         }
     }
 }
@@ -814,6 +824,18 @@ impl WatchCache {
                 return Err(flotilla_store::Error::Compacted {
                     requested: since,
                     compacted: since,
+                });
+            }
+            // Too far back to catch up from the log (see `Config::catch_up`): answered as
+            // a compacted revision is, "too old; the oldest available is …" (410).
+            let oldest = state
+                .complete_after
+                .get()
+                .saturating_sub(self.config.catch_up);
+            if since < state.complete_after && since.get() < oldest {
+                return Err(flotilla_store::Error::Compacted {
+                    requested: since,
+                    compacted: Revision::new(oldest),
                 });
             }
             state.watched = true;
@@ -1580,6 +1602,71 @@ mod tests {
             1,
             "the catch-up watch ended once the cache took over"
         );
+    }
+
+    /// A watch from before the history is caught up from the store's log only over
+    /// `catch_up` revisions at most; from further back it is told to relist (410), and
+    /// the store is not read for it.
+    #[tokio::test]
+    async fn a_watch_too_far_before_the_history_is_told_to_relist() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cache = WatchCache::new(
+            store.clone(),
+            Config {
+                history: 3,
+                buffer: 16,
+                catch_up: 4,
+                ..Config::default()
+            },
+        );
+        let start = store.current_revision().await.unwrap();
+        let mut first = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
+        for i in 0..10 {
+            store
+                .create(
+                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
+                    value("k", i),
+                )
+                .await
+                .unwrap();
+        }
+        for i in 1..=10 {
+            assert_eq!(
+                next_change(&mut first).await.revision.get(),
+                start.get() + i
+            );
+        }
+        // The history holds the last 3 changes: it is complete after start + 7. A catch-up
+        // may reach back 4 revisions more, to start + 3.
+        let too_old = cache.watch(b"/core/configmaps/root/", start).await;
+        match too_old {
+            Err(flotilla_store::Error::Compacted {
+                requested,
+                compacted,
+            }) => {
+                assert_eq!(requested, start);
+                assert_eq!(compacted.get(), start.get() + 3);
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a watch from {start} was caught up"),
+        }
+        assert_eq!(cache.store_watches(), 1, "no catch-up was started for it");
+        let too_old = cache
+            .watch(b"/core/configmaps/root/", Revision::new(start.get() + 2))
+            .await;
+        assert!(too_old.is_err(), "from start + 2: caught up");
+        // From the oldest revision a catch-up reaches: every change after it, in order.
+        let mut caught_up = cache
+            .watch(b"/core/configmaps/root/", Revision::new(start.get() + 3))
+            .await
+            .unwrap();
+        assert_eq!(cache.store_watches(), 2);
+        for i in 4..=10 {
+            assert_eq!(
+                next_change(&mut caught_up).await.revision.get(),
+                start.get() + i
+            );
+        }
     }
 
     /// A watcher that lags, is cancelled mid-wait, takes bookmarks and starts again from
