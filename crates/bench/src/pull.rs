@@ -305,9 +305,22 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
     settle(&[hub_pid, agents_pid], SETTLE_LIMIT).await;
     let hub_rss_pull_mib = rss_mib(hub_pid)?;
     let sim_rss_agents_mib = rss_mib(agents_pid)?;
-    progress.step(&format!("{} s idle", IDLE.as_secs()));
+    // Each reading as it is taken, so that a run stopped later still tells it.
+    let per = |mib: f64, base: f64| ratio((mib - base) * 1024.0, n as f64);
+    progress.step(&format!(
+        "registered in {:.1} s; hub {:.1} KiB per cluster (floor {:.1}), sim {:.1} KiB per agent; {} s idle",
+        register.as_secs_f64(),
+        per(hub_rss_pull_mib, hub_rss_empty_mib),
+        per(hub_rss_floor_mib, hub_rss_empty_mib),
+        per(sim_rss_agents_mib, sim_rss_plain_mib),
+        IDLE.as_secs()
+    ));
     tokio::time::sleep(IDLE).await;
     let hub_rss_idle_mib = rss_mib(hub_pid)?;
+    progress.step(&format!(
+        "idle: hub {:.1} KiB per cluster",
+        per(hub_rss_idle_mib, hub_rss_empty_mib)
+    ));
 
     progress.step("placing bench/web on every pull member");
     let apply = PatchParams::apply(FIELD_MANAGER).force();
@@ -329,6 +342,7 @@ pub async fn measure(options: &Options, n: usize) -> Result<PullPoint, Error> {
         .map_err(|e| check("placement", e))?;
     ready_everywhere(&deployments, &placements, options.replicas, n).await?;
     let place = placed_at.elapsed();
+    progress.step(&format!("placed in {:.1} s", place.as_secs_f64()));
 
     // The members' watches: through the agents' simulator's kubeconfigs.
     let kubeconfigs: Vec<_> = (1..=n)
