@@ -9,6 +9,7 @@
 //!  DIR/sim-2/  flotilla sim --clusters M --first M+1 …  (past M members)     (sim-2.log)
 //! ```
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -101,56 +102,72 @@ const WATCHES_PER_CONNECTION: usize = 200;
 /// The bench's clients for the members whose kubeconfigs these are, for its watches.
 /// The members of a simulator are one server's logical clusters and each authenticates
 /// by a bearer token in its requests' headers, so every [`WATCHES_PER_CONNECTION`] of
-/// them share one HTTP/2 connection (one per simulator among them): N watches hold about
-/// N / 200 of the simulators' sockets, not N. At N = 10,000 pull clusters, one socket
-/// per watch beside the agents' 10,000 connections to the hub would pass this machine's
-/// 20,000 open files in the agents' simulator.
+/// those with one server and CA share one HTTP/2 connection: N watches hold about N / 200
+/// of the simulators' sockets, not N. At N = 10,000 pull clusters, one socket per watch
+/// beside the agents' 10,000 connections to the hub would pass this machine's 20,000 open
+/// files in the agents' simulator.
 pub(crate) async fn watch_clients(kubeconfigs: &[PathBuf]) -> Result<Vec<Client>, Error> {
     use kube::client::ConfigExt as _;
+    type Connection = hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        kube::client::Body,
+    >;
+    // A server's authority and its CA certificates.
+    type Server = (String, Vec<Vec<u8>>);
+    // Per server: the connection being filled, and how many watches it carries.
+    let mut shared: HashMap<Server, (Connection, usize)> = HashMap::new();
     let mut clients = Vec::with_capacity(kubeconfigs.len());
-    for group in kubeconfigs.chunks(WATCHES_PER_CONNECTION) {
-        let mut shared = None;
-        for kubeconfig in group {
-            let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
-                .map_err(|e| check("a member's kubeconfig", e))?;
-            let config = kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
+    for kubeconfig in kubeconfigs {
+        let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
             .map_err(|e| check("a member's kubeconfig", e))?;
-            let connection = match &shared {
-                Some(connection) => Clone::clone(connection),
-                None => {
-                    let tls = config
-                        .rustls_client_config()
-                        .map_err(|e| check("a member's TLS", e))?;
-                    let https = hyper_rustls::HttpsConnectorBuilder::new()
-                        .with_tls_config(tls)
-                        .https_only()
-                        .enable_http2()
-                        .build();
-                    let connection: hyper_util::client::legacy::Client<_, kube::client::Body> =
-                        hyper_util::client::legacy::Client::builder(
-                            hyper_util::rt::TokioExecutor::new(),
-                        )
-                        .http2_only(true)
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .build(https);
-                    shared.insert(connection).clone()
-                }
-            };
-            let service = tower::ServiceBuilder::new()
-                .layer(config.base_uri_layer())
-                .option_layer(
-                    config
-                        .auth_layer()
-                        .map_err(|e| check("a member's credentials", e))?,
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| check("a member's kubeconfig", e))?;
+        let server = (
+            config
+                .cluster_url
+                .authority()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            config.root_cert.clone().unwrap_or_default(),
+        );
+        let connection = match shared.get_mut(&server) {
+            Some((connection, carried)) if *carried < WATCHES_PER_CONNECTION => {
+                *carried += 1;
+                connection.clone()
+            }
+            _ => {
+                let tls = config
+                    .rustls_client_config()
+                    .map_err(|e| check("a member's TLS", e))?;
+                let https = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_only()
+                    .enable_http2()
+                    .build();
+                let connection: Connection = hyper_util::client::legacy::Client::builder(
+                    hyper_util::rt::TokioExecutor::new(),
                 )
-                .map_err(tower::BoxError::from)
-                .service(connection);
-            clients.push(Client::new(service, config.default_namespace));
-        }
+                .http2_only(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .build(https);
+                shared.insert(server, (connection.clone(), 1));
+                connection
+            }
+        };
+        let service = tower::ServiceBuilder::new()
+            .layer(config.base_uri_layer())
+            .option_layer(
+                config
+                    .auth_layer()
+                    .map_err(|e| check("a member's credentials", e))?,
+            )
+            .map_err(tower::BoxError::from)
+            .service(connection);
+        clients.push(Client::new(service, config.default_namespace));
     }
     Ok(clients)
 }

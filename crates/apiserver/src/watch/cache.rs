@@ -1178,6 +1178,19 @@ mod tests {
         Bytes::from(json!({"metadata": {"name": name}, "n": n}).to_string())
     }
 
+    /// Creates ConfigMaps `k0`..`k{count - 1}` in namespace `namespace` of the root cluster.
+    async fn create_configmaps(store: &Arc<dyn Store>, namespace: &str, count: u64) {
+        for i in 0..count {
+            store
+                .create(
+                    format!("/core/configmaps/root/{namespace}/k{i}").as_bytes(),
+                    value("k", i),
+                )
+                .await
+                .unwrap();
+        }
+    }
+
     async fn next_change(sub: &mut Subscription) -> Arc<Change> {
         match tokio::time::timeout(Duration::from_secs(10), sub.next())
             .await
@@ -1350,15 +1363,7 @@ mod tests {
     async fn writes_made_while_a_resource_loads_are_in_it() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         let cache = WatchCache::new(store.clone(), Config::default());
-        for i in 0..200 {
-            store
-                .create(
-                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
-                    value("k", i),
-                )
-                .await
-                .unwrap();
-        }
+        create_configmaps(&store, "a", 200).await;
         assert!(cache.get(b"/core/configmaps/root/a/k0").await.is_none());
         // Writes race with the load (and the feeder): each key's last write must win.
         let mut revisions = Vec::new();
@@ -1546,15 +1551,7 @@ mod tests {
             .watch(b"/core/configmaps/root/", start.next())
             .await
             .unwrap();
-        for i in 0..5 {
-            store
-                .create(
-                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
-                    value("k", i),
-                )
-                .await
-                .unwrap();
-        }
+        create_configmaps(&store, "a", 5).await;
         for i in 0..5 {
             assert_eq!(
                 next_change(&mut first).await.revision.get(),
@@ -1621,15 +1618,7 @@ mod tests {
         );
         let start = store.current_revision().await.unwrap();
         let mut first = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
-        for i in 0..10 {
-            store
-                .create(
-                    format!("/core/configmaps/root/a/k{i}").as_bytes(),
-                    value("k", i),
-                )
-                .await
-                .unwrap();
-        }
+        create_configmaps(&store, "a", 10).await;
         for i in 1..=10 {
             assert_eq!(
                 next_change(&mut first).await.revision.get(),
@@ -1907,15 +1896,7 @@ mod tests {
         );
         let head = store.current_revision().await.unwrap();
         let mut lagging = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
-        for i in 0..10 {
-            store
-                .create(
-                    format!("/core/configmaps/root/b/k{i}").as_bytes(),
-                    value("k", i),
-                )
-                .await
-                .unwrap();
-        }
+        create_configmaps(&store, "b", 10).await;
         for i in 0..10 {
             assert_eq!(
                 next_change(&mut lagging).await.revision.get(),
