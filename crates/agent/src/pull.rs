@@ -407,12 +407,9 @@ impl Agent {
             lease
         };
         if let Some(lease) = last.take() {
+            let lease = renewed(lease);
             match leases
-                .replace(
-                    HEARTBEAT_LEASE,
-                    &PostParams::default(),
-                    &renewed(lease.clone()),
-                )
+                .replace(HEARTBEAT_LEASE, &PostParams::default(), &lease)
                 .await
             {
                 Ok(written) => {
@@ -426,7 +423,8 @@ impl Agent {
                     );
                 }
                 Err(e) => {
-                    // Perhaps written: then the next update conflicts and reads it again.
+                    // Its metadata is as last written (the next update sets the spec
+                    // again). Perhaps written: then that update conflicts and reads it.
                     *last = Some(lease);
                     return Err(e);
                 }

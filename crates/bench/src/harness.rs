@@ -95,6 +95,15 @@ pub(crate) async fn client(kubeconfig: &Path, pools: &Pools) -> Result<Client, E
         .map_err(|e| check("client", e))
 }
 
+/// The client configuration of `kubeconfig`'s current context (`what` names it in an
+/// error).
+pub(crate) async fn config_of(kubeconfig: &Path, what: &str) -> Result<kube::Config, Error> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| check(what, e))?;
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| check(what, e))
+}
+
 /// How many of the bench's member watches share one HTTP/2 connection to a simulator:
 /// under the 250 streams a connection that the simulator (the hub's server) allows.
 const WATCHES_PER_CONNECTION: usize = 200;
@@ -118,14 +127,7 @@ pub(crate) async fn watch_clients(kubeconfigs: &[PathBuf]) -> Result<Vec<Client>
     let mut shared: HashMap<Server, (Connection, usize)> = HashMap::new();
     let mut clients = Vec::with_capacity(kubeconfigs.len());
     for kubeconfig in kubeconfigs {
-        let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
-            .map_err(|e| check("a member's kubeconfig", e))?;
-        let config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .map_err(|e| check("a member's kubeconfig", e))?;
+        let config = config_of(kubeconfig, "a member's kubeconfig").await?;
         let server = (
             config
                 .cluster_url

@@ -33,7 +33,9 @@ use kube::{Api, Client, ResourceExt as _};
 use serde_json::{Value, json};
 use tokio::process::Child;
 
-use crate::harness::{client, free_port, spawn, wait_for, wait_until_serving, watch_clients};
+use crate::harness::{
+    client, config_of, free_port, spawn, wait_for, wait_until_serving, watch_clients,
+};
 use crate::propagation::{
     Cpu, FIELD_MANAGER, Options, Watchers, place_web, ready_everywhere, ticks, used, web,
 };
@@ -425,14 +427,7 @@ impl StandIns {
     async fn open(hub_kubeconfig: &Path, n: usize) -> Result<Self, Error> {
         use futures_util::{StreamExt as _, TryStreamExt as _};
         use k8s_openapi::api::core::v1::ConfigMap;
-        let kubeconfig = kube::config::Kubeconfig::read_from(hub_kubeconfig)
-            .map_err(|e| check("the hub's kubeconfig", e))?;
-        let config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .map_err(|e| check("the hub's kubeconfig", e))?;
+        let config = config_of(hub_kubeconfig, "the hub's kubeconfig").await?;
         let config = &config;
         let opened = futures_util::stream::iter(0..n)
             .map(|i| async move {

@@ -1191,6 +1191,13 @@ mod tests {
         }
     }
 
+    /// The next changes `sub` yields are at these revisions, in order.
+    async fn expect_revisions(sub: &mut Subscription, revisions: impl IntoIterator<Item = u64>) {
+        for revision in revisions {
+            assert_eq!(next_change(sub).await.revision.get(), revision);
+        }
+    }
+
     async fn next_change(sub: &mut Subscription) -> Arc<Change> {
         match tokio::time::timeout(Duration::from_secs(10), sub.next())
             .await
@@ -1552,12 +1559,7 @@ mod tests {
             .await
             .unwrap();
         create_configmaps(&store, "a", 5).await;
-        for i in 0..5 {
-            assert_eq!(
-                next_change(&mut first).await.revision.get(),
-                start.get() + 2 + i
-            );
-        }
+        expect_revisions(&mut first, (0..5).map(|i| start.get() + 2 + i)).await;
         // History holds the last 3 changes (revisions start+4..=start+6).
         let mut inside = cache
             .watch(b"/core/configmaps/root/", Revision::new(start.get() + 4))
@@ -1619,12 +1621,7 @@ mod tests {
         let start = store.current_revision().await.unwrap();
         let mut first = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
         create_configmaps(&store, "a", 10).await;
-        for i in 1..=10 {
-            assert_eq!(
-                next_change(&mut first).await.revision.get(),
-                start.get() + i
-            );
-        }
+        expect_revisions(&mut first, (1..=10).map(|i| start.get() + i)).await;
         // The history holds the last 3 changes: it is complete after start + 7. A catch-up
         // may reach back 4 revisions more, to start + 3.
         let too_old = cache.watch(b"/core/configmaps/root/", start).await;
@@ -1650,12 +1647,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(cache.store_watches(), 2);
-        for i in 4..=10 {
-            assert_eq!(
-                next_change(&mut caught_up).await.revision.get(),
-                start.get() + i
-            );
-        }
+        expect_revisions(&mut caught_up, (4..=10).map(|i| start.get() + i)).await;
     }
 
     /// A watcher that lags, is cancelled mid-wait, takes bookmarks and starts again from
@@ -1834,21 +1826,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(cache.store_watches(), 1);
-        for i in 4..=6 {
-            assert_eq!(
-                next_change(&mut recent).await.revision.get(),
-                start.get() + i
-            );
-        }
+        expect_revisions(&mut recent, (4..=6).map(|i| start.get() + i)).await;
         // ...and the older ones come from the store's log, in full.
         let mut older = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
         assert_eq!(cache.store_watches(), 2);
-        for i in 1..=6 {
-            assert_eq!(
-                next_change(&mut older).await.revision.get(),
-                start.get() + i
-            );
-        }
+        expect_revisions(&mut older, (1..=6).map(|i| start.get() + i)).await;
     }
 
     #[tokio::test]
@@ -1897,12 +1879,7 @@ mod tests {
         let head = store.current_revision().await.unwrap();
         let mut lagging = cache.watch(b"/core/configmaps/root/", head).await.unwrap();
         create_configmaps(&store, "b", 10).await;
-        for i in 0..10 {
-            assert_eq!(
-                next_change(&mut lagging).await.revision.get(),
-                head.get() + 1 + i
-            );
-        }
+        expect_revisions(&mut lagging, (0..10).map(|i| head.get() + 1 + i)).await;
     }
 
     /// A clock the test moves by hand.
@@ -1999,12 +1976,7 @@ mod tests {
         // ...and one from before it is caught up from the store's log, missing nothing.
         let mut older = cache.watch(b"/core/configmaps/root/", start).await.unwrap();
         assert_eq!(cache.store_watches(), 2);
-        for i in 1..=6 {
-            assert_eq!(
-                next_change(&mut older).await.revision.get(),
-                start.get() + i
-            );
-        }
+        expect_revisions(&mut older, (1..=6).map(|i| start.get() + i)).await;
     }
 
     #[tokio::test]
