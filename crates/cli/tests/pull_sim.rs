@@ -413,9 +413,10 @@ data: {k: v}
 /// Lease it last wrote, with no read before each update (read from the hub's audit log:
 /// its reads all come before it creates the Lease). When someone else changes the
 /// Lease, the agent's next update conflicts (409); it reads the Lease again and goes on
-/// renewing it.
+/// renewing it. As the kubelet reports an unchanged node status, it reports its member's
+/// unchanged facts seldom.
 #[test]
-fn an_agent_renews_its_lease_without_reading_it_first_and_reads_it_after_a_conflict() {
+fn an_agent_renews_its_lease_as_the_kubelet_does_and_reports_unchanged_facts_seldom() {
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("audit.log");
     let hub = Hub::start_with(&["--audit-log-path", log.to_str().unwrap()]);
@@ -503,4 +504,24 @@ fn an_agent_renews_its_lease_without_reading_it_first_and_reads_it_after_a_confl
         lease["metadata"]["annotations"]["touched"], "yes",
         "{lease}"
     );
+
+    // The member's facts are looked at every 6 beats but reported only when they change
+    // (or after 30 beats): over 14 beats of a member whose facts stay the same, once.
+    eventually("fourteen renewals of the Lease", || {
+        let requests = lease_requests();
+        (updates(&requests) >= 14)
+            .then_some(())
+            .ok_or_else(|| format!("{requests:?}"))
+    });
+    let facts: Vec<_> = support::audit::events(&log)
+        .iter()
+        .filter(|e| {
+            e["stage"] == "ResponseComplete"
+                && e["user"]["username"] == "system:flotilla:cluster:beat-1"
+                && e["objectRef"]["resource"] == "clusters"
+                && e["objectRef"]["subresource"] == "status"
+        })
+        .map(support::audit::summary)
+        .collect();
+    assert_eq!(facts.len(), 1, "the facts reported once: {facts:?}");
 }

@@ -296,6 +296,15 @@ impl Store for MemoryStore {
         watch::watch(self.inner.clone(), &self.inner.bus, prefix, since).await
     }
 
+    async fn changes(
+        &self,
+        prefix: &[u8],
+        after: Revision,
+        up_to: Revision,
+    ) -> Result<WatchStream> {
+        watch::range(self.inner.clone(), prefix, after, up_to).await
+    }
+
     async fn current_revision(&self) -> Result<Revision> {
         Ok(self.inner.lock().current)
     }

@@ -400,6 +400,15 @@ impl Store for PostgresStore {
         watch::watch(self.inner.clone(), &self.inner.tail.bus, prefix, since).await
     }
 
+    async fn changes(
+        &self,
+        prefix: &[u8],
+        after: Revision,
+        up_to: Revision,
+    ) -> Result<WatchStream> {
+        watch::range(self.inner.clone(), prefix, after, up_to).await
+    }
+
     async fn current_revision(&self) -> Result<Revision> {
         let mut conn = self.inner.conn().await?;
         Ok(read::bounds(&mut conn).await?.head)

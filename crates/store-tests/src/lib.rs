@@ -127,6 +127,7 @@ macro_rules! conformance {
             watch_from_current_revision_sees_only_new_writes,
             watch_filters_by_prefix,
             watch_from_zero_on_fresh_store,
+            changes_of_a_range_end_at_its_last_revision,
             compaction_keeps_reads_at_and_after_the_compacted_revision,
             compaction_fails_watches_from_before_it,
             compact_bounds_and_repeats,

@@ -233,6 +233,54 @@ pub trait Store: Send + Sync + 'static {
     /// compacted meanwhile the stream yields [`Error::Compacted`] and ends.
     async fn watch(&self, prefix: &[u8], since: Revision) -> Result<WatchStream>;
 
+    /// The changes to keys starting with `prefix` with revisions in `(after, up_to]`, in
+    /// revision order, each with its previous value, and then the end of the stream: what
+    /// [`Store::watch`] from `after` delivers up to `up_to`, for catching a watcher up to
+    /// where a cache of changes takes over. `up_to` is the revision of a change that was
+    /// made.
+    ///
+    /// Fails with [`Error::Compacted`] if `after` is older than the compacted revision.
+    ///
+    /// The default watches every key from `after` and ends at the first change at or past
+    /// `up_to`, so it reads every change in between, whatever its key (a watch of `prefix`
+    /// alone would not end while the prefix is quiet). A backend that reads its history
+    /// by prefix reads only the changes asked for ([`watch::range`]).
+    async fn changes(
+        &self,
+        prefix: &[u8],
+        after: Revision,
+        up_to: Revision,
+    ) -> Result<WatchStream> {
+        use futures_util::StreamExt;
+        if after >= up_to {
+            return Ok(Box::pin(futures_util::stream::empty()));
+        }
+        let prefix = Bytes::copy_from_slice(prefix);
+        let every = self.watch(b"", after).await?;
+        // Ends as soon as the change at `up_to` is seen, without waiting for the next.
+        Ok(Box::pin(futures_util::stream::unfold(
+            Some((every, prefix)),
+            move |state| async move {
+                let (mut every, prefix) = state?;
+                loop {
+                    match every.next().await? {
+                        Err(e) => return Some((Err(e), None)),
+                        Ok(e) if e.revision() > up_to => return None,
+                        Ok(e) => {
+                            let last = e.revision() == up_to;
+                            if e.kv.key.starts_with(&prefix) {
+                                return Some((Ok(e), (!last).then_some((every, prefix))));
+                            }
+                            if last {
+                                return None;
+                            }
+                        }
+                    }
+                }
+            },
+        )))
+    }
+
     /// The latest revision: every write up to it is visible to reads.
     async fn current_revision(&self) -> Result<Revision>;
 

@@ -13,6 +13,10 @@
 //! the bus; everything up to the head it reads from the history. Because it tracks the
 //! last revision it has accounted for, duplicates are dropped and holes are filled from the
 //! history, so the stream is strictly ordered and gap-free.
+//!
+//! [`range`] reads a bounded stretch of one prefix's history and ends, for
+//! [`Store::changes`](crate::Store::changes): a catch-up that reads only the keys asked for,
+//! with no bus to follow.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -87,7 +91,7 @@ pub async fn watch<H: History>(
     let head = history.head().await?;
     let mut feed = Feed {
         history,
-        rx,
+        rx: Some(rx),
         prefix: Bytes::copy_from_slice(prefix),
         accounted: since,
         target: head,
@@ -104,10 +108,39 @@ pub async fn watch<H: History>(
     )))
 }
 
+/// The changes under `prefix` in `(after, up_to]`, read from `history` a page at a time,
+/// and then the end of the stream.
+///
+/// Fails at once with [`Error::Compacted`] if `after` is older than the compacted revision.
+pub async fn range<H: History>(
+    history: Arc<H>,
+    prefix: &[u8],
+    after: Revision,
+    up_to: Revision,
+) -> Result<WatchStream> {
+    let mut feed = Feed {
+        history,
+        rx: None,
+        prefix: Bytes::copy_from_slice(prefix),
+        accounted: after,
+        target: up_to,
+        buf: VecDeque::new(),
+        done: false,
+    };
+    if feed.accounted < feed.target {
+        feed.catch_up().await?;
+    }
+    Ok(Box::pin(futures_util::stream::unfold(
+        feed,
+        |mut feed| async move { feed.next().await.map(|item| (item, feed)) },
+    )))
+}
+
 /// One watcher's position.
 struct Feed<H> {
     history: Arc<H>,
-    rx: broadcast::Receiver<Arc<[WatchEvent]>>,
+    /// The bus it follows once caught up; `None` for a [`range`], which ends there.
+    rx: Option<broadcast::Receiver<Arc<[WatchEvent]>>>,
     prefix: Bytes,
     /// Every change up to this revision has been delivered (or did not match the prefix).
     accounted: Revision,
@@ -128,8 +161,10 @@ impl<H: History> Feed<H> {
             }
             let step = if self.accounted < self.target {
                 self.catch_up().await
-            } else {
+            } else if self.rx.is_some() {
                 self.follow().await
+            } else {
+                return None;
             };
             if let Err(e) = step {
                 self.done = true;
@@ -154,7 +189,10 @@ impl<H: History> Feed<H> {
 
     /// Takes the next batch from the bus, or schedules a catch-up when that is not possible.
     async fn follow(&mut self) -> Result<()> {
-        match self.rx.recv().await {
+        let Some(rx) = &mut self.rx else {
+            return Err(Error::Closed);
+        };
+        match rx.recv().await {
             Ok(batch) => {
                 let (Some(first), Some(last)) = (batch.first(), batch.last()) else {
                     return Ok(());

@@ -9,7 +9,8 @@
 //!                                   └─ processed revision (every change up to it is routed)
 //!
 //!  client watch from N: subscribe, then history (N, …] ─► live events (> last seen)
-//!                       N older than the history ─► its own store watch (catch-up from the log)
+//!                       N older than the history ─► its prefix's changes up to the history,
+//!                                                    read from the store's log, then the above
 //!                       N more than `catch_up` revisions older ─► Expired (410): relist
 //!                       fell behind the broadcast and the history ─► Expired (410): relist
 //! ```
@@ -91,12 +92,13 @@ pub struct Config {
     /// watches its own).
     pub namespace_buffer: usize,
     /// The most revisions a watch that starts before the history is caught up over from
-    /// the store's log. The catch-up reads every change in between, whatever its key:
-    /// a Works watch of one agent resuming a minute back on a hub with 10,000 pull
-    /// clusters (1,000 heartbeats a second) would read 60,000, and 10,000 agents resuming
-    /// after a round of Work writes had overflowed the history read them all. A watch from
-    /// further back is told to relist (410 Expired), as kube-apiserver tells every watch
-    /// older than its cache: an agent then lists its own namespace, a few objects.
+    /// the store's log. The catch-up reads the changes of the watch's prefix
+    /// ([`Store::changes`]), but even a log read by prefix passes every revision in between
+    /// (and a backend without one reads every change): a Works watch of one agent resuming
+    /// a minute back on a hub with 10,000 pull clusters (1,000 heartbeats a second) would
+    /// pass 60,000. A watch from further back is told to relist (410 Expired), as
+    /// kube-apiserver tells every watch older than its cache: an agent then lists its own
+    /// namespace, a few objects.
     pub catch_up: u64,
 }
 
@@ -851,12 +853,12 @@ impl WatchCache {
                 .collect();
             (rx, backlog, state.complete_after)
         };
-        // A start older than the history: catch up from the store's log first. The
-        // catch-up reads every key, not the prefix alone: `complete_after` is a change
-        // of some resource, so the log reaches it at once and the catch-up ends, where a
-        // watch of a quiet prefix would wait (and hold a store watch) until its next write.
+        // A start older than the history: catch up from the store's log first, over the
+        // changes of this prefix up to `complete_after` (a backend that reads its log by
+        // prefix reads only those: an agent resuming its namespace's Works watch reads its
+        // own few changes, not the whole fleet's heartbeats and Works in between).
         let catch_up = if since < complete_after {
-            let stream = self.store.watch(b"/", since).await?;
+            let stream = self.store.changes(prefix, since, complete_after).await?;
             self.inner.store_watches.fetch_add(1, Ordering::Relaxed);
             Some(CatchUp {
                 stream,
@@ -1127,6 +1129,8 @@ impl Subscription {
                     }
                     Some(Err(e)) => return Some(Next::Expired(e.to_string())),
                     None => {
+                        // Every change of the prefix up to `until` was delivered.
+                        self.last = self.last.max(catch_up.until);
                         self.catch_up = None;
                         continue;
                     }
@@ -1601,6 +1605,136 @@ mod tests {
             1,
             "the catch-up watch ended once the cache took over"
         );
+    }
+
+    /// A MemoryStore that counts the watches it starts and the changes its
+    /// [`Store::changes`] streams yield.
+    #[derive(Default)]
+    struct Counted {
+        store: MemoryStore,
+        watches: AtomicUsize,
+        changes_read: Arc<AtomicUsize>,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Counted {
+        async fn get(
+            &self,
+            key: &[u8],
+            revision: Option<Revision>,
+        ) -> flotilla_store::Result<Option<flotilla_store::KeyValue>> {
+            self.store.get(key, revision).await
+        }
+        async fn list(
+            &self,
+            prefix: &[u8],
+            options: ListOptions,
+        ) -> flotilla_store::Result<flotilla_store::ListPage> {
+            self.store.list(prefix, options).await
+        }
+        async fn count(&self, prefix: &[u8]) -> flotilla_store::Result<u64> {
+            self.store.count(prefix).await
+        }
+        async fn create(&self, key: &[u8], value: Bytes) -> flotilla_store::Result<Revision> {
+            self.store.create(key, value).await
+        }
+        async fn update(
+            &self,
+            key: &[u8],
+            value: Bytes,
+            expected: Revision,
+        ) -> flotilla_store::Result<Revision> {
+            self.store.update(key, value, expected).await
+        }
+        async fn delete(
+            &self,
+            key: &[u8],
+            expected: Option<Revision>,
+        ) -> flotilla_store::Result<(Revision, flotilla_store::KeyValue)> {
+            self.store.delete(key, expected).await
+        }
+        async fn watch(
+            &self,
+            prefix: &[u8],
+            since: Revision,
+        ) -> flotilla_store::Result<WatchStream> {
+            self.watches.fetch_add(1, Ordering::Relaxed);
+            self.store.watch(prefix, since).await
+        }
+        async fn changes(
+            &self,
+            prefix: &[u8],
+            after: Revision,
+            up_to: Revision,
+        ) -> flotilla_store::Result<WatchStream> {
+            let read = self.changes_read.clone();
+            let stream = self.store.changes(prefix, after, up_to).await?;
+            Ok(Box::pin(stream.inspect(move |_| {
+                read.fetch_add(1, Ordering::Relaxed);
+            })))
+        }
+        async fn current_revision(&self) -> flotilla_store::Result<Revision> {
+            self.store.current_revision().await
+        }
+        async fn compacted_revision(&self) -> flotilla_store::Result<Revision> {
+            self.store.compacted_revision().await
+        }
+        async fn compact(&self, revision: Revision) -> flotilla_store::Result<()> {
+            self.store.compact(revision).await
+        }
+    }
+
+    /// A watch from before the history is caught up over its own prefix's changes: the
+    /// changes of other namespaces and resources in between are not read for it (on a hub
+    /// of 10,000 pull clusters, 10,000 agents resuming their Works watches each read every
+    /// heartbeat and Work written meanwhile).
+    #[tokio::test]
+    async fn a_catch_up_reads_the_changes_of_its_prefix_alone() {
+        let counted = Arc::new(Counted::default());
+        let store: Arc<dyn Store> = counted.clone();
+        let cache = WatchCache::new(store.clone(), Config::default());
+        let start = store.current_revision().await.unwrap();
+        let key: &[u8] = b"/core/configmaps/root/a/x";
+        store.create(key, value("x", 1)).await.unwrap();
+        create_configmaps(&store, "b", 50).await;
+        for i in 0..50 {
+            store
+                .create(
+                    format!("/core/secrets/root/a/s{i}").as_bytes(),
+                    value("s", i),
+                )
+                .await
+                .unwrap();
+        }
+        // The configmaps' history starts after every write above.
+        assert!(cached(&cache, b"/core/secrets/root/a/s49").await.is_some());
+        assert!(cached(&cache, key).await.is_some());
+        let mut sub = cache
+            .watch(b"/core/configmaps/root/a/", start)
+            .await
+            .unwrap();
+        assert_eq!(&next_change(&mut sub).await.key[..], key);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while cache.store_watches() != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the catch-up stays open"
+            );
+            assert!(
+                tokio::time::timeout(Duration::from_millis(50), sub.next())
+                    .await
+                    .is_err()
+            );
+        }
+        // The feeder's watch alone; the catch-up read one change, not 101.
+        assert_eq!(counted.watches.load(Ordering::Relaxed), 1);
+        assert_eq!(counted.changes_read.load(Ordering::Relaxed), 1);
+        // Live changes follow.
+        let r = store
+            .create(b"/core/configmaps/root/a/y", value("y", 1))
+            .await
+            .unwrap();
+        expect_revisions(&mut sub, [r.get()]).await;
     }
 
     /// A watch from before the history is caught up from the store's log only over

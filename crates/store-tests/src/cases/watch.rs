@@ -197,3 +197,80 @@ pub async fn watch_from_zero_on_fresh_store<H: Harness>() {
     assert_eq!(next_events(&mut replayed, 2).await, expected);
     assert_quiet(&mut stream).await;
 }
+
+/// The changes of one prefix in a range of revisions are each change of that prefix in the
+/// range, in order, with its previous value, and then the end: also when the prefix is
+/// quiet until long after the range, and when the range is empty. A range from before the
+/// compacted revision fails at once.
+pub async fn changes_of_a_range_end_at_its_last_revision<H: Harness>() {
+    use futures_util::StreamExt;
+
+    async fn all(
+        s: &dyn flotilla_store::Store,
+        prefix: &[u8],
+        after: u64,
+        up_to: u64,
+    ) -> Vec<WatchEvent> {
+        let stream = s
+            .changes(prefix, rev(after), rev(up_to))
+            .await
+            .unwrap_or_else(|e| panic!("changes of {prefix:?} in ({after}, {up_to}]: {e}"));
+        tokio::time::timeout(crate::support::WAIT, stream.collect::<Vec<_>>())
+            .await
+            .unwrap_or_else(|_| panic!("changes of {prefix:?} in ({after}, {up_to}] did not end"))
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("changes of {prefix:?} in ({after}, {up_to}]: {e}"))
+    }
+
+    let f = fresh::<H>().await;
+    let s = &*f.store;
+    let r1 = s.create(b"a/1", b("1")).await.unwrap();
+    s.create(b"b/1", b("x")).await.unwrap();
+    let r3 = s.update(b"a/1", b("2"), r1).await.unwrap();
+    let r4 = s.create(b"a/2", b("1")).await.unwrap();
+    s.create(b"ab", b("x")).await.unwrap();
+    let (r6, _) = s.delete(b"a/2", None).await.unwrap();
+    for n in 0..20 {
+        s.create(format!("b/{n}x").as_bytes(), b("x"))
+            .await
+            .unwrap();
+    }
+    let head = s.current_revision().await.unwrap().get();
+    assert_eq!(head, 26);
+
+    assert_eq!(
+        all(s, b"a/", 0, head).await,
+        vec![
+            put(kv("a/1", "1", r1, r1), None),
+            put(kv("a/1", "2", r1, r3), Some(kv("a/1", "1", r1, r1))),
+            put(kv("a/2", "1", r4, r4), None),
+            delete(kv("a/2", "1", r4, r4), r6),
+        ]
+    );
+    // Bounded on both sides.
+    assert_eq!(
+        all(s, b"a/", 1, 4).await,
+        vec![
+            put(kv("a/1", "2", r1, r3), Some(kv("a/1", "1", r1, r1))),
+            put(kv("a/2", "1", r4, r4), None),
+        ]
+    );
+    // A prefix with no change in the range, one with none at all, and an empty range.
+    assert_eq!(all(s, b"a/", 6, head).await, vec![]);
+    assert_eq!(all(s, b"q/", 0, head).await, vec![]);
+    assert_eq!(all(s, b"a/", 4, 4).await, vec![]);
+    // Every key: each change in the range.
+    assert_eq!(all(s, b"", 2, 5).await.len(), 3);
+
+    s.compact(rev(4)).await.unwrap();
+    match s.changes(b"a/", rev(2), rev(head)).await {
+        Ok(_) => panic!("changes from before the compacted revision started"),
+        Err(e) => assert!(
+            matches!(e, flotilla_store::Error::Compacted { requested, compacted }
+                if requested == rev(2) && compacted == rev(4)),
+            "{e:?}"
+        ),
+    }
+    assert_eq!(all(s, b"a/", 4, head).await.len(), 1);
+}
