@@ -89,23 +89,7 @@ pub async fn watch<H: History>(
 ) -> Result<WatchStream> {
     let rx = bus.tx.subscribe();
     let head = history.head().await?;
-    let mut feed = Feed {
-        history,
-        rx: Some(rx),
-        prefix: Bytes::copy_from_slice(prefix),
-        accounted: since,
-        target: head,
-        buf: VecDeque::new(),
-        done: false,
-    };
-    // Read the first page now so that a compacted `since` fails the call itself.
-    if feed.accounted < feed.target {
-        feed.catch_up().await?;
-    }
-    Ok(Box::pin(futures_util::stream::unfold(
-        feed,
-        |mut feed| async move { feed.next().await.map(|item| (item, feed)) },
-    )))
+    Feed::start(history, Some(rx), prefix, since, head).await
 }
 
 /// The changes under `prefix` in `(after, up_to]`, read from `history` a page at a time,
@@ -118,22 +102,7 @@ pub async fn range<H: History>(
     after: Revision,
     up_to: Revision,
 ) -> Result<WatchStream> {
-    let mut feed = Feed {
-        history,
-        rx: None,
-        prefix: Bytes::copy_from_slice(prefix),
-        accounted: after,
-        target: up_to,
-        buf: VecDeque::new(),
-        done: false,
-    };
-    if feed.accounted < feed.target {
-        feed.catch_up().await?;
-    }
-    Ok(Box::pin(futures_util::stream::unfold(
-        feed,
-        |mut feed| async move { feed.next().await.map(|item| (item, feed)) },
-    )))
+    Feed::start(history, None, prefix, after, up_to).await
 }
 
 /// One watcher's position.
@@ -151,6 +120,34 @@ struct Feed<H> {
 }
 
 impl<H: History> Feed<H> {
+    /// The stream of a feed of `prefix` that has accounted for every change up to `after`
+    /// and catches up to `target` first (then follows `rx`, if given, or ends). The first
+    /// page is read now, so that a compacted `after` fails the call itself.
+    async fn start(
+        history: Arc<H>,
+        rx: Option<broadcast::Receiver<Arc<[WatchEvent]>>>,
+        prefix: &[u8],
+        after: Revision,
+        target: Revision,
+    ) -> Result<WatchStream> {
+        let mut feed = Feed {
+            history,
+            rx,
+            prefix: Bytes::copy_from_slice(prefix),
+            accounted: after,
+            target,
+            buf: VecDeque::new(),
+            done: false,
+        };
+        if feed.accounted < feed.target {
+            feed.catch_up().await?;
+        }
+        Ok(Box::pin(futures_util::stream::unfold(
+            feed,
+            |mut feed| async move { feed.next().await.map(|item| (item, feed)) },
+        )))
+    }
+
     async fn next(&mut self) -> Option<Result<WatchEvent>> {
         loop {
             if let Some(event) = self.buf.pop_front() {
