@@ -1212,6 +1212,20 @@ mod tests {
         }
     }
 
+    /// Waits until `sub`'s catch-up has closed its store watch (the feeder's alone is
+    /// open), with no change for `sub` meanwhile.
+    async fn catch_up_closes(cache: &WatchCache, sub: &mut Subscription) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while cache.store_watches() != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the catch-up stays open"
+            );
+            let step = Duration::from_millis(50);
+            assert!(tokio::time::timeout(step, sub.next()).await.is_err());
+        }
+    }
+
     /// Reads `key` from the cache until it answers (it loads the resource first).
     async fn cached(cache: &WatchCache, key: &[u8]) -> Option<(Bytes, Revision)> {
         for _ in 0..1_000 {
@@ -1456,15 +1470,7 @@ mod tests {
         assert_eq!(cache.store_watches(), 2);
         assert_eq!(&next_change(&mut sub).await.key[..], key);
         // Nothing more is written: the catch-up's store watch closes all the same.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while cache.store_watches() != 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the catch-up stays open"
-            );
-            let step = std::time::Duration::from_millis(50);
-            assert!(tokio::time::timeout(step, sub.next()).await.is_err());
-        }
+        catch_up_closes(&cache, &mut sub).await;
     }
 
     #[tokio::test]
@@ -1714,18 +1720,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(&next_change(&mut sub).await.key[..], key);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while cache.store_watches() != 1 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the catch-up stays open"
-            );
-            assert!(
-                tokio::time::timeout(Duration::from_millis(50), sub.next())
-                    .await
-                    .is_err()
-            );
-        }
+        catch_up_closes(&cache, &mut sub).await;
         // The feeder's watch alone; the catch-up read one change, not 101.
         assert_eq!(counted.watches.load(Ordering::Relaxed), 1);
         assert_eq!(counted.changes_read.load(Ordering::Relaxed), 1);
