@@ -102,8 +102,8 @@ def stop(process):
 def record(binary, tmp):
     """Runs the agent through its life under callgrind; callgrind's files land in tmp."""
     processes = []
+    log = open(os.path.join(tmp, "processes.log"), "w")
     try:
-        log = open(os.path.join(tmp, "processes.log"), "w")
         hub_dir, sim_dir = os.path.join(tmp, "hub"), os.path.join(tmp, "sim")
         processes.append(subprocess.Popen(
             [binary, "hub", "--data-dir", hub_dir, "--listen", f"127.0.0.1:{free_port()}"],
@@ -136,6 +136,7 @@ def record(binary, tmp):
 
         # First life: registration, the Work, a change, drift, heartbeats and facts.
         agent = agent_under_callgrind(binary, command, tmp, log)
+        processes.append(agent)
         wait("the Work applied", lambda: member_image(member) == "nginx:1 2")
         kubectl(hub, "-n", "bench", "patch", "deployment", "web", "--type=json", "-p",
                 '[{"op":"replace","path":"/spec/template/spec/containers/0/image",'
@@ -150,6 +151,7 @@ def record(binary, tmp):
         # Second life: a restart with its certificate, then the Work released.
         restarted = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
         agent = agent_under_callgrind(binary, command, tmp, log)
+        processes.append(agent)
         wait("the restarted agent's Lease", lambda: kubectl(
             hub, "-n", "flotilla-cluster-solo", "get", "lease", "-o",
             "jsonpath={.items[0].spec.renewTime}").stdout > restarted)
@@ -160,6 +162,7 @@ def record(binary, tmp):
         for process in processes:
             process.kill()
             process.wait()
+        log.close()
 
 
 def executed(tmp):
