@@ -22,6 +22,29 @@ fn main() {
     let order = format!("{}/agent.order", env!("CARGO_MANIFEST_DIR"));
     println!("cargo::rustc-link-arg-bins=-Wl,--symbol-ordering-file={order}");
     println!("cargo::rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+    // ThinLTO's promoted local functions are named `NAME.llvm.HASH`, where the hash follows
+    // the module (and so the directory the build runs in): they are matched by section
+    // name without it, and placed just before `.text`, beside the ordered ones.
+    let Ok(list) = std::fs::read_to_string(&order) else {
+        return;
+    };
+    let promoted: Vec<&str> = list
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|name| name.split_once(".llvm.").map(|(base, _)| base))
+        .collect();
+    if promoted.is_empty() {
+        return;
+    }
+    let mut script = String::from("SECTIONS {\n  .text.agent : {\n");
+    for base in promoted {
+        script.push_str(&format!("    *(.text.{base}.llvm.*)\n"));
+    }
+    script.push_str("  }\n}\nINSERT BEFORE .text;\n");
+    let path = format!("{}/agent-order.ld", env::var("OUT_DIR").unwrap_or_default());
+    if std::fs::write(&path, script).is_ok() {
+        println!("cargo::rustc-link-arg-bins=-Wl,-T,{path}");
+    }
 }
 
 /// Whether the binary is linked by rustc's default lld: x86_64 Linux, Rust 1.90 or later,
