@@ -10,6 +10,7 @@
 //! Rust 1.90): symbols the list names and the binary no longer has are skipped silently,
 //! so a stale list costs memory, never a build.
 
+use std::collections::BTreeSet;
 use std::env;
 use std::process::Command;
 
@@ -28,7 +29,8 @@ fn main() {
     let Ok(list) = std::fs::read_to_string(&order) else {
         return;
     };
-    let promoted: Vec<&str> = list
+    // One pattern per name, however many of its copies the list recorded.
+    let promoted: BTreeSet<&str> = list
         .lines()
         .filter(|line| !line.starts_with('#'))
         .filter_map(|name| name.split_once(".llvm.").map(|(base, _)| base))
