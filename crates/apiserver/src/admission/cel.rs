@@ -6,7 +6,8 @@
 //!  source ─► Expression::compile: parsed once; its free identifiers checked against what
 //!            the configuration declares (object, oldObject, request, params,
 //!            namespaceObject, authorizer, variables.NAME) ─► stored with its configuration
-//!  a write ─► Inputs (object, oldObject, request, namespaceObject as CEL values, once)
+//!  a write ─► Inputs (object, oldObject, request, namespaceObject: those its expressions
+//!            read (`Reads`), as CEL values, once)
 //!          ─► Scope: params, variables (those read, in order), authorizer
 //!          ─► Expression::evaluate ─► a CEL value, or why it could not be evaluated
 //! ```
@@ -70,16 +71,72 @@ const BUILTIN_IDENTIFIERS: &[&str] = &[
     "optional",
 ];
 
+/// Which of a write's variables expressions read. A write's variables are made for an
+/// evaluation only when some expression it runs reads them: `request` alone is a map of
+/// some thirty values made from the request, and each variable is converted twice (to a
+/// CEL value, then to the interpreter's own form) when it is declared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reads {
+    /// `object`.
+    pub object: bool,
+    /// `oldObject`.
+    pub old_object: bool,
+    /// `request`.
+    pub request: bool,
+    /// `namespaceObject`.
+    pub namespace_object: bool,
+    /// `params`.
+    pub params: bool,
+    /// `authorizer`.
+    pub authorizer: bool,
+}
+
+impl Reads {
+    /// What an expression whose free identifiers are `free` reads.
+    fn of(free: &[String]) -> Reads {
+        let reads = |name: &str| free.iter().any(|n| n == name);
+        Reads {
+            object: reads("object"),
+            old_object: reads("oldObject"),
+            request: reads("request"),
+            namespace_object: reads("namespaceObject"),
+            params: reads("params"),
+            authorizer: reads("authorizer"),
+        }
+    }
+}
+
+impl std::ops::BitOr for Reads {
+    type Output = Reads;
+
+    fn bitor(self, other: Reads) -> Reads {
+        Reads {
+            object: self.object || other.object,
+            old_object: self.old_object || other.old_object,
+            request: self.request || other.request,
+            namespace_object: self.namespace_object || other.namespace_object,
+            params: self.params || other.params,
+            authorizer: self.authorizer || other.authorizer,
+        }
+    }
+}
+
+impl<'e> std::iter::FromIterator<&'e Expression> for Reads {
+    fn from_iter<I: IntoIterator<Item = &'e Expression>>(expressions: I) -> Reads {
+        expressions
+            .into_iter()
+            .fold(Reads::default(), |reads, e| reads | e.reads)
+    }
+}
+
 /// A compiled CEL expression.
 pub(crate) struct Expression {
     source: String,
     program: Program,
     /// The `variables.NAME` it reads.
     variables: Vec<String>,
-    /// Whether it reads `authorizer`.
-    authorizer: bool,
-    /// Whether it reads `namespaceObject`.
-    namespace_object: bool,
+    /// Which of the write's variables it reads.
+    reads: Reads,
 }
 
 impl fmt::Debug for Expression {
@@ -123,8 +180,7 @@ impl Expression {
         Ok(Expression {
             source: source.to_owned(),
             program,
-            authorizer: found.free.iter().any(|n| n == "authorizer"),
-            namespace_object: found.free.iter().any(|n| n == "namespaceObject"),
+            reads: Reads::of(&found.free),
             variables: found.variables,
         })
     }
@@ -137,16 +193,6 @@ impl Expression {
     /// The `variables.NAME` it reads.
     pub(crate) fn variables(&self) -> &[String] {
         &self.variables
-    }
-
-    /// Whether it reads `authorizer`.
-    pub(crate) fn reads_authorizer(&self) -> bool {
-        self.authorizer
-    }
-
-    /// Whether it reads `namespaceObject`.
-    pub(crate) fn reads_namespace(&self) -> bool {
-        self.namespace_object
     }
 
     /// The parsed expression (for type checking).
@@ -746,8 +792,45 @@ mod tests {
                 all()
             )
             .unwrap()
-            .reads_authorizer()
+            .reads
+            .authorizer
         );
+    }
+
+    #[test]
+    fn an_expression_reads_the_variables_it_names_outside_its_comprehensions() {
+        let reads = |source: &str| Expression::compile(source, all()).unwrap().reads;
+        assert_eq!(
+            reads("object.metadata.name.size() <= 63"),
+            Reads {
+                object: true,
+                ..Reads::default()
+            }
+        );
+        let all_of_them = reads(
+            "[request.name, oldObject, namespaceObject, params].all(x, x != null) \
+             && authorizer.path('/healthz').check('get').allowed() && has(object.spec)",
+        );
+        assert_eq!(
+            all_of_them,
+            Reads {
+                object: true,
+                old_object: true,
+                request: true,
+                namespace_object: true,
+                params: true,
+                authorizer: true,
+            }
+        );
+        // A comprehension's own variable is not the write's, even when it is so named.
+        assert_eq!(reads("[1, 2].all(request, request > 0)"), Reads::default());
+        let union: Reads = [
+            Expression::compile("object.x", all()).unwrap(),
+            Expression::compile("request.uid != ''", all()).unwrap(),
+        ]
+        .iter()
+        .collect();
+        assert!(union.object && union.request && !union.old_object);
     }
 
     #[test]

@@ -101,6 +101,14 @@ fn options(attributes: &Attributes<'_>) -> Value {
     Value::Object(options)
 }
 
+/// [`shown_as`] as a CEL value, without a copy of the object when it is shown as stored.
+pub(crate) fn cel_shown(object: &Value, matched: &Match) -> kube_cel::cel::Value {
+    match matched.converted {
+        true => super::cel::value(&shown_as(object, matched)),
+        false => super::cel::value(object),
+    }
+}
+
 /// `object` shown as `matched` (another version of its resource: the apiVersion it is
 /// read with; no field of the built-in or custom kinds served here differs between
 /// versions).

@@ -251,38 +251,32 @@ async fn evaluate(
     }
     // A Namespace written has no namespace object (as in Kubernetes).
     let of_namespace = attributes.rt.group.is_empty() && attributes.rt.plural == "namespaces";
-    let namespace = match invocations.iter().any(|i| i.policy.reads_namespace) {
+    // The write's variables are made once for every invocation, and only those read.
+    let reads = invocations
+        .iter()
+        .fold(cel::Reads::default(), |reads, i| reads | i.policy.reads);
+    let namespace = match reads.namespace_object {
         true if !of_namespace => request.namespace().await?.map(namespace_object),
         _ => None,
     };
     let uid = crate::registry::object::new_uid();
+    let write = Write {
+        attributes,
+        object,
+        old,
+        uid: &uid,
+        namespace: &namespace,
+        reads,
+    };
     cel::with_base(|base| {
         let mut own: Option<Context<'_>> = None;
         for invocation in &invocations {
             let converted;
             let scope = if invocation.matched.converted {
-                converted = inputs(
-                    base,
-                    attributes,
-                    object,
-                    old,
-                    &invocation.matched,
-                    &uid,
-                    &namespace,
-                );
+                converted = write.inputs(base, &invocation.matched);
                 &converted
             } else {
-                own.get_or_insert_with(|| {
-                    inputs(
-                        base,
-                        attributes,
-                        object,
-                        old,
-                        &invocation.matched,
-                        &uid,
-                        &namespace,
-                    )
-                })
+                own.get_or_insert_with(|| write.inputs(base, &invocation.matched))
             };
             run(invocation, scope, attributes, &mut outcome);
         }
@@ -301,34 +295,49 @@ fn namespace_object(namespace: &Value) -> Cel {
     cel::value(&shown)
 }
 
-/// The scope of a write's own variables: `object`, `oldObject`, `request`,
-/// `namespaceObject`, shown as `matched`.
-fn inputs<'b>(
-    base: &'b Context<'static>,
-    attributes: &Attributes<'_>,
-    object: &Value,
-    old: Option<&Value>,
-    matched: &Match,
-    uid: &str,
-    namespace: &Option<Cel>,
-) -> Context<'b> {
-    let mut scope = base.new_inner_scope();
-    let object = match attributes.operation {
-        Operation::Delete => Cel::Null,
-        _ => cel::value(&super::review::shown_as(object, matched)),
-    };
-    let old = match old {
-        Some(old) if attributes.operation != Operation::Create => {
-            cel::value(&super::review::shown_as(old, matched))
+/// A write as its policies' expressions see it.
+struct Write<'w> {
+    attributes: &'w Attributes<'w>,
+    object: &'w Value,
+    old: Option<&'w Value>,
+    uid: &'w str,
+    namespace: &'w Option<Cel>,
+    /// The variables some expression reads: only those are made.
+    reads: cel::Reads,
+}
+
+impl Write<'_> {
+    /// The scope of the write's own variables (`object`, `oldObject`, `request`,
+    /// `namespaceObject`, those read), shown as `matched`.
+    fn inputs<'b>(&self, base: &'b Context<'static>, matched: &Match) -> Context<'b> {
+        let mut scope = base.new_inner_scope();
+        let attributes = self.attributes;
+        if self.reads.object {
+            let object = match attributes.operation {
+                Operation::Delete => Cel::Null,
+                _ => super::review::cel_shown(self.object, matched),
+            };
+            scope.add_variable_from_value("object", object);
         }
-        _ => Cel::Null,
-    };
-    scope.add_variable_from_value("object", object);
-    scope.add_variable_from_value("oldObject", old);
-    let request = super::review::cel_request(attributes, matched, uid);
-    scope.add_variable_from_value("request", request);
-    scope.add_variable_from_value("namespaceObject", namespace.clone().unwrap_or(Cel::Null));
-    scope
+        if self.reads.old_object {
+            let old = match self.old {
+                Some(old) if attributes.operation != Operation::Create => {
+                    super::review::cel_shown(old, matched)
+                }
+                _ => Cel::Null,
+            };
+            scope.add_variable_from_value("oldObject", old);
+        }
+        if self.reads.request {
+            let request = super::review::cel_request(attributes, matched, self.uid);
+            scope.add_variable_from_value("request", request);
+        }
+        if self.reads.namespace_object {
+            let namespace = self.namespace.clone().unwrap_or(Cel::Null);
+            scope.add_variable_from_value("namespaceObject", namespace);
+        }
+        scope
+    }
 }
 
 /// Evaluates one invocation into `outcome`.
@@ -341,11 +350,13 @@ fn run(
     let policy = invocation.policy;
     let binding = invocation.binding;
     let mut scope = inputs.new_inner_scope();
-    scope.add_variable_from_value(
-        "params",
-        invocation.params.as_ref().map_or(Cel::Null, cel::value),
-    );
-    if policy.reads_authorizer {
+    if policy.reads.params {
+        scope.add_variable_from_value(
+            "params",
+            invocation.params.as_ref().map_or(Cel::Null, cel::value),
+        );
+    }
+    if policy.reads.authorizer {
         let rt = &invocation.matched.rt;
         let request = authz::ResourceCheck {
             group: rt.group.clone(),

@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::admission::cel::{Declarations, Expression};
+use crate::admission::cel::{Declarations, Expression, Reads};
 use crate::admission::matching::Criteria;
 use crate::admission::validation::{
     Causes, check_enum, check_expression, check_match_conditions, check_rule, check_selector,
@@ -70,10 +70,9 @@ pub(crate) struct Policy {
     pub(crate) variables: Vec<(String, Compiled)>,
     pub(crate) validations: Vec<Validation>,
     pub(crate) audit_annotations: Vec<(String, Compiled)>,
-    /// Whether any expression reads `namespaceObject` (it is read only then).
-    pub(crate) reads_namespace: bool,
-    /// Whether any expression reads `authorizer`.
-    pub(crate) reads_authorizer: bool,
+    /// Which of a write's variables its expressions read (only those are made: the
+    /// namespace is even read from the store only then).
+    pub(crate) reads: Reads,
     /// The spec as stored: type checking reads it, and a change of status alone does not
     /// compile it again.
     pub(crate) spec: Value,
@@ -158,15 +157,11 @@ impl Policy {
             variables,
             validations,
             audit_annotations,
-            reads_namespace: false,
-            reads_authorizer: false,
+            reads: Reads::default(),
             spec: spec.clone(),
             observed: object["status"]["observedGeneration"].as_i64(),
         };
-        let reads_namespace = policy.expressions().any(Expression::reads_namespace);
-        let reads_authorizer = policy.expressions().any(Expression::reads_authorizer);
-        policy.reads_namespace = reads_namespace;
-        policy.reads_authorizer = reads_authorizer;
+        policy.reads = policy.expressions().collect();
         policy
     }
 

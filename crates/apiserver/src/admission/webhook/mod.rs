@@ -99,36 +99,53 @@ async fn applies(
     }
     let uid = crate::registry::object::new_uid();
     let mut errors = Vec::new();
+    // Only the variables the conditions read are made.
+    let reads: cel::Reads = hook
+        .match_conditions
+        .iter()
+        .filter_map(|(_, condition)| condition.as_ref().ok())
+        .collect();
     let decided = cel::with_base(|base| {
         let mut scope = base.new_inner_scope();
-        let shown = |o: &Value| cel::value(&super::review::shown_as(o, matched));
-        let (object, old) = match attributes.operation {
-            Operation::Create => (shown(object), Cel::Null),
-            Operation::Update => (shown(object), old.map_or(Cel::Null, shown)),
-            Operation::Delete => (Cel::Null, old.map_or(Cel::Null, shown)),
-        };
-        scope.add_variable_from_value("object", object);
-        scope.add_variable_from_value("oldObject", old);
-        let review = super::review::cel_request(attributes, matched, &uid);
-        scope.add_variable_from_value("request", review);
-        let request = cel::authz::ResourceCheck {
-            group: matched.rt.group.clone(),
-            resource: matched.rt.plural.clone(),
-            subresource: attributes.subresource.to_owned(),
-            namespace: attributes.namespace.to_owned(),
-            name: attributes.name.to_owned(),
-            ..cel::authz::ResourceCheck::default()
-        };
-        let authorizer = attributes.api.stages().authorizer.clone();
-        scope.add_variable_from_value(
-            "authorizer",
-            cel::authorizer(
-                authorizer,
-                attributes.user.clone(),
-                attributes.cluster(),
-                request,
-            ),
-        );
+        let shown = |o: &Value| super::review::cel_shown(o, matched);
+        if reads.object {
+            let object = match attributes.operation {
+                Operation::Delete => Cel::Null,
+                _ => shown(object),
+            };
+            scope.add_variable_from_value("object", object);
+        }
+        if reads.old_object {
+            let old = match attributes.operation {
+                Operation::Create => Cel::Null,
+                _ => old.map_or(Cel::Null, shown),
+            };
+            scope.add_variable_from_value("oldObject", old);
+        }
+        if reads.request {
+            let review = super::review::cel_request(attributes, matched, &uid);
+            scope.add_variable_from_value("request", review);
+        }
+        if reads.authorizer {
+            let request = cel::authz::ResourceCheck {
+                group: matched.rt.group.clone(),
+                resource: matched.rt.plural.clone(),
+                subresource: attributes.subresource.to_owned(),
+                namespace: attributes.namespace.to_owned(),
+                name: attributes.name.to_owned(),
+                ..cel::authz::ResourceCheck::default()
+            };
+            let authorizer = attributes.api.stages().authorizer.clone();
+            scope.add_variable_from_value(
+                "authorizer",
+                cel::authorizer(
+                    authorizer,
+                    attributes.user.clone(),
+                    attributes.cluster(),
+                    request,
+                ),
+            );
+        }
         for (name, condition) in &hook.match_conditions {
             let outcome = condition
                 .as_ref()
