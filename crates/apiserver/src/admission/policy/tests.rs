@@ -365,6 +365,62 @@ async fn a_binding_with_a_namespace_selector_applies_only_there() {
     );
 }
 
+/// Each policy reads only some of a write's variables (only those are made, once for all
+/// policies): what one reads is there whatever the others read.
+#[tokio::test]
+async fn the_namespace_object_and_the_old_object_are_there_for_the_policies_that_read_them() {
+    let (_, client) = server().await;
+    client
+        .create(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "frozen", "labels": {"frozen": "yes"}}}),
+        )
+        .await
+        .unwrap();
+    let policies = [
+        (
+            "not-frozen",
+            json!([{"expression": "!has(namespaceObject.metadata.labels) || !('frozen' in namespaceObject.metadata.labels)",
+                "messageExpression": "'namespace ' + namespaceObject.metadata.name + ' is frozen'"}]),
+        ),
+        (
+            "no-scale-down",
+            json!([{"expression": "oldObject == null || object.spec.replicas >= oldObject.spec.replicas",
+                "messageExpression": "'from ' + string(oldObject.spec.replicas) + ' down to ' + string(object.spec.replicas)"}]),
+        ),
+    ];
+    for (name, validations) in policies {
+        let spec = json!({"matchConstraints": deployments_rule(), "validations": validations});
+        client.create(VAPS, &policy(name, spec)).await.unwrap();
+        let spec = json!({"policyName": name, "validationActions": ["Deny"]});
+        client.create(BINDINGS, &binding(name, spec)).await.unwrap();
+    }
+    let e = client
+        .create(
+            "/apis/apps/v1/namespaces/frozen/deployments",
+            &deployment("web", 2),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.ends_with("namespace frozen is frozen"),
+        "{}",
+        e.message
+    );
+    client
+        .create(DEPLOYMENTS, &deployment("web", 3))
+        .await
+        .unwrap();
+    let path = format!("{DEPLOYMENTS}/web");
+    let mut stored = client.get(&path).await.unwrap();
+    stored["spec"]["replicas"] = json!(1);
+    let e = client.replace(&path, &stored).await.unwrap_err();
+    assert!(e.message.ends_with("from 3 down to 1"), "{}", e.message);
+    stored["spec"]["replicas"] = json!(4);
+    client.replace(&path, &stored).await.unwrap();
+}
+
 #[tokio::test]
 async fn match_conditions_variables_request_and_the_authorizer_are_available() {
     let (api, client) = server().await;

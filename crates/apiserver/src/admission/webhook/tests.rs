@@ -488,7 +488,7 @@ async fn match_conditions_and_reinvocation_decide_who_is_called() {
     let mut watcher = hooks.hook("watch.example.com", "/record", "apps", &["deployments"]);
     watcher["reinvocationPolicy"] = json!("IfNeeded");
     watcher["matchConditions"] = json!([{"name": "not-system",
-        "expression": "!object.metadata.name.startsWith('system-')"}]);
+        "expression": "!object.metadata.name.startsWith('system-') && request.operation == 'CREATE'"}]);
     let label = hooks.hook("label.example.com", "/label", "apps", &["deployments"]);
     let config = configuration(
         "MutatingWebhookConfiguration",
