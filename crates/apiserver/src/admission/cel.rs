@@ -359,6 +359,28 @@ pub(crate) fn with_base<R>(f: impl FnOnce(&Context<'static>) -> R) -> R {
     BASE.with(f)
 }
 
+/// The `authorizer` variable of a write of `rt` (its `requestResource`): checks as the
+/// writer, in the write's logical cluster, by the server's authorizer.
+pub(crate) fn write_authorizer(
+    attributes: &super::Attributes<'_>,
+    rt: &crate::registry::resources::ResourceType,
+) -> Cel {
+    let request = authz::ResourceCheck {
+        group: rt.group.clone(),
+        resource: rt.plural.clone(),
+        subresource: attributes.subresource.to_owned(),
+        namespace: attributes.namespace.to_owned(),
+        name: attributes.name.to_owned(),
+        ..authz::ResourceCheck::default()
+    };
+    authorizer(
+        attributes.api.stages().authorizer.clone(),
+        attributes.user.clone(),
+        attributes.cluster(),
+        request,
+    )
+}
+
 /// The `authorizer` variable: checks as `user` in logical cluster `cluster`, by the
 /// server's authorizer; `request` the resource a request writes (`requestResource`).
 pub(crate) fn authorizer(

@@ -24,7 +24,7 @@ use kube_cel::cel::{Context, Value as Cel};
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::cel::{self, authz};
+use super::cel;
 use super::dynamic::{Dynamic, GROUP, Hook};
 use super::matching::{Match, Request};
 use super::{Attributes, Operation, Validating};
@@ -357,25 +357,8 @@ fn run(
         );
     }
     if policy.reads.authorizer {
-        let rt = &invocation.matched.rt;
-        let request = authz::ResourceCheck {
-            group: rt.group.clone(),
-            resource: rt.plural.clone(),
-            subresource: attributes.subresource.to_owned(),
-            namespace: attributes.namespace.to_owned(),
-            name: attributes.name.to_owned(),
-            ..authz::ResourceCheck::default()
-        };
-        let authorizer = attributes.api.stages().authorizer.clone();
-        scope.add_variable_from_value(
-            "authorizer",
-            cel::authorizer(
-                authorizer,
-                attributes.user.clone(),
-                attributes.cluster(),
-                request,
-            ),
-        );
+        let authorizer = cel::write_authorizer(attributes, &invocation.matched.rt);
+        scope.add_variable_from_value("authorizer", authorizer);
     }
     let variables = Variables::bind(policy, &mut scope);
     let fail = policy.failure_policy == FailurePolicy::Fail;

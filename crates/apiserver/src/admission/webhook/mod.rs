@@ -127,24 +127,8 @@ async fn applies(
             scope.add_variable_from_value("request", review);
         }
         if reads.authorizer {
-            let request = cel::authz::ResourceCheck {
-                group: matched.rt.group.clone(),
-                resource: matched.rt.plural.clone(),
-                subresource: attributes.subresource.to_owned(),
-                namespace: attributes.namespace.to_owned(),
-                name: attributes.name.to_owned(),
-                ..cel::authz::ResourceCheck::default()
-            };
-            let authorizer = attributes.api.stages().authorizer.clone();
-            scope.add_variable_from_value(
-                "authorizer",
-                cel::authorizer(
-                    authorizer,
-                    attributes.user.clone(),
-                    attributes.cluster(),
-                    request,
-                ),
-            );
+            let authorizer = cel::write_authorizer(attributes, &matched.rt);
+            scope.add_variable_from_value("authorizer", authorizer);
         }
         for (name, condition) in &hook.match_conditions {
             let outcome = condition
