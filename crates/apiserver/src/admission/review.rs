@@ -1,8 +1,10 @@
 //! A write as Kubernetes' `AdmissionRequest` describes it: what webhooks are sent (in an
 //! `admission.k8s.io/v1` AdmissionReview) and what policies see as `request`.
 
+use kube_cel::cel::{Context, Value as Cel};
 use serde_json::{Map, Value, json};
 
+use super::cel::Reads;
 use super::matching::Match;
 use super::{Attributes, Operation};
 use crate::registry::resources::Subresource;
@@ -62,11 +64,7 @@ pub(crate) fn request(attributes: &Attributes<'_>, matched: &Match, uid: &str) -
 
 /// The `request` variable of CEL expressions: the [`request`], its fields that are empty
 /// read as empty rather than missing (a typed object in Kubernetes).
-pub(crate) fn cel_request(
-    attributes: &Attributes<'_>,
-    matched: &Match,
-    uid: &str,
-) -> kube_cel::cel::Value {
+fn cel_request(attributes: &Attributes<'_>, matched: &Match, uid: &str) -> Cel {
     use super::validation::default_field;
     let mut request = request(attributes, matched, uid);
     for field in ["name", "namespace", "subResource", "requestSubResource"] {
@@ -101,8 +99,53 @@ fn options(attributes: &Attributes<'_>) -> Value {
     Value::Object(options)
 }
 
+/// A write as CEL expressions see it (policies, webhook match conditions): its variables
+/// `object`, `oldObject`, `request` and `namespaceObject`, each made only when `reads` says
+/// an expression reads it.
+pub(crate) struct CelWrite<'w> {
+    pub(crate) attributes: &'w Attributes<'w>,
+    pub(crate) object: &'w Value,
+    pub(crate) old: Option<&'w Value>,
+    /// The `request.uid`: one per write, whatever scopes are made for it.
+    pub(crate) uid: &'w str,
+    /// The namespace's object, when it has one and it is read.
+    pub(crate) namespace: Option<&'w Cel>,
+    pub(crate) reads: Reads,
+}
+
+impl CelWrite<'_> {
+    /// A scope under `base` with the write's variables that are read, shown as `matched`.
+    pub(crate) fn inputs<'b>(&self, base: &'b Context<'static>, matched: &Match) -> Context<'b> {
+        let mut scope = base.new_inner_scope();
+        let operation = self.attributes.operation;
+        if self.reads.object {
+            let object = match operation {
+                Operation::Delete => Cel::Null,
+                _ => cel_shown(self.object, matched),
+            };
+            scope.add_variable_from_value("object", object);
+        }
+        if self.reads.old_object {
+            let old = match self.old {
+                Some(old) if operation != Operation::Create => cel_shown(old, matched),
+                _ => Cel::Null,
+            };
+            scope.add_variable_from_value("oldObject", old);
+        }
+        if self.reads.request {
+            let request = cel_request(self.attributes, matched, self.uid);
+            scope.add_variable_from_value("request", request);
+        }
+        if self.reads.namespace_object {
+            let namespace = self.namespace.cloned().unwrap_or(Cel::Null);
+            scope.add_variable_from_value("namespaceObject", namespace);
+        }
+        scope
+    }
+}
+
 /// [`shown_as`] as a CEL value, without a copy of the object when it is shown as stored.
-pub(crate) fn cel_shown(object: &Value, matched: &Match) -> kube_cel::cel::Value {
+fn cel_shown(object: &Value, matched: &Match) -> Cel {
     match matched.converted {
         true => super::cel::value(&shown_as(object, matched)),
         false => super::cel::value(object),

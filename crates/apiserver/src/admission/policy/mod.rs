@@ -27,7 +27,8 @@ use tracing::Instrument;
 use super::cel;
 use super::dynamic::{Dynamic, GROUP, Hook};
 use super::matching::{Match, Request};
-use super::{Attributes, Operation, Validating};
+use super::review::CelWrite;
+use super::{Attributes, Validating};
 use crate::api::Verdict;
 use crate::auth::audit;
 use crate::http::error::{ApiError, ApiResult, Cause, Reason};
@@ -260,12 +261,12 @@ async fn evaluate(
         _ => None,
     };
     let uid = crate::registry::object::new_uid();
-    let write = Write {
+    let write = CelWrite {
         attributes,
         object,
         old,
         uid: &uid,
-        namespace: &namespace,
+        namespace: namespace.as_ref(),
         reads,
     };
     cel::with_base(|base| {
@@ -293,51 +294,6 @@ fn namespace_object(namespace: &Value) -> Cel {
         meta.remove("managedFields");
     }
     cel::value(&shown)
-}
-
-/// A write as its policies' expressions see it.
-struct Write<'w> {
-    attributes: &'w Attributes<'w>,
-    object: &'w Value,
-    old: Option<&'w Value>,
-    uid: &'w str,
-    namespace: &'w Option<Cel>,
-    /// The variables some expression reads: only those are made.
-    reads: cel::Reads,
-}
-
-impl Write<'_> {
-    /// The scope of the write's own variables (`object`, `oldObject`, `request`,
-    /// `namespaceObject`, those read), shown as `matched`.
-    fn inputs<'b>(&self, base: &'b Context<'static>, matched: &Match) -> Context<'b> {
-        let mut scope = base.new_inner_scope();
-        let attributes = self.attributes;
-        if self.reads.object {
-            let object = match attributes.operation {
-                Operation::Delete => Cel::Null,
-                _ => super::review::cel_shown(self.object, matched),
-            };
-            scope.add_variable_from_value("object", object);
-        }
-        if self.reads.old_object {
-            let old = match self.old {
-                Some(old) if attributes.operation != Operation::Create => {
-                    super::review::cel_shown(old, matched)
-                }
-                _ => Cel::Null,
-            };
-            scope.add_variable_from_value("oldObject", old);
-        }
-        if self.reads.request {
-            let request = super::review::cel_request(attributes, matched, self.uid);
-            scope.add_variable_from_value("request", request);
-        }
-        if self.reads.namespace_object {
-            let namespace = self.namespace.clone().unwrap_or(Cel::Null);
-            scope.add_variable_from_value("namespaceObject", namespace);
-        }
-        scope
-    }
 }
 
 /// Evaluates one invocation into `outcome`.

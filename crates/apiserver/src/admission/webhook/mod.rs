@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use base64::Engine;
 use futures_util::future::join_all;
-use kube_cel::cel::Value as Cel;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
@@ -105,27 +104,16 @@ async fn applies(
         .iter()
         .filter_map(|(_, condition)| condition.as_ref().ok())
         .collect();
+    let write = super::review::CelWrite {
+        attributes,
+        object,
+        old,
+        uid: &uid,
+        namespace: None,
+        reads,
+    };
     let decided = cel::with_base(|base| {
-        let mut scope = base.new_inner_scope();
-        let shown = |o: &Value| super::review::cel_shown(o, matched);
-        if reads.object {
-            let object = match attributes.operation {
-                Operation::Delete => Cel::Null,
-                _ => shown(object),
-            };
-            scope.add_variable_from_value("object", object);
-        }
-        if reads.old_object {
-            let old = match attributes.operation {
-                Operation::Create => Cel::Null,
-                _ => old.map_or(Cel::Null, shown),
-            };
-            scope.add_variable_from_value("oldObject", old);
-        }
-        if reads.request {
-            let review = super::review::cel_request(attributes, matched, &uid);
-            scope.add_variable_from_value("request", review);
-        }
+        let mut scope = write.inputs(base, matched);
         if reads.authorizer {
             let authorizer = cel::write_authorizer(attributes, &matched.rt);
             scope.add_variable_from_value("authorizer", authorizer);
